@@ -1,0 +1,34 @@
+# The two commands everything else builds on: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+RUN    ?= .run
+PORT   ?= 8443
+
+.PHONY: run test lint bench clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	touch $@
+
+# Serve the built-in policy against the bundled demo cluster on https://127.0.0.1:$(PORT).
+run: $(VENV)/.installed
+	$(PY) -m webhook certs generate --out $(RUN)/certs --ip 127.0.0.1 --dns localhost >/dev/null
+	@echo "gpupool on https://127.0.0.1:$(PORT) (built-in policy, demo cluster). Try, from another shell:"
+	@echo "  curl -s --cacert $(RUN)/certs/ca.crt -H 'Content-Type: application/json' \\"
+	@echo "    --data @docs/examples/review-hami-pod.json https://127.0.0.1:$(PORT)/mutate | $(PYTHON) -m json.tool"
+	exec $(PY) -m webhook serve --bind 127.0.0.1:$(PORT) --demo \
+	  --cert $(RUN)/certs/tls.crt --key $(RUN)/certs/tls.key
+
+# The whole suite: lint, unit, HTTPS and end-to-end tests.
+test: $(VENV)/.installed
+	$(PY) -m ruff check webhook tests bench
+	$(PY) -m pytest
+
+bench: $(VENV)/.installed
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) $(RUN) .pytest_cache

@@ -1,0 +1,93 @@
+"""A real gunicorn process serving real TLS, started once per test session."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    url: str
+    ca: str
+    certs: Path
+    audit: Path
+    proc: subprocess.Popen
+    log: Path
+
+    def post(self, endpoint: str, data: bytes, session: requests.Session | None = None,
+             content_type: str = "application/json") -> requests.Response:
+        s = session or requests
+        return s.post(f"{self.url}/{endpoint}", data=data, verify=self.ca, timeout=10,
+                      headers={"Content-Type": content_type})
+
+
+def gpupool_cmd() -> list[str]:
+    return [sys.executable, "-m", "webhook"]
+
+
+def generate_certs(out: Path) -> None:
+    subprocess.run([*gpupool_cmd(), "certs", "generate", "--out", str(out), "--ip", "127.0.0.1",
+                    "--dns", "localhost"], check=True, capture_output=True)
+
+
+def start_server(tmp: Path, *extra: str, workers: int = 2, env: dict | None = None) -> Server:
+    certs = tmp / "certs"
+    if not (certs / "tls.crt").exists():
+        generate_certs(certs)
+    port = free_port()
+    audit = tmp / "audit.log"
+    log = tmp / f"server-{port}.log"
+    cmd = [*gpupool_cmd(), "serve", "--bind", f"127.0.0.1:{port}",
+           "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
+           "--workers", str(workers), "--threads", "4", "--audit-file", str(audit),
+           "--no-audit-stdout", *extra]
+    if "--cluster" not in extra and "--kubeconfig" not in extra:
+        cmd.append("--demo")
+    fh = open(log, "wb")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+    server = Server(f"https://127.0.0.1:{port}", str(certs / "ca.crt"), certs, audit, proc, log)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {log.read_text()}")
+        try:
+            if requests.get(f"{server.url}/readyz", verify=server.ca, timeout=2).ok:
+                return server
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    stop_server(server)
+    raise RuntimeError(f"server not ready in 30s: {log.read_text()}")
+
+
+def stop_server(server: Server) -> None:
+    if server.proc.poll() is None:
+        server.proc.terminate()
+        try:
+            server.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    srv = start_server(tmp_path_factory.mktemp("gpupool"))
+    yield srv
+    stop_server(srv)

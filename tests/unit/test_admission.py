@@ -1,0 +1,127 @@
+"""The admission contract, in process: replies echo apiVersion and uid, carry a patch only
+when mutating, and bad input gets a clear 4xx rather than a crash."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from tests.conftest import body, gpu_pod, review
+from webhook.cluster import ClusterView
+from webhook.policysource import PolicySource
+from webhook.server import Handler
+
+
+@pytest.fixture
+def handler():
+    view = ClusterView()
+    view.replace_nodes([])
+    view.replace_namespaces({})
+    return Handler(policies=PolicySource(), view=view)
+
+
+@pytest.mark.parametrize("version", ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"])
+def test_mutate_reply_echoes_version_and_uid(handler, version):
+    status, out = handler.handle("mutate", body(gpu_pod(), api_version=version, uid="u-1"),
+                                 "application/json")
+    assert status == 200
+    assert out["apiVersion"] == version and out["kind"] == "AdmissionReview"
+    resp = out["response"]
+    assert resp["uid"] == "u-1" and resp["allowed"] is True
+    assert resp["patchType"] == "JSONPatch"
+    ops = json.loads(base64.b64decode(resp["patch"]))
+    assert {"op": "add", "path": "/spec/affinity"} == {k: ops[-1][k] for k in ("op", "path")}
+    assert resp["auditAnnotations"] == {"decision": "allowed", "reason": "Routed",
+                                        "pool": "operator"}
+
+
+def test_validate_reply_never_has_a_patch(handler):
+    _, out = handler.handle("validate", body(gpu_pod()), "application/json")
+    resp = out["response"]
+    assert "patch" not in resp and "patchType" not in resp
+    assert resp["allowed"] is False and resp["status"]["code"] == 403
+    assert resp["status"]["message"].startswith("gpupool: AffinityMismatch: pod default/p")
+
+
+def test_non_gpu_pod_gets_plain_allow(handler):
+    pod = gpu_pod(limits={"cpu": "1"})
+    _, out = handler.handle("mutate", body(pod), "application/json")
+    assert out["response"] == {"uid": out["response"]["uid"], "allowed": True}
+
+
+def test_denial_carries_reason_and_warnings_within_limits(handler):
+    pod = gpu_pod()
+    pod["metadata"]["labels"] = {"gpupool.io/pool": "nope"}
+    _, out = handler.handle("mutate", body(pod), "application/json")
+    resp = out["response"]
+    assert resp["allowed"] is False
+    assert "UnknownPool" in resp["status"]["message"]
+    assert resp["auditAnnotations"]["reason"] == "UnknownPool"
+
+
+@pytest.mark.parametrize("op", ["DELETE", "CONNECT", "UPDATE"])
+def test_other_operations_allowed_untouched(handler, op):
+    r = review(gpu_pod(), operation=op)
+    if op in ("DELETE", "CONNECT"):
+        r["request"]["object"] = None
+    status, out = handler.handle("mutate", json.dumps(r).encode(), "application/json")
+    assert status == 200 and out["response"]["allowed"] is True
+    assert "patch" not in out["response"]
+
+
+def test_dry_run_same_decision(handler):
+    pod = gpu_pod()
+    pod["metadata"]["labels"] = {"gpupool.io/pool": "nope"}
+    _, real = handler.handle("mutate", body(pod, uid="a"), "application/json")
+    _, dry = handler.handle("mutate", body(pod, uid="a", dry_run=True), "application/json")
+    assert real == dry
+
+
+BAD = [
+    ("not json", b"{nope", "application/json", 400, "not JSON"),
+    ("wrong content type", body(gpu_pod()), "text/plain", 415, "Content-Type"),
+    ("array", b"[]", "application/json", 400, "must be a JSON object"),
+    ("unknown apiVersion", json.dumps({**review(gpu_pod()), "apiVersion": "v9"}).encode(),
+     "application/json", 400, "apiVersion 'v9'"),
+    ("no request", json.dumps({"apiVersion": "admission.k8s.io/v1",
+                               "kind": "AdmissionReview"}).encode(),
+     "application/json", 400, "request is missing"),
+    ("no uid", json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                           "request": {"kind": {"kind": "Pod"}}}).encode(),
+     "application/json", 400, "request.uid"),
+    ("non-pod kind", body({"metadata": {"name": "s"}}, kind="Service"), "application/json",
+     400, "not Service"),
+    ("non-utf8", b'{"a": "\xff"}', "application/json", 400, "not UTF-8"),
+    ("duplicate keys", b'{"apiVersion": "a", "apiVersion": "b"}', "application/json", 400,
+     "duplicate JSON key"),
+]
+
+
+@pytest.mark.parametrize("name,raw,ctype,status,text", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_gets_clear_4xx(handler, name, raw, ctype, status, text):
+    code, out = handler.handle("mutate", raw, ctype)
+    assert code == status
+    message = out["response"]["status"]["message"] if "response" in out else out["message"]
+    assert text in message
+
+
+def test_bad_input_after_uid_keeps_the_uid(handler):
+    code, out = handler.handle("mutate", body({"metadata": {}}, kind="Service", uid="keep-me"),
+                               "application/json")
+    assert code == 400 and out["response"]["uid"] == "keep-me"
+    assert out["response"]["allowed"] is False
+
+
+def test_engine_crash_still_answers_with_uid(handler, monkeypatch):
+    from webhook import engine
+
+    def boom(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(engine, "mutate", boom)
+    code, out = handler.handle("mutate", body(gpu_pod(), uid="crash"), "application/json")
+    assert code == 200 and out["response"]["uid"] == "crash"
+    assert out["response"]["allowed"] is True
+    assert "internal error" in out["response"]["warnings"][0]

@@ -1,0 +1,198 @@
+"""The audit log of rejections: one JSON line per denial, to stdout and/or a rotated file.
+
+Several gunicorn workers, each with several threads, write at once. Each record is a single
+``write(2)`` of one complete line to a descriptor opened with O_APPEND, done under an
+``flock`` that also serialises rotation, so records are never interleaved, lost to a
+rename, or written twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import os
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .admission import Request
+from .decision import Decision
+from .policy import Policy
+
+
+def make_record(endpoint: str, req: Request, decision: Decision) -> dict[str, Any]:
+    return {
+        "time": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "uid": req.uid,
+        "dryRun": req.dry_run,
+        "endpoint": endpoint,
+        "operation": req.operation,
+        "namespace": req.namespace or "",
+        "kind": req.kind,
+        "name": req.obj_name,
+        "owner": req.owner,
+        "user": req.user,
+        "groups": req.groups,
+        "decision": "allowed" if decision.allowed else "denied",
+        "pool": decision.pool or "",
+        "reason": decision.reason,
+        "message": decision.message,
+        "nodes": [n.to_json() for n in decision.nodes],
+        "patch": decision.patch if decision.allowed else [],
+    }
+
+
+class _FileSink:
+    def __init__(self, path: str, max_bytes: int, backups: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self.lock_path = path + ".lock"
+        self._local = threading.Lock()
+        self._fd = self._open()
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+
+    def write(self, line: bytes) -> None:
+        with self._local:
+            lock_fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT, 0o640)
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX)
+                self._follow_rotation()
+                if self.max_bytes and os.fstat(self._fd).st_size + len(line) > self.max_bytes:
+                    self._rotate()
+                os.write(self._fd, line)
+            finally:
+                fcntl.flock(lock_fd, fcntl.LOCK_UN)
+                os.close(lock_fd)
+
+    def _follow_rotation(self) -> None:
+        """Another process rotated the file: reopen so we write to the live one."""
+        try:
+            same = os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(self._fd)
+            self._fd = self._open()
+
+    def _rotate(self) -> None:
+        for i in range(self.backups - 1, 0, -1):
+            src = f"{self.path}.{i}"
+            if os.path.exists(src):
+                os.replace(src, f"{self.path}.{i + 1}")
+        if self.backups > 0:
+            os.replace(self.path, f"{self.path}.1")
+        else:
+            os.truncate(self.path, 0)
+        os.close(self._fd)
+        self._fd = self._open()
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class AuditLog:
+    def __init__(self, stdout: bool = True, file_sink: _FileSink | None = None) -> None:
+        self.stdout = stdout
+        self.file = file_sink
+        self.written = 0
+
+    @classmethod
+    def from_config(cls, *, stdout: bool, path: str | None, max_bytes: int = 50 << 20,
+                    backups: int = 5) -> AuditLog:
+        return cls(stdout=stdout, file_sink=_FileSink(path, max_bytes, backups) if path else None)
+
+    def wants(self, endpoint: str, decision: Decision, policy: Policy) -> bool:
+        if not decision.allowed:
+            return True
+        return policy.audit_mutations and endpoint == "mutate" and bool(decision.patch)
+
+    def record(self, endpoint: str, req: Request, decision: Decision, policy: Policy) -> None:
+        if not self.wants(endpoint, decision, policy):
+            return
+        rec = {"audit": "gpupool", **make_record(endpoint, req, decision)}
+        line = (json.dumps(rec, separators=(",", ":"), ensure_ascii=True) + "\n").encode()
+        if self.stdout:
+            os.write(1, line)
+        if self.file is not None:
+            self.file.write(line)
+        self.written += 1
+
+
+# ------------------------------------------------------------------ reading it back
+
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+
+
+def parse_since(text: str) -> dt.timedelta:
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise ValueError(f"--since {text!r}: use a number and s, m, h or d (e.g. 30m, 1h)")
+    n, unit = int(m.group(1)), m.group(2)
+    return dt.timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: n})
+
+
+def read_records(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """Audit records among other log lines (stdout mixes them with gunicorn's logs)."""
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("audit") == "gpupool":
+            yield rec
+
+
+@dataclass
+class AuditFilter:
+    since: dt.timedelta | None = None
+    namespace: str | None = None
+    reason: str | None = None
+    dry_run: bool | None = None
+
+    def __call__(self, rec: dict[str, Any]) -> bool:
+        if self.namespace is not None and rec.get("namespace") != self.namespace:
+            return False
+        if self.reason is not None and rec.get("reason") != self.reason:
+            return False
+        if self.dry_run is not None and bool(rec.get("dryRun")) != self.dry_run:
+            return False
+        if self.since is not None:
+            try:
+                when = dt.datetime.fromisoformat(str(rec.get("time")).replace("Z", "+00:00"))
+            except ValueError:
+                return False
+            if when < dt.datetime.now(dt.UTC) - self.since:
+                return False
+        return True
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, Counter[str]]:
+    return {key: Counter(str(r.get(key) or "-") for r in records)
+            for key in ("reason", "namespace", "pool")}
+
+
+def format_table(records: list[dict[str, Any]]) -> str:
+    out = [f"{len(records)} record(s)"]
+    for key, counts in summarize(records).items():
+        out.append("")
+        out.append(f"{'BY ' + key.upper():<40} COUNT")
+        for value, n in counts.most_common():
+            out.append(f"{value:<40} {n}")
+    if records:
+        out.append("")
+        out.append(f"{'TIME':<25} {'DRY':<4} {'NAMESPACE':<16} {'NAME':<30} {'POOL':<10} REASON")
+        for r in records:
+            out.append(f"{r.get('time', ''):<25} {'yes' if r.get('dryRun') else 'no':<4} "
+                       f"{r.get('namespace', ''):<16} {r.get('kind', '')}/{r.get('name', ''):<30}"
+                       f" {r.get('pool', ''):<10} {r.get('reason', '')}")
+    return "\n".join(out)

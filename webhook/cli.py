@@ -1,0 +1,259 @@
+"""The ``gpupool`` command: thin argument handling around the library modules.
+
+Exit codes are uniform: 0 success (for ``check``: everything allowed), 1 a finding (a pod
+denied), 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+def _policy(path: str | None):
+    from .policy import default_policy, load_policy_file
+
+    return load_policy_file(path) if path else default_policy()
+
+
+def _namespace_labels(text: str | None) -> dict[str, str]:
+    if not text:
+        return {}
+    out = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--namespace-labels: {part!r} is not key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _view(cluster: str | None, policy, ns_labels: dict[str, str],
+          namespaces: Sequence[str] = ()):
+    from .cluster import NodeInfo, view_from_objects
+    from .snapshot import load_cluster_file
+
+    nodes, ns = load_cluster_file(cluster) if cluster else ([], {})
+    for name in namespaces:
+        ns.setdefault(name, {}).update(ns_labels)
+    view = view_from_objects([], policy, ns)
+    view.replace_nodes(NodeInfo.from_object(n) for n in nodes)
+    return view
+
+
+# ------------------------------------------------------------------ check
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .check import format_json, format_text, run_check
+    from .snapshot import load_yaml_objects
+
+    policy = _policy(args.policy)
+    labels = _namespace_labels(args.namespace_labels)
+    namespaces: set[str] = set()
+    for path in args.files:
+        for obj in load_yaml_objects(path):
+            meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+            namespaces.add(meta.get("namespace") or "default")
+    view = _view(args.cluster, policy, labels, sorted(namespaces))
+    report = run_check(args.files, view, policy)
+    if args.output == "json":
+        print(format_json(report))
+        for line in report.skipped:
+            print(line, file=sys.stderr)
+    else:
+        print(format_text(report))
+    return report.exit_code
+
+
+# ------------------------------------------------------------------ serve
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .serve import ServeConfig, serve
+
+    cluster = args.cluster
+    if args.demo:
+        from .policy import DATA_DIR
+
+        cluster = str(DATA_DIR / "demo-cluster.yaml")
+    if bool(args.cert) != bool(args.key):
+        raise UsageError("--cert and --key go together")
+    if not args.cert and not args.insecure_http:
+        raise UsageError("--cert/--key are required (or --insecure-http for local debugging)")
+    if args.policy:
+        _policy(args.policy)  # fail fast, before forking workers
+    cfg = ServeConfig(bind=args.bind, certfile=args.cert or "", keyfile=args.key or "",
+                      policy=args.policy, cluster_file=cluster, kubeconfig=args.kubeconfig,
+                      in_cluster=args.in_cluster, workers=args.workers, threads=args.threads,
+                      keepalive=args.keepalive, audit_file=args.audit_file,
+                      audit_stdout=not args.no_audit_stdout, loglevel=args.log_level,
+                      max_staleness=args.max_staleness)
+    serve(cfg)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ certs
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    from . import certs
+
+    if args.certs_cmd == "generate":
+        paths = certs.generate(args.out, args.service, args.namespace,
+                               extra_dns=args.dns, extra_ips=args.ip, days=args.days,
+                               algorithm=args.algorithm)
+        print(f"wrote {paths.ca_cert}, {paths.tls_cert}, {paths.tls_key} (0600), "
+              f"{paths.ca_bundle}")
+        return EXIT_OK
+    if args.certs_cmd == "renew":
+        done = certs.renew(args.out, args.service, args.namespace, extra_dns=args.dns,
+                           extra_ips=args.ip, days=args.days,
+                           renew_before_days=args.renew_before_days, algorithm=args.algorithm,
+                           force=args.force)
+        print("renewed serving certificate" if done else "serving certificate not due yet")
+        return EXIT_OK
+    if args.certs_cmd == "ca-bundle":
+        print(certs.ca_bundle(certs.Paths(__import__("pathlib").Path(args.out))))
+        return EXIT_OK
+    raise UsageError("certs: choose generate, renew or ca-bundle")
+
+
+# ------------------------------------------------------------------ audit
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from .audit import AuditFilter, format_table, parse_since, read_records
+
+    try:
+        since = parse_since(args.since) if args.since else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    filt = AuditFilter(since=since, namespace=args.namespace, reason=args.reason,
+                       dry_run=args.dry_run)
+    if args.file == "-":
+        records = [r for r in read_records(sys.stdin) if filt(r)]
+    else:
+        paths = [args.file]
+        # Include rotated files, oldest first, so the listing is in time order.
+        i = 1
+        while os.path.exists(f"{args.file}.{i}"):
+            paths.insert(0, f"{args.file}.{i}")
+            i += 1
+        records = []
+        for p in paths:
+            try:
+                with open(p, encoding="utf-8", errors="replace") as fh:
+                    records.extend(r for r in read_records(fh) if filt(r))
+            except OSError as exc:
+                raise UsageError(f"{p}: {exc.strerror}") from exc
+    if args.output == "json":
+        print(json.dumps(records, indent=2))
+    else:
+        print(format_table(records))
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ parser
+
+
+def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=(
+        "Route GPU pods to their node pool's scheduler and reject pods whose nodes lack the "
+        "CDI devices they need."))
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    c = sub.add_parser("check", help="decide offline on Pods and workload manifests")
+    c.add_argument("-f", "--filename", dest="files", action="append", required=True,
+                   help="manifest file (repeatable)")
+    c.add_argument("--cluster", help="'kubectl get nodes -o yaml' output or Node YAML")
+    c.add_argument("--policy", help="PoolPolicy YAML (default: built-in policy)")
+    c.add_argument("--namespace-labels", help="labels of the objects' namespaces, k=v,...")
+    c.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    c.set_defaults(func=cmd_check)
+
+    s = sub.add_parser("serve", help="run the admission webhook under gunicorn")
+    s.add_argument("--bind", default="0.0.0.0:8443")
+    s.add_argument("--cert", help="serving certificate (PEM); reloaded when it changes")
+    s.add_argument("--key", help="serving key (PEM)")
+    s.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (debug only)")
+    s.add_argument("--policy", help="PoolPolicy file; reloaded when it changes")
+    src = s.add_mutually_exclusive_group()
+    src.add_argument("--kubeconfig", help="watch nodes and namespaces with this kubeconfig")
+    src.add_argument("--in-cluster", action="store_true", help="watch with the pod's account")
+    src.add_argument("--cluster", help="serve against a static node snapshot file")
+    src.add_argument("--demo", action="store_true", help="serve against the bundled demo cluster")
+    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--threads", type=int, default=4)
+    s.add_argument("--keepalive", type=int, default=75)
+    s.add_argument("--max-staleness", type=float, default=180.0,
+                   help="seconds the node cache may go without a sync before /readyz fails")
+    s.add_argument("--audit-file", help="also write audit records here (rotated by size)")
+    s.add_argument("--no-audit-stdout", action="store_true")
+    s.add_argument("--log-level", default="info")
+    s.set_defaults(func=cmd_serve)
+
+    ce = sub.add_parser("certs", help="generate or renew the webhook's certificates")
+    cs = ce.add_subparsers(dest="certs_cmd", required=True)
+    for name in ("generate", "renew", "ca-bundle"):
+        x = cs.add_parser(name)
+        x.add_argument("--out", required=True, help="directory for the certificate files")
+        if name == "ca-bundle":
+            continue
+        x.add_argument("--service", default="gpupool-webhook")
+        x.add_argument("--namespace", default="gpupool-system")
+        x.add_argument("--dns", action="append", default=[], help="extra DNS SAN (repeatable)")
+        x.add_argument("--ip", action="append", default=[], help="extra IP SAN (repeatable)")
+        x.add_argument("--days", type=int, default=365, help="serving certificate validity")
+        x.add_argument("--algorithm", choices=["ecdsa", "rsa"], default="ecdsa")
+        if name == "renew":
+            x.add_argument("--renew-before-days", type=float, default=30)
+            x.add_argument("--force", action="store_true")
+    ce.set_defaults(func=cmd_certs)
+
+    a = sub.add_parser("audit", help="read the audit log of rejections")
+    a.add_argument("--file", default="/var/log/gpupool/audit.log", help="log file, or - for stdin")
+    a.add_argument("--since", help="only records newer than this (30m, 1h, 2d)")
+    a.add_argument("--namespace")
+    a.add_argument("--reason")
+    dr = a.add_mutually_exclusive_group()
+    dr.add_argument("--dry-run", dest="dry_run", action="store_const", const=True, default=None)
+    dr.add_argument("--no-dry-run", dest="dry_run", action="store_const", const=False)
+    a.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    a.set_defaults(func=cmd_audit)
+
+    return p
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "gpupool") -> int:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    from .certs import CertError
+    from .policy import PolicyError
+    from .snapshot import SnapshotError
+
+    try:
+        return int(args.func(args))
+    except (UsageError, PolicyError, SnapshotError, CertError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+def kubectl_plugin_main() -> int:
+    """``kubectl gpupool ...``: kubectl finds this executable on PATH as a plugin."""
+    return main(prog="kubectl gpupool")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

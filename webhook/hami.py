@@ -1,0 +1,62 @@
+"""HAMi's node annotation ``hami.io/node-nvidia-register``: the GPUs its device plugin
+registered on a node, which are the UUIDs HAMi may hand to a container there.
+
+HAMi writes JSON since v2.8 and colon-separated CSV records before that; clusters mid-upgrade
+carry both, so both are read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
+USE_UUID_ANNOTATION = "nvidia.com/use-gpuuuid"
+NOUSE_UUID_ANNOTATION = "nvidia.com/nouse-gpuuuid"
+
+
+@dataclass(frozen=True)
+class RegisteredGPU:
+    uuid: str
+    type: str = ""
+    healthy: bool = True
+
+
+class RegisterError(ValueError):
+    pass
+
+
+def parse_register(value: str) -> tuple[RegisteredGPU, ...]:
+    """Parse either format; raise RegisterError with the reason when it is neither."""
+    text = value.strip()
+    if not text:
+        return ()
+    if text[0] in "[{":
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise RegisterError(f"not valid JSON: {exc}") from exc
+        if not isinstance(data, list):
+            raise RegisterError("expected a JSON list of devices")
+        gpus = []
+        for i, item in enumerate(data):
+            if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+                raise RegisterError(f"device {i} has no string 'id'")
+            gpus.append(RegisteredGPU(uuid=item["id"], type=str(item.get("type", "")),
+                                      healthy=item.get("health", True) is not False))
+        return tuple(gpus)
+    gpus = []
+    for i, record in enumerate(r for r in text.split(":") if r.strip()):
+        fields = record.split(",")
+        if len(fields) < 7 or not fields[0]:
+            raise RegisterError(f"CSV record {i} has {len(fields)} fields, want at least 7")
+        gpus.append(RegisteredGPU(uuid=fields[0].strip(), type=fields[4],
+                                  healthy=fields[6].strip().lower() != "false"))
+    return tuple(gpus)
+
+
+def uuid_list(value: object) -> tuple[str, ...]:
+    """The comma-separated UUID lists of ``nvidia.com/use-gpuuuid`` and friends."""
+    if not isinstance(value, str):
+        return ()
+    return tuple(u.strip() for u in value.split(",") if u.strip())

@@ -1,0 +1,62 @@
+"""Reading cluster snapshots from files: ``kubectl get nodes -o yaml`` output (a v1 List or
+NodeList), multi-document Node YAML, and Namespaces among them. Used by ``check``,
+``doctor --cluster`` and the demo server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import yaml
+
+
+class SnapshotError(ValueError):
+    pass
+
+
+def iter_objects(docs: Any) -> Iterator[dict[str, Any]]:
+    """Flatten v1 List / *List documents into their items."""
+    for doc in docs:
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise SnapshotError(f"expected a Kubernetes object, got {type(doc).__name__}")
+        kind = doc.get("kind")
+        if isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list):
+            item_kind = kind[: -len("List")]
+            for item in doc["items"]:
+                if isinstance(item, dict):
+                    # NodeList items may omit their kind; a plain v1 List's must carry one.
+                    if item_kind and "kind" not in item:
+                        item = {**item, "kind": item_kind}
+                    yield item
+        else:
+            yield doc
+
+
+def load_yaml_objects(path: str) -> list[dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return list(iter_objects(yaml.safe_load_all(fh)))
+    except OSError as exc:
+        raise SnapshotError(f"{path}: {exc.strerror}") from exc
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise SnapshotError(f"{path}: not valid YAML: {exc}") from exc
+    except SnapshotError as exc:
+        raise SnapshotError(f"{path}: {exc}") from exc
+
+
+def load_cluster_file(path: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]]]:
+    """Nodes and namespace labels from one snapshot file; other kinds are ignored."""
+    nodes: list[dict[str, Any]] = []
+    namespaces: dict[str, dict[str, str]] = {}
+    for obj in load_yaml_objects(path):
+        kind = obj.get("kind")
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        if kind == "Node":
+            if not meta.get("name"):
+                raise SnapshotError(f"{path}: a Node has no metadata.name")
+            nodes.append(obj)
+        elif kind == "Namespace" and meta.get("name"):
+            namespaces[meta["name"]] = dict(meta.get("labels") or {})
+    return nodes, namespaces
