@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 RUN    ?= .run
 PORT   ?= 8443
 
-.PHONY: run test lint bench clean
+.PHONY: run test clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,11 +24,8 @@ run: $(VENV)/.installed
 
 # The whole suite: lint, unit, HTTPS and end-to-end tests.
 test: $(VENV)/.installed
-	$(PY) -m ruff check webhook tests bench
+	$(PY) -m ruff check webhook tests
 	$(PY) -m pytest
-
-bench: $(VENV)/.installed
-	$(PY) -m bench
 
 clean:
 	rm -rf $(VENV) $(RUN) .pytest_cache

@@ -32,7 +32,7 @@ def test_mutate_reply_echoes_version_and_uid(handler, version):
     assert resp["uid"] == "u-1" and resp["allowed"] is True
     assert resp["patchType"] == "JSONPatch"
     ops = json.loads(base64.b64decode(resp["patch"]))
-    assert {"op": "add", "path": "/spec/affinity"} == {k: ops[-1][k] for k in ("op", "path")}
+    assert {k: ops[-1][k] for k in ("op", "path")} == {"op": "add", "path": "/spec/affinity"}
     assert resp["auditAnnotations"] == {"decision": "allowed", "reason": "Routed",
                                         "pool": "operator"}
 

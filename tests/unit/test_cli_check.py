@@ -26,7 +26,7 @@ def test_json_output_names_each_object_and_patches_apply():
     results = json.loads(r.stdout)
     assert [(x["kind"], x["name"], x["pool"]) for x in results] == [
         ("Pod", "gpu-pod1", "hami"), ("Pod", "gpu-pod2", "hami"),
-        ("Deployment", "vllm-cross-vgpu", "hami"), ("Job", "nbody-gpu-benchmark", "operator")]
+        ("Deployment", "vllm-cross-vgpu", "hami"), ("Job", "j-e2e-1", "operator")]
     for x in results:
         assert {"allowed", "pool", "schedulerName", "patch", "warnings", "reason",
                 "message", "namespace"} <= set(x)
