@@ -163,6 +163,63 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ------------------------------------------------------------------ agent and doctor
+
+
+def _kube_client(kubeconfig: str | None, in_cluster: bool):
+    from kubernetes import client, config
+
+    if in_cluster:
+        config.load_incluster_config()
+        return client.ApiClient()
+    return config.new_client_from_config(config_file=kubeconfig)
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    import logging
+
+    from .agent import KubeNodeClient, Observer, Publisher, run
+
+    observer = Observer(spec_dirs=args.cdi_dir or None, nvidia_config=args.runtime_config,
+                        containerd_config=args.containerd_config,
+                        settle_seconds=args.settle_seconds)
+    if args.print:
+        print(observer.observe().dumps())
+        if args.once:
+            return EXIT_OK
+    if not args.node_name:
+        raise UsageError("--node-name is required to publish (or use --once --print)")
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    api = _kube_client(args.kubeconfig, not args.kubeconfig)
+    publisher = Publisher(KubeNodeClient(api, args.node_name))
+    if args.once:
+        publisher.publish(observer.observe())
+        return EXIT_OK
+    run(observer, publisher, poll_interval=args.poll_interval)
+    return EXIT_OK
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .cluster import NodeInfo
+    from .doctor import diagnose, format_json, format_table
+
+    policy = _policy(args.policy)
+    if args.cluster:
+        view = _view(args.cluster, policy, {})
+    else:
+        from kubernetes import client
+
+        api = _kube_client(args.kubeconfig, False)
+        items = client.CoreV1Api(api).list_node().items
+        view = _view(None, policy, {})
+        view.replace_nodes(NodeInfo.from_object(api.sanitize_for_serialization(n))
+                           for n in items)
+    rows = diagnose(view, policy)
+    print(format_json(rows) if args.output == "json" else format_table(rows))
+    return EXIT_OK if all(r.state == "ok" for r in rows) else EXIT_FINDING
+
+
 # ------------------------------------------------------------------ parser
 
 
@@ -231,19 +288,43 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
     a.add_argument("-o", "--output", choices=["table", "json"], default="table")
     a.set_defaults(func=cmd_audit)
 
+    ag = sub.add_parser("agent", help="publish this node's CDI inventory on its Node")
+    ag.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
+                    help="the Node to annotate (default: $NODE_NAME)")
+    ag.add_argument("--cdi-dir", action="append", default=[],
+                    help="CDI spec directory, in priority order (default: /etc/cdi, /var/run/cdi"
+                         " or containerd's cdi_spec_dirs)")
+    ag.add_argument("--runtime-config", help="the NVIDIA runtime's config.toml")
+    ag.add_argument("--containerd-config", help="containerd's config.toml")
+    ag.add_argument("--once", action="store_true", help="observe (and publish) once, then exit")
+    ag.add_argument("--print", action="store_true", help="print the annotation value")
+    ag.add_argument("--poll-interval", type=float, default=30.0)
+    ag.add_argument("--settle-seconds", type=float, default=5.0,
+                    help="how long a changed file that fails to parse keeps its last good content")
+    ag.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster service account)")
+    ag.set_defaults(func=cmd_agent)
+
+    dr = sub.add_parser("doctor", help="one row per GPU node: will its pool's pods start?")
+    src = dr.add_mutually_exclusive_group()
+    src.add_argument("--cluster", help="'kubectl get nodes -o yaml' output")
+    src.add_argument("--kubeconfig", help="query a live cluster (default: ~/.kube/config)")
+    dr.add_argument("--policy")
+    dr.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    dr.set_defaults(func=cmd_doctor)
     return p
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "gpupool") -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
+    from .cdi.spec import CDIError
     from .certs import CertError
     from .policy import PolicyError
     from .snapshot import SnapshotError
 
     try:
         return int(args.func(args))
-    except (UsageError, PolicyError, SnapshotError, CertError) as exc:
+    except (UsageError, PolicyError, SnapshotError, CertError, CDIError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:

@@ -13,6 +13,7 @@ from typing import Any
 import jsonpatch
 
 from . import affinity, patch, routing
+from .cdi import needs as cdi_needs
 from .cluster import ClusterView
 from .decision import Decision, Reason, allow, deny
 from .policy import HAMI_IGNORE_LABEL, HAMI_IGNORE_VALUE, POOL_ANNOTATION, Policy
@@ -137,6 +138,16 @@ def validate(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | 
               message=f"{who} stays in pool {pool.name}")
     for w in r.warnings:
         d.warn(w)
+    if view is not None:
+        found = cdi_needs.check_pod(pod, who, pool.name, view, policy)
+        if found is not None:
+            if not found.allowed:
+                found.scheduler_name = scheduler
+                return found
+            d.nodes = found.nodes
+            d.message = found.message
+            for w in found.warnings:
+                d.warn(w)
     return d
 
 

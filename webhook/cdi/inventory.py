@@ -40,20 +40,31 @@ class RuntimeInfo:
     default_kind: str | None = None
     containerd_cdi: bool | None = None
     spec_dirs: tuple[str, ...] = ()
-    nvidia_handlers: tuple[str, ...] = ()
+    #: containerd runtime handler -> the NVIDIA runtime mode it runs in
+    handlers: Mapping[str, str] = field(default_factory=dict)
+    default_handler: str | None = None
     source: str | None = None
 
-    @property
-    def uses_cdi(self) -> bool | None:
-        if self.mode is None:
-            return None
-        return self.mode == "cdi"
+    def effective_mode(self, runtime_class: str | None) -> str | None:
+        """The mode a pod's containers run in: its RuntimeClass's handler (named like the
+        class, as the GPU Operator creates them), else containerd's default runtime, else the
+        NVIDIA config's mode. None when unknown."""
+        if runtime_class and runtime_class in self.handlers:
+            return self.handlers[runtime_class]
+        if not runtime_class and self.default_handler in self.handlers:
+            return self.handlers[self.default_handler]  # type: ignore[index]
+        return self.mode
+
+    def uses_cdi(self, runtime_class: str | None = None) -> bool | None:
+        mode = self.effective_mode(runtime_class)
+        return None if mode is None else mode == "cdi"
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"mode": self.mode, "defaultKind": self.default_kind,
                                "containerdCDI": self.containerd_cdi,
                                "specDirs": list(self.spec_dirs),
-                               "nvidiaHandlers": list(self.nvidia_handlers)}
+                               "handlers": dict(sorted(self.handlers.items())),
+                               "defaultHandler": self.default_handler}
         if self.source:
             out["source"] = self.source
         return out
@@ -105,6 +116,15 @@ def _str_list(value: Any, what: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _str_map(value: Any, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                              for k, v in value.items()):
+        raise InventoryError(f"{what}: expected an object of strings")
+    return dict(value)
+
+
 def _opt(value: Any, kind: type, what: str) -> Any:
     if value is not None and not isinstance(value, kind):
         raise InventoryError(f"{what}: expected {kind.__name__}")
@@ -133,7 +153,8 @@ def parse_inventory(text: str) -> Inventory:
         default_kind=_opt(rt.get("defaultKind"), str, "runtime.defaultKind"),
         containerd_cdi=_opt(rt.get("containerdCDI"), bool, "runtime.containerdCDI"),
         spec_dirs=_str_list(rt.get("specDirs"), "runtime.specDirs"),
-        nvidia_handlers=_str_list(rt.get("nvidiaHandlers"), "runtime.nvidiaHandlers"),
+        handlers=_str_map(rt.get("handlers"), "runtime.handlers"),
+        default_handler=_opt(rt.get("defaultHandler"), str, "runtime.defaultHandler"),
         source=_opt(rt.get("source"), str, "runtime.source"),
     )
     errors_raw = doc.get("errors") or []
