@@ -19,6 +19,7 @@ run: $(VENV)/.installed
 	@echo "gpupool on https://127.0.0.1:$(PORT) (built-in policy, demo cluster). Try, from another shell:"
 	@echo "  curl -s --cacert $(RUN)/certs/ca.crt -H 'Content-Type: application/json' \\"
 	@echo "    --data @docs/examples/review-hami-pod.json https://127.0.0.1:$(PORT)/mutate | $(PYTHON) -m json.tool"
+	@echo "  (and review-hami-pod-validate.json to /validate: denied, hami-node-1 lacks its CDI devices)"
 	exec $(PY) -m webhook serve --bind 127.0.0.1:$(PORT) --demo \
 	  --cert $(RUN)/certs/tls.crt --key $(RUN)/certs/tls.key
 

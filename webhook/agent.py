@@ -213,15 +213,19 @@ class DirWatcher:
                     and self.libc.inotify_add_watch(self.fd, p.encode(), _IN_FLAGS) >= 0):
                 self.watched.add(p)
 
-    def wait(self, timeout: float) -> bool:
-        """True when an event arrived before ``timeout``."""
+    def wait(self, timeout: float, stop: threading.Event | None = None) -> bool:
+        """True when an event arrived before ``timeout``; returns early once ``stop`` is set."""
         self._add_missing()
-        if self.fd < 0:
-            time.sleep(timeout)
-            return False
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        if not ready:
-            return False
+        deadline = time.monotonic() + timeout
+        ready: list[Any] = []
+        while not ready:
+            left = deadline - time.monotonic()
+            if left <= 0 or (stop is not None and stop.is_set()):
+                return False
+            if self.fd < 0:
+                time.sleep(min(left, 0.5))
+                continue
+            ready, _, _ = select.select([self.fd], [], [], min(left, 0.5))
         time.sleep(0.2)  # let a burst of events (write + rename) finish
         try:
             while os.read(self.fd, 65536):
@@ -248,7 +252,7 @@ def run(observer: Observer, publisher: Publisher, *, poll_interval: float = 30.0
             publisher.publish(inv, stop)
             timeout = min(poll_interval, observer.settle_seconds) if observer.pending \
                 else poll_interval
-            watcher.wait(timeout)
+            watcher.wait(timeout, stop)
     finally:
         watcher.close()
 
