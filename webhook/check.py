@@ -64,9 +64,7 @@ def check_object(obj: Mapping[str, Any], view: ClusterView | None, policy: Polic
         path = workloads.TEMPLATE_PATHS[(group, kind)]
         prefix = "".join("/" + t for t in path)
         ops = _rebase(d.patch, prefix)
-        template: Any = obj
-        for t in path:
-            template = template.get(t) if isinstance(template, Mapping) else None
+        template = workloads.template_of(obj, kind)
         if ops and isinstance(template, Mapping) and not isinstance(template.get("metadata"),
                                                                    Mapping):
             ops.insert(0, {"op": "add", "path": prefix + "/metadata", "value": {}})

@@ -97,6 +97,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       in_cluster=args.in_cluster, workers=args.workers, threads=args.threads,
                       keepalive=args.keepalive, audit_file=args.audit_file,
                       audit_stdout=not args.no_audit_stdout, loglevel=args.log_level,
+                      audit_max_bytes=args.audit_max_bytes, audit_backups=args.audit_backups,
                       max_staleness=args.max_staleness)
     serve(cfg)
     return EXIT_OK
@@ -255,6 +256,9 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
     s.add_argument("--max-staleness", type=float, default=180.0,
                    help="seconds the node cache may go without a sync before /readyz fails")
     s.add_argument("--audit-file", help="also write audit records here (rotated by size)")
+    s.add_argument("--audit-max-bytes", type=int, default=50 * 1024 * 1024,
+                   help="rotate the audit file past this size")
+    s.add_argument("--audit-backups", type=int, default=5, help="rotated audit files kept")
     s.add_argument("--no-audit-stdout", action="store_true")
     s.add_argument("--log-level", default="info")
     s.set_defaults(func=cmd_serve)

@@ -70,6 +70,10 @@ class Handler:
             return decide(req.object, req.namespace, self.view, policy)
         if endpoint == "validate" and workloads.is_workload(req.group, req.kind):
             assert req.object is not None
+            if req.operation == "UPDATE" and req.old_object is not None and \
+                    workloads.same_template(req.object, req.old_object, req.kind):
+                # Labels, replicas, status...: blocking them would not fix any pod.
+                return allow(Reason.NOT_GPU_POD, message="pod template unchanged")
             return workloads.validate_workload(req.object, req.kind, req.namespace,
                                                self.view, policy)
         raise BadRequest(400, f"/{endpoint} handles Pods"

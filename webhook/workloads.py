@@ -35,12 +35,21 @@ def group_of(api_version: Any) -> str:
     return api_version.split("/")[0] if isinstance(api_version, str) and "/" in api_version else ""
 
 
-def template_pod(obj: Mapping[str, Any], kind: str, namespace: str | None
-                 ) -> dict[str, Any] | None:
-    """The Pod the workload's controller would create from its template (None: no template)."""
+def template_of(obj: Mapping[str, Any], kind: str) -> Any:
     cur: Any = obj
     for token in TEMPLATE_PATHS[(KINDS[kind], kind)]:
         cur = cur.get(token) if isinstance(cur, Mapping) else None
+    return cur
+
+
+def same_template(new: Mapping[str, Any], old: Mapping[str, Any], kind: str) -> bool:
+    return template_of(new, kind) == template_of(old, kind)
+
+
+def template_pod(obj: Mapping[str, Any], kind: str, namespace: str | None
+                 ) -> dict[str, Any] | None:
+    """The Pod the workload's controller would create from its template (None: no template)."""
+    cur = template_of(obj, kind)
     if not isinstance(cur, Mapping) or not isinstance(cur.get("spec"), Mapping):
         return None
     meta = dict(cur.get("metadata") or {}) if isinstance(cur.get("metadata"), Mapping) else {}
