@@ -85,3 +85,16 @@ def policy():
 @pytest.fixture
 def venv_bin() -> Path:
     return Path(sys.executable).parent
+
+
+@pytest.fixture(scope="session")
+def k8s_bin() -> Path:
+    """kube-apiserver, kubectl and etcd built from the Kubernetes Go modules (cached)."""
+    from tests.controlplane import binaries
+
+    return binaries()
+
+
+@pytest.fixture(scope="session")
+def kubectl(k8s_bin: Path) -> Path:
+    return k8s_bin / "kubectl"

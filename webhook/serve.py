@@ -142,6 +142,9 @@ class GunicornApp(BaseApplication):  # type: ignore[misc]
             "limit_request_line": 8190,
             "limit_request_fields": 100,
             "proc_name": "gpupool",
+            # gunicorn's runtime control socket lives in $HOME: unwritable under a read-only
+            # root filesystem, shared between servers on one host, and not needed.
+            "control_socket_disable": True,
             "child_exit": _child_exit,
             "worker_tmp_dir": os.environ.get("GPUPOOL_WORKER_TMP", "/dev/shm")
             if os.path.isdir("/dev/shm") else None,

@@ -45,15 +45,18 @@ def generate_certs(out: Path) -> None:
                     "--dns", "localhost"], check=True, capture_output=True)
 
 
-def start_server(tmp: Path, *extra: str, workers: int = 2, env: dict | None = None) -> Server:
+def start_server(tmp: Path, *extra: str, workers: int = 2, env: dict | None = None,
+                 cert: Path | None = None, key: Path | None = None,
+                 ca: Path | None = None) -> Server:
     certs = tmp / "certs"
-    if not (certs / "tls.crt").exists():
+    if cert is None and not (certs / "tls.crt").exists():
         generate_certs(certs)
+    cert, key, ca = (cert or certs / "tls.crt", key or certs / "tls.key", ca or certs / "ca.crt")
     port = free_port()
     audit = tmp / "audit.log"
     log = tmp / f"server-{port}.log"
     cmd = [*gpupool_cmd(), "serve", "--bind", f"127.0.0.1:{port}",
-           "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
+           "--cert", str(cert), "--key", str(key),
            "--workers", str(workers), "--threads", "4", "--audit-file", str(audit),
            "--no-audit-stdout", *extra]
     if "--cluster" not in extra and "--kubeconfig" not in extra:
@@ -61,7 +64,7 @@ def start_server(tmp: Path, *extra: str, workers: int = 2, env: dict | None = No
     fh = open(log, "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
                             env={**os.environ, **(env or {})}, start_new_session=True)
-    server = Server(f"https://127.0.0.1:{port}", str(certs / "ca.crt"), certs, audit, proc, log)
+    server = Server(f"https://127.0.0.1:{port}", str(ca), certs, audit, proc, log)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -34,8 +34,9 @@ def workload(kind: str) -> tuple[str, dict]:
         "CronJob": ("batch", {"schedule": "* * * * *", "jobTemplate": {"spec": {
             "template": {**TEMPLATE, "spec": {**POD_SPEC, "restartPolicy": "Never"}}}}}),
     }[kind]
-    return group, {"apiVersion": f"{group}/v1", "kind": kind,
-                   "metadata": {"name": f"{kind.lower()}-x", "namespace": "ml"}, "spec": spec}
+    return group, copy.deepcopy({"apiVersion": f"{group}/v1", "kind": kind,
+                                 "metadata": {"name": f"{kind.lower()}-x", "namespace": "ml"},
+                                 "spec": spec})
 
 
 KINDS = ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"]
