@@ -1,0 +1,295 @@
+"""End to end: a real kube-apiserver, real kubectl, gpupool's webhook configurations rendered
+from manifests/, gpupool under gunicorn on loopback, nodes whose CDI inventory a real
+`gpupool agent` published, and a stand-in for HAMi's webhook registered as `hami-webhook`."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, UPSTREAM
+from tests.controlplane import ControlPlane
+from tests.e2e.hami_standin import HamiStandIn
+from tests.integration.conftest import generate_certs, start_server, stop_server
+from tests.layouts import UUIDS, hami_register, per_uuid_spec, write_layout
+
+pytestmark = pytest.mark.e2e
+RESULTS = ROOT / "bench" / "results"
+
+
+class Env:
+    cp: ControlPlane
+    server: object
+    certs: Path
+    hami: HamiStandIn
+    layouts: dict[str, dict[str, Path]]
+    tmp: Path
+
+    def kubectl(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        return self.cp.kubectl(*args, **kw)
+
+    def apply(self, objs: list[dict] | dict, *extra: str) -> subprocess.CompletedProcess:
+        docs = objs if isinstance(objs, list) else [objs]
+        return self.kubectl("apply", "-f", "-", *extra,
+                            input="\n---\n".join(yaml.safe_dump(d) for d in docs), check=False)
+
+    def agent(self, node: str, layout: str) -> None:
+        p = self.layouts[layout]
+        subprocess.run([sys.executable, "-m", "webhook", "agent", "--once", "--node-name", node,
+                        "--kubeconfig", str(self.cp.kubeconfig), "--cdi-dir", str(p["etc"]),
+                        "--cdi-dir", str(p["run"]), "--runtime-config", str(p["config"]),
+                        "--containerd-config", str(p["containerd"])], check=True,
+                       capture_output=True, timeout=60)
+
+
+def _render(kubectl: Path, tmp: Path) -> list[dict]:
+    import shutil
+
+    tree = tmp / "manifests"
+    shutil.copytree(ROOT / "manifests", tree, ignore=shutil.ignore_patterns("certs"))
+    shutil.copytree(tmp / "certs", tree / "overlays/self-signed/certs")
+    out = subprocess.run([str(kubectl), "kustomize", str(tree / "overlays/self-signed")],
+                         check=True, capture_output=True, text=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def _webhook_token_kubeconfig(cp: ControlPlane, path: Path) -> Path:
+    cfg = yaml.safe_load(cp.kubeconfig.read_text())
+    cfg["users"] = [{"name": "webhook", "user": {"token": cp.tokens["webhook"]}}]
+    cfg["contexts"][0]["context"]["user"] = "webhook"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture(scope="module")
+def env(k8s_bin, tmp_path_factory):
+    e = Env()
+    e.tmp = tmp_path_factory.mktemp("e2e")
+    e.cp = ControlPlane(e.tmp / "cp", k8s_bin).start()
+    try:
+        generate_certs(e.tmp / "certs")
+        e.certs = e.tmp / "certs"
+        objs = _render(k8s_bin / "kubectl", e.tmp)
+        # Everything but the workloads: no kubelet runs here, gpupool runs on loopback.
+        keep = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                "ConfigMap", "PriorityClass", "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding"}
+        r = e.apply([o for o in objs if o["kind"] in keep])
+        assert r.returncode == 0, r.stderr
+        e.layouts = {name: write_layout(e.tmp / "layouts" / name, name)
+                     for name in ("operator-management", "device-plugin")}
+        fixed = write_layout(e.tmp / "layouts" / "fixed", "operator-management")
+        (fixed["run"] / "management.nvidia.com-gpu-uuid.yaml").write_text(per_uuid_spec())
+        e.layouts["fixed"] = fixed
+        nodes = [
+            {"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": "hami-1", "labels": {"gpupool.io/pool": "hami", "gpu": "on",
+                                             "nvidia.com/gpu.present": "true"},
+                "annotations": {"hami.io/node-nvidia-register": hami_register()}}},
+            {"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": "op-1", "labels": {"nvidia.com/gpu.present": "true"}}}]
+        assert e.apply(nodes).returncode == 0
+        # TaintNodesByCondition marks new nodes not-ready; no kubelet will ever clear it here.
+        for n in ("hami-1", "op-1"):
+            e.kubectl("taint", "node", n, "node.kubernetes.io/not-ready:NoSchedule-")
+        e.agent("hami-1", "operator-management")
+        e.agent("op-1", "device-plugin")
+        e.server = start_server(e.tmp, "--kubeconfig",
+                                str(_webhook_token_kubeconfig(e.cp, e.tmp / "webhook.kubeconfig")),
+                                "--audit-file", str(e.tmp / "gpupool-audit.log"), workers=2)
+        port = e.server.url.rsplit(":", 1)[1]
+        for cfg in objs:
+            if cfg["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+                for wh in cfg["webhooks"]:
+                    path = wh["clientConfig"].pop("service")["path"]
+                    wh["clientConfig"]["url"] = f"https://127.0.0.1:{port}{path}"
+                r = e.apply(cfg)
+                assert r.returncode == 0, r.stderr
+        e.hami = HamiStandIn(e.certs / "tls.crt", e.certs / "tls.key").start()
+        ca_bundle = (e.certs / "caBundle").read_text().strip()
+        assert e.apply(e.hami.configuration(ca_bundle)).returncode == 0
+        e.kubectl("create", "namespace", "ml")
+        _wait_for_webhooks(e)
+        yield e
+    finally:
+        if getattr(e, "server", None):
+            stop_server(e.server)
+        if getattr(e, "hami", None):
+            e.hami.stop()
+        e.cp.stop()
+
+
+def _pod(name: str, limits: dict, **spec) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"containers": [{"name": "c", "image": "cuda",
+                                     "resources": {"limits": limits}}], **spec}}
+
+
+def _wait_for_webhooks(e: Env) -> None:
+    """Registrations take effect asynchronously: probe until gpupool is seen mutating."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        r = e.apply(_pod("probe", {"nvidia.com/gpu": 1}), "--dry-run=server", "-o", "json")
+        if r.returncode == 0 and "gpupool.io/pool" in r.stdout:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"gpupool webhooks never took effect: {r.stderr}\n"
+                         f"{e.server.log.read_text()[-2000:]}")
+
+
+def _get(e: Env, kind: str, name: str, ns: str = "ml") -> dict:
+    return json.loads(e.kubectl("get", kind, name, "-n", ns, "-o", "json").stdout)
+
+
+def _terms(pod: dict) -> list:
+    return pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+
+def test_operator_pod_routed_despite_hami_webhook(env):
+    (pod,) = [d for d in yaml.safe_load_all(
+        (UPSTREAM / "pods/nvidia/gpu-operator-tests-gpu-pod.yaml").read_text()) if d]
+    pod["metadata"]["namespace"] = "ml"
+    r = env.apply(pod)
+    assert r.returncode == 0, r.stderr
+    stored = _get(env, "pod", pod["metadata"]["name"])
+    assert stored["spec"]["schedulerName"] == "default-scheduler"
+    assert stored["metadata"]["labels"]["hami.io/webhook"] == "ignore"
+    assert stored["metadata"]["annotations"]["gpupool.io/pool"] == "operator"
+    assert {"key": "gpupool.io/pool", "operator": "NotIn", "values": ["hami"]} in \
+        _terms(stored)[0]["matchExpressions"]
+    # HAMi's stand-in never even saw it: its objectSelector skipped the labelled pod.
+    assert pod["metadata"]["name"] not in env.hami.seen
+
+
+def test_non_gpu_pod_untouched(env):
+    r = env.apply(_pod("cpu-only", {"cpu": "100m"}))
+    assert r.returncode == 0, r.stderr
+    stored = _get(env, "pod", "cpu-only")
+    assert "affinity" not in stored["spec"]
+    assert "gpupool.io/pool" not in (stored["metadata"].get("annotations") or {})
+    assert stored["spec"]["schedulerName"] == "default-scheduler"
+
+
+def test_hami_pod_on_management_only_nodes_denied_with_device_named(env):
+    r = env.apply(_pod("vllm", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000}))
+    assert r.returncode != 0
+    assert 'admission webhook "validate-pods.gpupool.io" denied the request' in r.stderr
+    assert f"management.nvidia.com/gpu={UUIDS[0]}" in r.stderr and "hami-1" in r.stderr
+    assert env.kubectl("get", "pod", "vllm", "-n", "ml", check=False).returncode != 0
+
+
+def test_dry_run_deployment_fails_with_same_message_and_is_audited(env):
+    deploy = {"apiVersion": "apps/v1", "kind": "Deployment",
+              "metadata": {"name": "vllm", "namespace": "ml"},
+              "spec": {"selector": {"matchLabels": {"app": "vllm"}}, "template": {
+                  "metadata": {"labels": {"app": "vllm"}},
+                  "spec": _pod("x", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000})["spec"]}}}
+    r = env.apply(deploy, "--dry-run=server")
+    assert r.returncode != 0
+    assert "validate-workloads.gpupool.io" in r.stderr and "CDIDeviceMissing" in r.stderr
+    assert f"management.nvidia.com/gpu={UUIDS[0]}" in r.stderr
+    assert env.kubectl("get", "deployment", "vllm", "-n", "ml", check=False).returncode != 0
+    records = [json.loads(line) for line in
+               (env.tmp / "gpupool-audit.log").read_text().splitlines()]
+    dry = [x for x in records if x["kind"] == "Deployment" and x["name"] == "vllm"]
+    assert dry and all(x["dryRun"] for x in dry) and dry[0]["reason"] == "CDIDeviceMissing"
+    # The API server's own audit log carries gpupool's audit annotations.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        events = [json.loads(line) for line in env.cp.audit_log.read_text().splitlines()]
+        hits = [ev for ev in events if ev.get("objectRef", {}).get("resource") == "deployments"
+                and "validate-workloads.gpupool.io/reason" in (ev.get("annotations") or {})]
+        if hits:
+            break
+        time.sleep(0.5)
+    assert hits, "no audit event with gpupool's annotations"
+    ann = hits[-1]["annotations"]
+    assert ann["validate-workloads.gpupool.io/reason"] == "CDIDeviceMissing"
+    assert ann["validate-workloads.gpupool.io/decision"] == "denied"
+    assert ann["validate-workloads.gpupool.io/pool"] == "hami"
+
+
+def test_hami_pod_admitted_once_per_uuid_spec_published(env):
+    env.agent("hami-1", "fixed")  # a real agent run: per-UUID specs now exist on hami-1
+    deadline = time.monotonic() + 30
+    while True:  # the webhook's node cache follows through its watch
+        r = env.apply(_pod("vllm-2", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000}))
+        if r.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert r.returncode == 0, r.stderr
+    stored = _get(env, "pod", "vllm-2")
+    assert stored["spec"]["schedulerName"] == "hami-scheduler"
+    assert "hami.io/webhook" not in (stored["metadata"].get("labels") or {})
+    assert {"key": "gpupool.io/pool", "operator": "In", "values": ["hami"]} in \
+        _terms(stored)[0]["matchExpressions"]
+    assert "vllm-2" in env.hami.seen  # HAMi's webhook did see its own pool's pod
+    env.agent("hami-1", "operator-management")  # back to broken for later tests
+
+
+AGENT = ["--as=system:serviceaccount:gpupool-system:gpupool-agent",
+         "--as-group=system:serviceaccounts", "--as-group=system:serviceaccounts:gpupool-system"]
+
+
+def _as_agent_on(node: str) -> list[str]:
+    return [*AGENT, f"--as-user-extra=authentication.kubernetes.io/node-name={node}"]
+
+
+def test_agent_identity_limited_to_own_node_and_inventory(env):
+    ok = env.kubectl("annotate", "node", "hami-1", "--overwrite",
+                     'gpupool.io/cdi-inventory={"schemaVersion":1}', *_as_agent_on("hami-1"),
+                     check=False)
+    assert ok.returncode == 0, ok.stderr
+    other = env.kubectl("annotate", "node", "op-1", "--overwrite",
+                        'gpupool.io/cdi-inventory={"schemaVersion":1}', *_as_agent_on("hami-1"),
+                        check=False)
+    assert other.returncode != 0 and "only update the node it runs on" in other.stderr
+    key = env.kubectl("annotate", "node", "hami-1", "example.com/x=y", *_as_agent_on("hami-1"),
+                      check=False)
+    assert key.returncode != 0 and "only change the gpupool.io/cdi-inventory" in key.stderr
+    label = env.kubectl("label", "node", "hami-1", "gpupool.io/pool=operator", "--overwrite",
+                        *_as_agent_on("hami-1"), check=False)
+    assert label.returncode != 0 and "labels or spec" in label.stderr
+    delete = env.kubectl("delete", "node", "op-1", *_as_agent_on("op-1"), check=False)
+    assert delete.returncode != 0 and "forbidden" in delete.stderr.lower()
+    env.agent("hami-1", "operator-management")  # restore the published inventory
+
+
+def test_apiserver_webhook_latency_recorded(env):
+    for i in range(30):
+        env.apply(_pod(f"batch-{i}", {"nvidia.com/gpu": 1}))
+    metrics = env.cp.metrics()
+    rows = {}
+    for line in metrics.splitlines():
+        if line.startswith("apiserver_admission_webhook_admission_duration_seconds_") and \
+                "gpupool" in line:
+            series, value = line.rsplit(" ", 1)
+            rows[series] = float(value)
+    assert rows, "the API server recorded no gpupool webhook latency"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "e2e-webhook-latency.json").write_text(json.dumps(
+        {"what": "apiserver_admission_webhook_admission_duration_seconds, 30 GPU pod creates",
+         "series": rows}, indent=2))
+
+
+def test_webhook_down_non_gpu_admitted_gpu_refused(env):
+    stop_server(env.server)
+    r = env.apply(_pod("cpu-while-down", {"cpu": "100m"}))
+    assert r.returncode == 0, r.stderr  # matchConditions: never sent to gpupool
+    r = env.apply(_pod("gpu-while-down", {"nvidia.com/gpu": 1}))
+    assert r.returncode != 0 and 'failed calling webhook "mutate.gpupool.io"' in r.stderr
+
+
+def test_caBundle_is_the_generated_one(env):
+    cfg = json.loads(env.kubectl("get", "mutatingwebhookconfiguration", "gpupool-mutating",
+                                 "-o", "json").stdout)
+    served = base64.b64decode(cfg["webhooks"][0]["clientConfig"]["caBundle"])
+    assert served == (env.certs / "ca.crt").read_bytes()
