@@ -28,7 +28,7 @@ def required_terms(spec: Mapping[str, Any]) -> list[Any] | None:
     return terms if isinstance(terms, list) else None
 
 
-def _expressions(term: Any, field: str = "matchExpressions") -> list[Mapping[str, Any]]:
+def expressions(term: Any, field: str = "matchExpressions") -> list[Mapping[str, Any]]:
     if not isinstance(term, Mapping):
         return []
     exprs = term.get(field)
@@ -37,7 +37,7 @@ def _expressions(term: Any, field: str = "matchExpressions") -> list[Mapping[str
     return [e for e in exprs if isinstance(e, Mapping)]
 
 
-def _values(expr: Mapping[str, Any]) -> list[str]:
+def expression_values(expr: Mapping[str, Any]) -> list[str]:
     vals = expr.get("values")
     return [v for v in vals if isinstance(v, str)] if isinstance(vals, list) else []
 
@@ -49,7 +49,7 @@ def _pools_for_expression(expr: Mapping[str, Any], policy: Policy,
                           everything: frozenset[str]) -> frozenset[str]:
     """Pools whose nodes can satisfy one expression on the pool label."""
     op = expr.get("operator")
-    values = _values(expr)
+    values = expression_values(expr)
     default = policy.default_pool
     if op == "In":
         return frozenset(policy.pool_for_label_value(v) for v in values)
@@ -80,7 +80,7 @@ def pools_admitted(spec: Mapping[str, Any], policy: Policy) -> frozenset[str]:
         union: set[str] = set()
         for term in terms:
             term_pools = everything
-            for expr in _expressions(term):
+            for expr in expressions(term):
                 if expr.get("key") == policy.pool_label:
                     term_pools = term_pools & _pools_for_expression(expr, policy, everything)
             union |= term_pools
@@ -116,11 +116,12 @@ def pool_expression(policy: Policy, pool: str) -> dict[str, Any] | None:
 
 def _same_expression(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return (a.get("key") == b.get("key") and a.get("operator") == b.get("operator")
-            and sorted(_values(a)) == sorted(_values(b)) and isinstance(a.get("values"), list))
+            and sorted(expression_values(a)) == sorted(expression_values(b))
+            and isinstance(a.get("values"), list))
 
 
 def term_has(term: Any, expr: Mapping[str, Any]) -> bool:
-    return any(_same_expression(e, expr) for e in _expressions(term))
+    return any(_same_expression(e, expr) for e in expressions(term))
 
 
 def affinity_patch(pod: Mapping[str, Any], expr: Mapping[str, Any]) -> list[Op]:
@@ -166,7 +167,7 @@ def affinity_patch(pod: Mapping[str, Any], expr: Mapping[str, Any]) -> list[Op]:
 def expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     key = expr.get("key")
     op = expr.get("operator")
-    values = _values(expr)
+    values = expression_values(expr)
     present = isinstance(key, str) and key in labels
     if op == "In":
         return present and labels[key] in values
@@ -187,8 +188,8 @@ def expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bo
 
 def term_matches(term: Any, labels: Mapping[str, str], name: str) -> bool:
     """A nodeSelectorTerm matches when all its expressions and fields do; empty matches none."""
-    exprs = _expressions(term)
-    fields = _expressions(term, "matchFields")
+    exprs = expressions(term)
+    fields = expressions(term, "matchFields")
     if not exprs and not fields:
         return False
     if not all(expression_matches(e, labels) for e in exprs):

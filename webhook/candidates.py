@@ -63,5 +63,39 @@ def candidates(spec: Mapping[str, Any], pool: str, view: ClusterView, policy: Po
             if node is None or not affinity.node_matches(spec, node.labels, node.name):
                 return ()
             return (node,)
-        return tuple(n for n in view.pool_nodes(policy, pool) if schedulable(spec, n))
+        narrowed = _indexed_names(spec, view)
+        if narrowed is None:
+            nodes: Any = view.pool_nodes(policy, pool)
+        else:
+            found = (view.node(n) for n in sorted(narrowed))
+            nodes = (n for n in found if n is not None and n.is_gpu_node(policy)
+                     and policy.pool_for_label_value(n.labels.get(policy.pool_label)) == pool)
+        return tuple(n for n in nodes if schedulable(spec, n))
     return view.memo(("candidates", policy.cache_key, pool, shape_key(spec)), compute)
+
+
+def _indexed_names(spec: Mapping[str, Any], view: ClusterView) -> frozenset[str] | None:
+    """Nodes the pod's nodeSelector and ``In`` affinity expressions allow, from the label
+    index; None when nothing narrows (then the pool's node list is filtered instead). A
+    superset is fine: every node found is still checked in full by ``schedulable``."""
+    names: frozenset[str] | None = None
+    for key, value in affinity.selector_label_pairs(spec):
+        found = view.names_with_label(key, value)
+        names = found if names is None else names & found
+    terms = affinity.required_terms(spec)
+    if terms:
+        union: set[str] = set()
+        for term in terms:
+            term_names: frozenset[str] | None = None
+            for expr in affinity.expressions(term):
+                values = affinity.expression_values(expr)
+                if expr.get("operator") != "In" or not isinstance(expr.get("key"), str):
+                    continue
+                found = frozenset().union(*(view.names_with_label(expr["key"], v)
+                                            for v in values))
+                term_names = found if term_names is None else term_names & found
+            if term_names is None:
+                return names  # this term does not narrow, so the union cannot either
+            union |= term_names
+        names = frozenset(union) if names is None else names & union
+    return names

@@ -9,6 +9,7 @@ the cluster.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import threading
 from collections import OrderedDict
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 from . import hami
 from .cdi.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
+from .labels import NodeLabels
 from .policy import Policy
 
 T = TypeVar("T")
@@ -32,7 +34,7 @@ def _intern_map(m: Any) -> dict[str, str]:
             if isinstance(k, str) and isinstance(v, str)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     """What admission needs to know about one node."""
 
@@ -81,9 +83,13 @@ class NodeInfo:
             if isinstance(res, Mapping):
                 extended.update(sys.intern(k) for k in res if isinstance(k, str) and "/" in k)
         taints = tuple(t for t in spec.get("taints") or () if isinstance(t, Mapping))
-        labels = _intern_map(meta.get("labels"))
-        fingerprint = (tuple(sorted(labels.items())), repr(taints), raw_register, raw_inventory,
-                       tuple(sorted(extended)), bool(spec.get("unschedulable")))
+        labels = NodeLabels.build(meta.get("labels"), name)
+        # A digest of exactly what decisions read: status heartbeats leave it unchanged, so
+        # they never invalidate the view's memo.
+        fingerprint = hashlib.blake2b(repr((sorted(labels.items()), taints, raw_register,
+                                            raw_inventory, sorted(extended),
+                                            bool(spec.get("unschedulable")))).encode(),
+                                      digest_size=16).digest()
         return cls(name=sys.intern(name), labels=labels, taints=taints,
                    extended_resources=frozenset(extended), gpus=gpus,
                    register_error=register_error, inventory=inventory,
@@ -117,6 +123,9 @@ class ClusterView:
         self._nodes: dict[str, NodeInfo] = {}
         self._namespaces: dict[str, dict[str, str]] = {}
         self._by_pool_value: dict[str | None, set[str]] = {}
+        # Per-node labels are indexed pair by pair; shared label dicts by the nodes using them.
+        self._by_own_label: dict[tuple[str, str], set[str]] = {}
+        self._by_shared: dict[int, tuple[Mapping[str, str], set[str]]] = {}
         self._pool_label = pool_label
         self._memo: OrderedDict[Any, Any] = OrderedDict()
         self.version = 0
@@ -148,9 +157,20 @@ class ClusterView:
             if old is not None:
                 self._unindex(old)
             self._nodes[node.name] = node
-            self._by_pool_value.setdefault(node.labels.get(self._pool_label), set()).add(node.name)
+            self._index(node)
             self._bump()
             return True
+
+    def _index(self, node: NodeInfo) -> None:
+        self._by_pool_value.setdefault(node.labels.get(self._pool_label), set()).add(node.name)
+        labels = node.labels
+        if isinstance(labels, NodeLabels):
+            own, shared = labels.own, labels.shared
+        else:
+            own, shared = labels, {}
+        for pair in own.items():
+            self._by_own_label.setdefault(pair, set()).add(node.name)
+        self._by_shared.setdefault(id(shared), (shared, set()))[1].add(node.name)
 
     def _unindex(self, node: NodeInfo) -> None:
         key = node.labels.get(self._pool_label)
@@ -159,6 +179,20 @@ class ClusterView:
             bucket.discard(node.name)
             if not bucket:
                 del self._by_pool_value[key]
+        labels = node.labels
+        own, shared = (labels.own, labels.shared) if isinstance(labels, NodeLabels) \
+            else (labels, {})
+        for pair in own.items():
+            names = self._by_own_label.get(pair)
+            if names is not None:
+                names.discard(node.name)
+                if not names:
+                    del self._by_own_label[pair]
+        entry = self._by_shared.get(id(shared))
+        if entry is not None:
+            entry[1].discard(node.name)
+            if not entry[1]:
+                del self._by_shared[id(shared)]
 
     def delete_node(self, name: str) -> None:
         with self._lock:
@@ -172,9 +206,11 @@ class ClusterView:
         with self._lock:
             self._nodes = {}
             self._by_pool_value = {}
+            self._by_own_label = {}
+            self._by_shared = {}
             for n in nodes:
                 self._nodes[n.name] = n
-                self._by_pool_value.setdefault(n.labels.get(self._pool_label), set()).add(n.name)
+                self._index(n)
             self.nodes_synced = True
             self._bump()
 
@@ -206,6 +242,15 @@ class ClusterView:
     def nodes(self) -> list[NodeInfo]:
         with self._lock:
             return list(self._nodes.values())
+
+    def names_with_label(self, key: str, value: str) -> frozenset[str]:
+        """Names of nodes carrying ``key=value``, from the label index (no scan)."""
+        with self._lock:
+            found = set(self._by_own_label.get((key, value), ()))
+            for shared, members in self._by_shared.values():
+                if shared.get(key) == value:
+                    found |= members
+            return frozenset(found)
 
     def pool_nodes(self, policy: Policy, pool: str) -> tuple[NodeInfo, ...]:
         """GPU nodes of one pool, via the pool-label index; memoised per version."""

@@ -8,6 +8,7 @@ carry both, so both are read.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 
 REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
@@ -15,7 +16,7 @@ USE_UUID_ANNOTATION = "nvidia.com/use-gpuuuid"
 NOUSE_UUID_ANNOTATION = "nvidia.com/nouse-gpuuuid"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RegisteredGPU:
     uuid: str
     type: str = ""
@@ -42,7 +43,7 @@ def parse_register(value: str) -> tuple[RegisteredGPU, ...]:
         for i, item in enumerate(data):
             if not isinstance(item, dict) or not isinstance(item.get("id"), str):
                 raise RegisterError(f"device {i} has no string 'id'")
-            gpus.append(RegisteredGPU(uuid=item["id"], type=str(item.get("type", "")),
+            gpus.append(RegisteredGPU(uuid=item["id"], type=sys.intern(str(item.get("type", ""))),
                                       healthy=item.get("health", True) is not False))
         return tuple(gpus)
     gpus = []

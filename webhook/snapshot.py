@@ -9,6 +9,10 @@ from typing import Any
 
 import yaml
 
+#: libyaml's loader when PyYAML was built with it: snapshots of thousands of nodes load ~10x
+#: faster. Both are safe loaders.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 class SnapshotError(ValueError):
     pass
@@ -37,7 +41,7 @@ def iter_objects(docs: Any) -> Iterator[dict[str, Any]]:
 def load_yaml_objects(path: str) -> list[dict[str, Any]]:
     try:
         with open(path, encoding="utf-8") as fh:
-            return list(iter_objects(yaml.safe_load_all(fh)))
+            return list(iter_objects(yaml.load_all(fh, Loader=_LOADER)))
     except OSError as exc:
         raise SnapshotError(f"{path}: {exc.strerror}") from exc
     except (yaml.YAMLError, UnicodeDecodeError) as exc:

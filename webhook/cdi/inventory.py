@@ -7,8 +7,10 @@ ahead of the webhook does not break admission; an unknown ``schemaVersion`` is a
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,6 +133,21 @@ def _opt(value: Any, kind: type, what: str) -> Any:
     return value
 
 
+@functools.lru_cache(maxsize=1024)
+def _runtime(canonical: str) -> RuntimeInfo:
+    """Nodes of one kind share one runtime configuration: parse and keep it once."""
+    rt = json.loads(canonical)
+    return RuntimeInfo(
+        mode=_opt(rt.get("mode"), str, "runtime.mode"),
+        default_kind=_opt(rt.get("defaultKind"), str, "runtime.defaultKind"),
+        containerd_cdi=_opt(rt.get("containerdCDI"), bool, "runtime.containerdCDI"),
+        spec_dirs=_str_list(rt.get("specDirs"), "runtime.specDirs"),
+        handlers=_str_map(rt.get("handlers"), "runtime.handlers"),
+        default_handler=_opt(rt.get("defaultHandler"), str, "runtime.defaultHandler"),
+        source=_opt(rt.get("source"), str, "runtime.source"),
+    )
+
+
 def parse_inventory(text: str) -> Inventory:
     try:
         doc = json.loads(text)
@@ -144,19 +161,12 @@ def parse_inventory(text: str) -> Inventory:
     kinds_raw = doc.get("kinds", {})
     if not isinstance(kinds_raw, dict):
         raise InventoryError("kinds: expected an object of kind -> device names")
-    kinds = {k: frozenset(_str_list(v, f"kinds[{k}]")) for k, v in kinds_raw.items()}
+    kinds = {sys.intern(k): frozenset(_str_list(v, f"kinds[{k}]"))
+             for k, v in kinds_raw.items()}
     rt = doc.get("runtime") or {}
     if not isinstance(rt, dict):
         raise InventoryError("runtime: expected an object")
-    runtime = RuntimeInfo(
-        mode=_opt(rt.get("mode"), str, "runtime.mode"),
-        default_kind=_opt(rt.get("defaultKind"), str, "runtime.defaultKind"),
-        containerd_cdi=_opt(rt.get("containerdCDI"), bool, "runtime.containerdCDI"),
-        spec_dirs=_str_list(rt.get("specDirs"), "runtime.specDirs"),
-        handlers=_str_map(rt.get("handlers"), "runtime.handlers"),
-        default_handler=_opt(rt.get("defaultHandler"), str, "runtime.defaultHandler"),
-        source=_opt(rt.get("source"), str, "runtime.source"),
-    )
+    runtime = _runtime(json.dumps(rt, sort_keys=True))
     errors_raw = doc.get("errors") or []
     if not isinstance(errors_raw, list):
         raise InventoryError("errors: expected a list")

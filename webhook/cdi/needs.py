@@ -25,7 +25,18 @@ from .runtime import DEFAULT_KIND
 
 OK, MISSING, UNKNOWN = "ok", "missing", "unknown"
 _SHOW_NODES = 3
+#: Nodes listed in a decision (and so in its audit record); messages give the totals.
+MAX_FINDINGS = 20
 _SHOW_DEVICES = 3
+
+
+@dataclass(frozen=True)
+class _Summary:
+    total: int
+    ok: int
+    missing: list[NodeCheck]
+    unknown: list[NodeCheck]
+    findings: list[NodeFinding]
 
 
 @dataclass(frozen=True)
@@ -124,14 +135,24 @@ def check_pod(pod: Mapping[str, Any], who: str, pool_name: str, view: ClusterVie
         return None
     use, nouse = _pod_uuids(meta)
 
-    def compute() -> list[NodeCheck]:
-        return [check_node(n, pool, runtime_class, use, nouse)
-                for n in cand.candidates(spec, pool_name, view, policy)]
+    def compute() -> _Summary:
+        checks = [check_node(n, pool, runtime_class, use, nouse)
+                  for n in cand.candidates(spec, pool_name, view, policy)]
+        return _Summary(
+            total=len(checks), ok=sum(1 for c in checks if c.state == OK),
+            missing=[c for c in checks if c.state == MISSING],
+            unknown=[c for c in checks if c.state == UNKNOWN],
+            findings=[NodeFinding(c.node, c.missing, c.note) for c in checks
+                      if c.state != OK][:MAX_FINDINGS])
 
+    # Memoised per pod shape and cluster version: the pods of one workload pay for the scan
+    # of their candidates once, not once per admission request.
     key = ("cdi", policy.cache_key, pool_name, cand.shape_key(spec, (runtime_class, use, nouse)))
-    checks = view.memo(key, compute)
-    findings = [NodeFinding(c.node, c.missing, c.note) for c in checks if c.state != OK]
-    if not checks:
+    summary = view.memo(key, compute)
+    findings = list(summary.findings)
+    checks_total, ok = summary.total, summary.ok
+    missing, unknown = summary.missing, summary.unknown
+    if not checks_total:
         msg = (f"{who}: no node of pool {pool_name} matches its nodeName, nodeSelector, "
                f"affinity and tolerations; its CDI devices were not checked")
         if policy.on_no_candidates == "deny":
@@ -139,16 +160,13 @@ def check_pod(pod: Mapping[str, Any], who: str, pool_name: str, view: ClusterVie
         d = allow(Reason.ROUTED, gpu=True, pool=pool_name, message=msg)
         d.warn(f"gpupool: no candidate node in pool {pool_name} yet; CDI devices not checked")
         return d
-    ok = [c for c in checks if c.state == OK]
-    missing = [c for c in checks if c.state == MISSING]
-    unknown = [c for c in checks if c.state == UNKNOWN]
     if ok:
         if not missing and not unknown:
             return None
         d = allow(Reason.ROUTED, gpu=True, pool=pool_name, nodes=findings,
-                  message=f"{who}: {len(missing) + len(unknown)} of {len(checks)} candidate "
+                  message=f"{who}: {len(missing) + len(unknown)} of {checks_total} candidate "
                           f"nodes may fail it: {_summary(missing + unknown)}")
-        d.warn(f"gpupool: {len(missing) + len(unknown)} of {len(checks)} candidate nodes lack "
+        d.warn(f"gpupool: {len(missing) + len(unknown)} of {checks_total} candidate nodes lack "
                f"CDI devices this pod needs; see gpupool doctor")
         return d
     if use and not unknown and all(not c.missing for c in missing):

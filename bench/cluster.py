@@ -1,0 +1,84 @@
+"""Synthetic clusters shaped like real GPU nodes, for the benchmarks.
+
+Every node carries the 158 labels GPU feature discovery and NFD put on a real H100 node
+(tests/fixtures/upstream/nodes/, from NVIDIA's GPU Operator docs) with its own hostname,
+8 GPUs, and a CDI inventory as gpupool's agent publishes it. One node in five is in HAMi's
+pool with HAMi's register annotation; a few of those lack per-UUID specs.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+from webhook.cdi.inventory import Inventory, RuntimeInfo
+
+ROOT = Path(__file__).resolve().parent.parent
+LABELS = json.loads((ROOT / "tests/fixtures/upstream/nodes/"
+                     "gpu-operator-docs-mig-single-node-labels.json").read_text())
+GPUS = 8
+RUNTIME = RuntimeInfo(mode="cdi", default_kind="management.nvidia.com/gpu", containerd_cdi=True,
+                      spec_dirs=("/etc/cdi", "/var/run/cdi"),
+                      handlers={"nvidia": "cdi", "nvidia-cdi": "cdi", "nvidia-legacy": "legacy"},
+                      default_handler="nvidia")
+
+
+def _uuids(i: int) -> list[str]:
+    return [f"GPU-{uuid.UUID(int=(i << 16) + g)}" for g in range(GPUS)]
+
+
+def node(i: int) -> dict[str, Any]:
+    name = f"gpu-node-{i:05d}"
+    hami = i % 5 == 0
+    uuids = _uuids(i)
+    labels = {**LABELS, "kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true",
+              "topology.kubernetes.io/zone": f"zone-{i % 3}"}
+    kinds = {"management.nvidia.com/gpu": frozenset(["all"])}
+    annotations = {}
+    if hami:
+        labels["gpupool.io/pool"] = "hami"
+        if i % 50 != 0:  # a few HAMi nodes miss their per-UUID specs
+            kinds["management.nvidia.com/gpu"] = frozenset(["all", *uuids])
+        annotations["hami.io/node-nvidia-register"] = json.dumps([
+            {"id": u, "count": 10, "devmem": 81559, "devcore": 100, "type": "NVIDIA-H100",
+             "numa": g // 4, "health": True, "index": g, "mode": "hami-core"}
+            for g, u in enumerate(uuids)])
+    else:
+        kinds["k8s.device-plugin.nvidia.com/gpu"] = frozenset(uuids)
+    inv = Inventory(kinds=kinds, runtime=RUNTIME, observed_at="2026-12-01T09:00:00Z")
+    annotations["gpupool.io/cdi-inventory"] = inv.dumps()
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels, "annotations": annotations},
+            "status": {"capacity": {"nvidia.com/gpu": str(GPUS * (10 if hami else 1)),
+                                    "cpu": "192", "memory": "2Ti"}}}
+
+
+def nodes(n: int) -> list[dict[str, Any]]:
+    return [node(i) for i in range(n)]
+
+
+def write(path: Path, n: int) -> Path:
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes(n)}))
+    return path
+
+
+def pods() -> dict[str, dict[str, Any]]:
+    """The three pod shapes of the benchmark, HAMi-pool pods (the CDI check runs)."""
+    def pod(**spec: Any) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "bench", "namespace": "ml", "labels": {"app": "bench"}},
+                "spec": {"schedulerName": "default-scheduler", "containers": [
+                    {"name": "c", "image": "cuda", "resources": {"limits": {
+                        "nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000}}}], **spec}}
+    return {
+        "unpinned": pod(),
+        "nodeSelector": pod(nodeSelector={"topology.kubernetes.io/zone": "zone-1",
+                                          "kubernetes.io/hostname": "gpu-node-00010"}),
+        "affinity": pod(affinity={"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                       "values": [f"gpu-node-{i:05d}" for i in
+                                                  (5, 10, 15, 20)]}]}]}}}),
+    }

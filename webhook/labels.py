@@ -1,0 +1,92 @@
+"""Compact node labels: what nodes of one kind share is stored once.
+
+GPU nodes carry 150+ labels (GPU feature discovery, NFD), nearly all identical across a node
+group; a 5,000-node cache holding a dict per node spends most of its memory on copies. Each
+node's labels are split into the few that are per node (hostname, zone, anything equal to
+the node's name) and the rest, which is interned: nodes with the same rest share one dict.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+#: Keys whose values differ from node to node even inside one node group.
+PER_NODE_KEYS = frozenset({
+    "kubernetes.io/hostname",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+})
+
+_EMPTY: dict[str, str] = {}
+_shared: dict[frozenset[tuple[str, str]], dict[str, str]] = {}
+_lock = threading.Lock()
+
+
+def _intern_shared(items: dict[str, str]) -> dict[str, str]:
+    if not items:
+        return _EMPTY
+    key = frozenset(items.items())
+    with _lock:
+        found = _shared.get(key)
+        if found is None:
+            found = _shared[key] = items
+        return found
+
+
+class NodeLabels(Mapping[str, str]):
+    __slots__ = ("own", "shared")
+
+    def __init__(self, shared: dict[str, str], own: dict[str, str]) -> None:
+        self.shared = shared
+        self.own = own
+
+    @classmethod
+    def build(cls, raw: Any, node_name: str = "") -> NodeLabels:
+        shared: dict[str, str] = {}
+        own: dict[str, str] = {}
+        if isinstance(raw, Mapping):
+            for k, v in raw.items():
+                if not isinstance(k, str) or not isinstance(v, str):
+                    continue
+                k, v = sys.intern(k), sys.intern(v)
+                if k in PER_NODE_KEYS or (node_name and v == node_name):
+                    own[k] = v
+                else:
+                    shared[k] = v
+        return cls(_intern_shared(shared), own or _EMPTY)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        v = self.own.get(key)
+        if v is not None:
+            return v
+        return self.shared.get(key, default)
+
+    def __getitem__(self, key: str) -> str:
+        v = self.get(key)
+        if v is None:
+            raise KeyError(key)
+        return v  # type: ignore[no-any-return]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.own or key in self.shared
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.own
+        yield from (k for k in self.shared if k not in self.own)
+
+    def __len__(self) -> int:
+        return len(self.own) + sum(1 for k in self.shared if k not in self.own)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self.items()))
+
+    def __repr__(self) -> str:
+        return f"NodeLabels({dict(self.items())!r})"
