@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 RUN    ?= .run
 PORT   ?= 8443
 
-.PHONY: run test clean
+.PHONY: run test bench clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,14 @@ run: $(VENV)/.installed
 
 # The whole suite: lint, unit, HTTPS and end-to-end tests.
 test: $(VENV)/.installed
-	$(PY) -m ruff check webhook tests
+	$(PY) -m ruff check webhook tests bench
 	$(PY) -m pytest
+
+# Benchmarks (not tests): throughput and latency against a same-run baseline, decision cost
+# as the cluster grows, agent cost. Needs wrk (Debian's package), installed here if missing.
+bench: $(VENV)/.installed
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	$(PY) -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(RUN) .pytest_cache

@@ -64,14 +64,61 @@ def write(path: Path, n: int) -> Path:
     return path
 
 
+def _as_admitted(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod as the API server sends it to webhooks: defaults applied, the service-account
+    token volume projected, default tolerations, and kubectl's managedFields."""
+    spec = pod["spec"]
+    for c in spec["containers"]:
+        c.update({"imagePullPolicy": "IfNotPresent", "terminationMessagePath":
+                  "/dev/termination-log", "terminationMessagePolicy": "File",
+                  "env": [{"name": "MODEL", "value": "llama-3-8b"},
+                          {"name": "POD_NAME", "valueFrom": {"fieldRef": {
+                              "apiVersion": "v1", "fieldPath": "metadata.name"}}}],
+                  "volumeMounts": [{"name": "kube-api-access-x7k2p", "readOnly": True,
+                                    "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]})
+    spec.update({"restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+                 "dnsPolicy": "ClusterFirst", "serviceAccountName": "default",
+                 "serviceAccount": "default", "securityContext": {}, "priority": 0,
+                 "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
+                 "tolerations": [
+                     {"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                      "effect": "NoExecute", "tolerationSeconds": 300},
+                     {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                      "effect": "NoExecute", "tolerationSeconds": 300}],
+                 "volumes": [{"name": "kube-api-access-x7k2p", "projected": {
+                     "defaultMode": 420, "sources": [
+                         {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                         {"configMap": {"name": "kube-root-ca.crt", "items": [
+                             {"key": "ca.crt", "path": "ca.crt"}]}},
+                         {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {
+                             "apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}]})
+    pod["metadata"]["managedFields"] = [{
+        "manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "v1",
+        "time": "2026-12-01T09:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {
+            "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+            "f:spec": {"f:containers": {'k:{"name":"c"}': {
+                ".": {}, "f:env": {".": {}, 'k:{"name":"MODEL"}': {".": {}, "f:name": {},
+                                                                    "f:value": {}}},
+                "f:image": {}, "f:imagePullPolicy": {}, "f:name": {},
+                "f:resources": {".": {}, "f:limits": {".": {}, "f:nvidia.com/gpu": {},
+                                                      "f:nvidia.com/gpumem": {}}},
+                "f:terminationMessagePath": {}, "f:terminationMessagePolicy": {}}},
+                "f:dnsPolicy": {}, "f:enableServiceLinks": {}, "f:restartPolicy": {},
+                "f:schedulerName": {}, "f:securityContext": {},
+                "f:terminationGracePeriodSeconds": {}}}}]
+    return pod
+
+
 def pods() -> dict[str, dict[str, Any]]:
-    """The three pod shapes of the benchmark, HAMi-pool pods (the CDI check runs)."""
+    """The three pod shapes of the benchmark, HAMi-pool pods (the CDI check runs), as the
+    API server sends them to webhooks."""
     def pod(**spec: Any) -> dict[str, Any]:
-        return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "bench", "namespace": "ml", "labels": {"app": "bench"}},
-                "spec": {"schedulerName": "default-scheduler", "containers": [
-                    {"name": "c", "image": "cuda", "resources": {"limits": {
-                        "nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000}}}], **spec}}
+        return _as_admitted({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "bench", "namespace": "ml", "labels": {"app": "bench"}},
+            "spec": {"schedulerName": "default-scheduler", "containers": [
+                {"name": "c", "image": "cuda", "resources": {"limits": {
+                    "nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000}}}], **spec}})
     return {
         "unpinned": pod(),
         "nodeSelector": pod(nodeSelector={"topology.kubernetes.io/zone": "zone-1",

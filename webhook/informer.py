@@ -8,6 +8,7 @@ readiness and metrics expose.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -20,20 +21,15 @@ from .cluster import ClusterView, NodeInfo
 log = logging.getLogger(__name__)
 
 
-def _plain(obj: Any, api_client: Any) -> dict[str, Any]:
-    """kubernetes client models -> the camelCase dicts the engine reads."""
-    if isinstance(obj, dict):
-        return obj
-    return api_client.sanitize_for_serialization(obj)
-
-
 class Reflector:
     """One resource's list+watch loop in a daemon thread."""
 
     def __init__(self, name: str, list_fn: Callable[..., Any],
                  on_list: Callable[[list[dict[str, Any]]], None],
                  on_event: Callable[[str, dict[str, Any]], None], api_client: Any,
-                 *, watch_timeout: int = 300, max_backoff: float = 30.0) -> None:
+                 *, watch_timeout: int = 300, max_backoff: float = 30.0,
+                 page_size: int = 500,
+                 convert: Callable[[dict[str, Any]], Any] = lambda obj: obj) -> None:
         self.name = name
         self.list_fn = list_fn
         self.on_list = on_list
@@ -41,6 +37,8 @@ class Reflector:
         self.api_client = api_client
         self.watch_timeout = watch_timeout
         self.max_backoff = max_backoff
+        self.page_size = page_size
+        self.convert = convert
         self.synced = threading.Event()
         self.last_sync = 0.0  # monotonic time the cache was last known current
         self.relists = 0
@@ -62,6 +60,23 @@ class Reflector:
     def staleness(self) -> float:
         return time.monotonic() - self.last_sync if self.last_sync else float("inf")
 
+    def _list_pages(self) -> tuple[list[Any], str]:
+        """List in pages of raw JSON, each item converted as it arrives: the client's model
+        objects for a 5,000-node cluster would cost hundreds of MiB, held at once."""
+        items: list[Any] = []
+        token = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": self.page_size, "_preload_content": False}
+            if token:
+                kwargs["_continue"] = token
+            resp = self.list_fn(**kwargs)
+            page = json.loads(resp.data)
+            items.extend(self.convert(i) for i in page.get("items") or ())
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, meta.get("resourceVersion", "")
+
     def _run(self) -> None:
         from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
@@ -69,10 +84,8 @@ class Reflector:
         backoff = 0.5
         while not self._stop.is_set():
             try:
-                listing = self.list_fn(_preload_content=True)
-                items = [_plain(i, self.api_client) for i in listing.items]
+                items, rv = self._list_pages()
                 self.on_list(items)
-                rv = listing.metadata.resource_version
                 self.relists += 1
                 self.last_sync = time.monotonic()
                 self.synced.set()
@@ -81,7 +94,8 @@ class Reflector:
                     self._watch = watch.Watch()
                     for event in self._watch.stream(self.list_fn, resource_version=rv,
                                                     timeout_seconds=self.watch_timeout,
-                                                    allow_watch_bookmarks=True):
+                                                    allow_watch_bookmarks=True,
+                                                    deserialize=False):
                         etype = event["type"]
                         raw = event["raw_object"]
                         if etype == "ERROR":
@@ -117,7 +131,8 @@ class ClusterInformer:
         self.view = view
         core = client.CoreV1Api(api_client)
         self.nodes = Reflector("nodes", core.list_node, self._nodes_listed, self._node_event,
-                               api_client, watch_timeout=watch_timeout)
+                               api_client, watch_timeout=watch_timeout,
+                               convert=self._node_info)
         self.namespaces = Reflector("namespaces", core.list_namespace, self._ns_listed,
                                     self._ns_event, api_client, watch_timeout=watch_timeout)
 
@@ -129,14 +144,16 @@ class ClusterInformer:
         self.nodes.stop()
         self.namespaces.stop()
 
-    def _nodes_listed(self, items: list[dict[str, Any]]) -> None:
-        infos = []
-        for item in items:
-            try:
-                infos.append(NodeInfo.from_object(item))
-            except ValueError as exc:
-                log.warning("skipping node: %s", exc)
-        self.view.replace_nodes(infos)
+    @staticmethod
+    def _node_info(obj: dict[str, Any]) -> NodeInfo | None:
+        try:
+            return NodeInfo.from_object(obj)
+        except ValueError as exc:
+            log.warning("skipping node: %s", exc)
+            return None
+
+    def _nodes_listed(self, items: list[NodeInfo | None]) -> None:
+        self.view.replace_nodes(n for n in items if n is not None)
 
     def _node_event(self, etype: str, obj: dict[str, Any]) -> None:
         name = (obj.get("metadata") or {}).get("name")

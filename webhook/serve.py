@@ -60,7 +60,9 @@ def build_handler(cfg: ServeConfig) -> tuple[Handler, list[Any]]:
     handler = Handler(policies=policies, view=view)
     if cfg.cluster_file:
         nodes, namespaces = load_cluster_file(cfg.cluster_file)
-        view.replace_nodes(cluster_mod.NodeInfo.from_object(n) for n in nodes)
+        nodes.reverse()
+        # Convert and drop each raw node as we go: the raw dicts are many times larger.
+        view.replace_nodes(cluster_mod.NodeInfo.from_object(nodes.pop()) for _ in range(len(nodes)))
         view.replace_namespaces(namespaces)
     elif cfg.kubeconfig or cfg.in_cluster:
         from kubernetes import client, config

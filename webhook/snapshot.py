@@ -4,6 +4,7 @@ NodeList), multi-document Node YAML, and Namespaces among them. Used by ``check`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,7 +42,11 @@ def iter_objects(docs: Any) -> Iterator[dict[str, Any]]:
 def load_yaml_objects(path: str) -> list[dict[str, Any]]:
     try:
         with open(path, encoding="utf-8") as fh:
+            if path.endswith(".json"):
+                return list(iter_objects([json.load(fh)]))
             return list(iter_objects(yaml.load_all(fh, Loader=_LOADER)))
+    except json.JSONDecodeError as exc:
+        raise SnapshotError(f"{path}: not valid JSON: {exc}") from exc
     except OSError as exc:
         raise SnapshotError(f"{path}: {exc.strerror}") from exc
     except (yaml.YAMLError, UnicodeDecodeError) as exc:

@@ -1,0 +1,222 @@
+"""`make bench`: every benchmark in one run, ratios against a baseline measured in that run.
+
+    python -m bench [--quick] [--out bench/results/results.json]
+
+Prints a table and writes JSON. Nothing here asserts: targets are compared and reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jsonpatch
+import requests
+
+from bench import agent as agent_bench
+from bench import cluster, load
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = (100, 1000, 5000, 50000)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def review(obj: dict, uid: str) -> bytes:
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": {"uid": uid, "kind": {"group": "", "version": "v1",
+                                                        "kind": "Pod"},
+                                   "resource": {"group": "", "version": "v1",
+                                                "resource": "pods"},
+                                   "operation": "CREATE", "namespace": "ml", "object": obj,
+                                   "dryRun": False,
+                                   "userInfo": {"username": "system:serviceaccount:ml:ci"}}}
+                      ).encode()
+
+
+def bodies() -> dict[str, bytes]:
+    from webhook import engine
+    from webhook.policy import default_policy
+
+    pod = cluster.pods()["unpinned"]
+    mutated = jsonpatch.apply_patch(copy.deepcopy(pod),
+                                    engine.mutate(pod, "ml", None, default_policy()).patch)
+    return {"mutate": review(pod, "bench-m"), "validate": review(mutated, "bench-v")}
+
+
+def start(cmd: list[str], url: str, ca: str, log: Path) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
+                            start_new_session=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{cmd[:4]} exited: {log.read_text()[-2000:]}")
+        try:
+            if requests.get(f"{url}/readyz", verify=ca, timeout=2).ok:
+                return proc
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"not ready: {log.read_text()[-2000:]}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def worker_rss_mib(master_pid: int) -> list[float]:
+    out = []
+    for child in Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split():
+        status = Path(f"/proc/{child}/status").read_text()
+        out.append(int(status.split("VmRSS:")[1].split()[0]) / 1024)
+    return out
+
+
+def http_bench(tmp: Path, seconds: int, rate: float) -> dict:
+    certs = tmp / "certs"
+    subprocess.run([sys.executable, "-m", "webhook", "certs", "generate", "--out", str(certs),
+                    "--ip", "127.0.0.1"], check=True, capture_output=True)
+    nodes_file = cluster.write(tmp / "cluster-5000.json", 5000)
+    ca = str(certs / "ca.crt")
+    common = ["--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
+              "--workers", "2", "--threads", "4"]
+    servers = {}
+    gp_port, base_port = free_port(), free_port()
+    servers["gpupool"] = (start([sys.executable, "-m", "webhook", "serve", "--bind",
+                                 f"127.0.0.1:{gp_port}", "--cluster", str(nodes_file),
+                                 "--no-audit-stdout", "--log-level", "warning", *common],
+                                f"https://127.0.0.1:{gp_port}", ca, tmp / "gpupool.log"),
+                          gp_port)
+    servers["baseline"] = (start([sys.executable, "-m", "bench.baseline", "--bind",
+                                  f"127.0.0.1:{base_port}", *common],
+                                 f"https://127.0.0.1:{base_port}", ca, tmp / "baseline.log"),
+                           base_port)
+    out: dict = {"cluster_nodes": 5000, "seconds": seconds, "connections": 8, "workers": 2,
+                 "threads": 4, "fixed_rate": rate, "runs": {}}
+    try:
+        b = bodies()
+        for endpoint in ("mutate", "validate"):
+            for name, (_, port) in servers.items():
+                url = f"https://127.0.0.1:{port}/{endpoint}"
+                key = f"{name}/{endpoint}"
+                out["runs"][key] = {
+                    "keepalive": load.wrk(url, b[endpoint], seconds=seconds, connections=8),
+                    "no_keepalive": load.wrk(url, b[endpoint], seconds=max(3, seconds // 2),
+                                             connections=8, close=True),
+                    "fixed_rate": load.fixed_rate("127.0.0.1", port, f"/{endpoint}",
+                                                  b[endpoint], ca, rate=rate,
+                                                  seconds=seconds),
+                }
+        out["worker_rss_mib"] = {name: worker_rss_mib(proc.pid)
+                                 for name, (proc, _) in servers.items()}
+    finally:
+        for proc, _ in servers.values():
+            stop(proc)
+    return out
+
+
+def decision_bench(sizes: tuple[int, ...]) -> list[dict]:
+    rows = []
+    for n in sizes:
+        r = subprocess.run([sys.executable, "-m", "bench.decision", str(n)], capture_output=True,
+                           text=True, timeout=1800, cwd=ROOT)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr)
+        rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    return rows
+
+
+def report(res: dict) -> str:
+    lines = [f"gpupool benchmarks ({res['host']}, {res['when']})", ""]
+    h = res.get("http")
+    if h:
+        lines.append(f"1. Admission over HTTPS ({h['cluster_nodes']}-node view, gunicorn "
+                     f"{h['workers']} workers x {h['threads']} threads, {h['connections']} "
+                     "connections)")
+        lines.append(f"{'endpoint':<10} {'server':<9} {'req/s':>8} {'ratio':>6} {'p50 ms':>7} "
+                     f"{'p90 ms':>7} {'p99 ms':>7} | {'fixed-rate p99':>14} {'ratio':>6} | "
+                     f"{'no-keepalive req/s':>18} {'ratio':>6}")
+        for ep in ("mutate", "validate"):
+            base = h["runs"][f"baseline/{ep}"]
+            for name in ("baseline", "gpupool"):
+                r = h["runs"][f"{name}/{ep}"]
+                k, f, n = r["keepalive"], r["fixed_rate"], r["no_keepalive"]
+                kr = k["rps"] / base["keepalive"]["rps"]
+                fr = f["p99_ms"] / base["fixed_rate"]["p99_ms"]
+                nr = n["rps"] / base["no_keepalive"]["rps"]
+                lines.append(
+                    f"{ep:<10} {name:<9} {k['rps']:>8.0f} {kr:>6.2f} {k.get('p50_ms', 0):>7.2f} "
+                    f"{k.get('p90_ms', 0):>7.2f} {k.get('p99_ms', 0):>7.2f} | "
+                    f"{f['p99_ms']:>11.2f} ms {fr:>6.2f} | {n['rps']:>18.0f} {nr:>6.2f}")
+        lines.append(f"fixed rate: {h['fixed_rate']} req/s; worker RSS MiB: "
+                     f"{json.dumps(h['worker_rss_mib'])}")
+        lines.append("")
+    d = res.get("decision")
+    if d:
+        base = d[0]
+        lines.append("2. Decision time per review (mutate + validate, in process, microseconds)")
+        lines.append(f"{'nodes':>7} {'shape':<13} {'warm us':>8} {'x100':>6} {'cold us':>9} "
+                     f"{'view MiB':>9} {'RSS MiB':>8}")
+        for row in d:
+            for shape, v in row["shapes"].items():
+                ratio = v["warm_us"] / base["shapes"][shape]["warm_us"]
+                lines.append(f"{row['nodes']:>7} {shape:<13} {v['warm_us']:>8.1f} {ratio:>6.2f} "
+                             f"{v['cold_us']:>9.0f} {row['view_mib']:>9.1f} {row['rss_mib']:>8.1f}")
+        lines.append("")
+    a = res.get("agent")
+    if a:
+        lines.append("3. Agent: scan and publish")
+        lines.append(f"{'GPUs':>5} {'devices':>8} {'bytes':>7} {'scan ms':>8} {'publish ms':>10} "
+                     f"{'cycle ms':>9} {'steady writes':>14}")
+        for row in a:
+            lines.append(f"{row['gpus']:>5} {row['devices']:>8} {row['annotation_bytes']:>7} "
+                         f"{row['scan_ms']:>8.2f} {row['publish_ms']:>10.2f} "
+                         f"{row['steady_cycle_ms']:>9.2f} {row['steady_writes']:>5} of "
+                         f"{row['steady_cycles']} cycles")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python -m bench")
+    p.add_argument("--quick", action="store_true", help="short runs, sizes up to 5,000")
+    p.add_argument("--out", default=str(ROOT / "bench/results/results.json"))
+    p.add_argument("--skip-http", action="store_true")
+    a = p.parse_args()
+    res: dict = {"host": f"{platform.node()} ({os.cpu_count()} cores)",
+                 "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    res["agent"] = [agent_bench.measure(g) for g in (8, 64, 512)]
+    res["decision"] = decision_bench(SIZES[:3] if a.quick else SIZES)
+    if not a.skip_http:
+        if not load.have_wrk():
+            print("wrk not found: `make bench` installs it (Debian package wrk)", file=sys.stderr)
+            return 2
+        with tempfile.TemporaryDirectory() as tmp:
+            res["http"] = http_bench(Path(tmp), seconds=3 if a.quick else 10,
+                                     rate=50 if a.quick else 100)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(res, indent=2))
+    print(report(res))
+    print(f"\nresults: {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
