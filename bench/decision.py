@@ -1,12 +1,14 @@
 """Decision time per review, in process, as the cluster grows; and one worker's memory.
 
-Run per cluster size in a fresh interpreter (`python -m bench.decision N`) so RSS is that of
-a process holding exactly one view, with the server's imports loaded, like a worker."""
+`python -m bench.decision memory N` reports the RSS of a fresh interpreter holding one N-node
+view with the server's imports loaded, like a worker; `python -m bench.decision time N...`
+times every size in one process, interleaved."""
 
 from __future__ import annotations
 
 import gc
 import json
+import statistics
 import sys
 import time
 
@@ -19,17 +21,19 @@ def rss_mib() -> float:
     return kb / 1024
 
 
-def measure(n: int, repeats: int = 2000) -> dict:
+def _imports() -> None:
     import flask  # noqa: F401 - what a worker has loaded
     import gunicorn  # noqa: F401
     import jsonpatch  # noqa: F401
     import kubernetes  # noqa: F401
     import prometheus_client  # noqa: F401
 
-    from webhook import engine
-    from webhook.cluster import ClusterView, NodeInfo
-    from webhook.policy import default_policy
 
+def memory(n: int) -> dict:
+    """RSS of a fresh process holding an n-node view (run in its own interpreter)."""
+    from webhook.cluster import ClusterView, NodeInfo
+
+    _imports()
     base = rss_mib()
     t0 = time.perf_counter()
     view = ClusterView()
@@ -37,29 +41,48 @@ def measure(n: int, repeats: int = 2000) -> dict:
     build_s = time.perf_counter() - t0
     gc.collect()
     held = rss_mib()
+    return {"nodes": n, "rss_base_mib": round(base, 1), "rss_mib": round(held, 1),
+            "view_mib": round(held - base, 1), "build_s": round(build_s, 2)}
+
+
+def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict:
+    """Warm and cold decision time for every size and shape, measured in interleaved rounds
+    in one process so machine noise hits every size alike; medians reported."""
+    from webhook import engine
+    from webhook.cluster import ClusterView, NodeInfo
+    from webhook.policy import default_policy
+
     policy = default_policy()
-    out = {"nodes": n, "rss_base_mib": round(base, 1), "rss_mib": round(held, 1),
-           "view_mib": round(held - base, 1), "build_s": round(build_s, 2), "shapes": {}}
-    for name, pod in pods().items():
-        engine.review(pod, "ml", view, policy)
-        samples = []
-        for _ in range(5):
-            t = time.perf_counter()
-            for _ in range(repeats // 5):
-                engine.review(pod, "ml", view, policy)
-            samples.append((time.perf_counter() - t) / (repeats // 5) * 1e6)
-        # Cold: the first review of this shape after the cluster changed (memo invalidated).
-        cold = []
-        for i in range(3):
-            view.upsert_node(NodeInfo.from_object({**node(n + i), "metadata": {
-                **node(n + i)["metadata"], "name": f"churn-{i}"}}))
-            t = time.perf_counter()
-            engine.review(pod, "ml", view, policy)
-            cold.append((time.perf_counter() - t) * 1e6)
-        out["shapes"][name] = {"warm_us": round(sorted(samples)[2], 1),
-                               "cold_us": round(sorted(cold)[1], 1)}
-    return out
+    views = {}
+    for n in sizes:
+        v = ClusterView()
+        v.replace_nodes(NodeInfo.from_object(node(i)) for i in range(n))
+        views[n] = v
+    shapes = pods()
+    warm: dict = {(n, s): [] for n in sizes for s in shapes}
+    cold: dict = {(n, s): [] for n in sizes for s in shapes}
+    for r in range(rounds):
+        for n in sizes:
+            for s, pod in shapes.items():
+                engine.review(pod, "ml", views[n], policy)
+                t = time.perf_counter()
+                for _ in range(per_round):
+                    engine.review(pod, "ml", views[n], policy)
+                warm[(n, s)].append((time.perf_counter() - t) / per_round * 1e6)
+                # Cold: the first review of this shape after the cluster changed.
+                churn = node(n + r)
+                churn["metadata"] = {**churn["metadata"], "name": f"churn-{r}"}
+                views[n].upsert_node(NodeInfo.from_object(churn))
+                t = time.perf_counter()
+                engine.review(pod, "ml", views[n], policy)
+                cold[(n, s)].append((time.perf_counter() - t) * 1e6)
+    return {str(n): {s: {"warm_us": round(statistics.median(warm[(n, s)]), 1),
+                         "cold_us": round(statistics.median(cold[(n, s)]), 1)}
+                     for s in shapes} for n in sizes}
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure(int(sys.argv[1]))))
+    if sys.argv[1] == "memory":
+        print(json.dumps(memory(int(sys.argv[2]))))
+    else:
+        print(json.dumps(timings([int(x) for x in sys.argv[2:]])))

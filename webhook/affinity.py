@@ -22,19 +22,19 @@ _AFFINITY_PATH = ("spec", "affinity", "nodeAffinity", REQUIRED, "nodeSelectorTer
 def required_terms(spec: Mapping[str, Any]) -> list[Any] | None:
     """The pod's required nodeSelectorTerms, or None when it has none (or they are malformed)."""
     aff = spec.get("affinity")
-    node_aff = aff.get("nodeAffinity") if isinstance(aff, Mapping) else None
-    req = node_aff.get(REQUIRED) if isinstance(node_aff, Mapping) else None
-    terms = req.get("nodeSelectorTerms") if isinstance(req, Mapping) else None
+    node_aff = aff.get("nodeAffinity") if isinstance(aff, dict) else None
+    req = node_aff.get(REQUIRED) if isinstance(node_aff, dict) else None
+    terms = req.get("nodeSelectorTerms") if isinstance(req, dict) else None
     return terms if isinstance(terms, list) else None
 
 
 def expressions(term: Any, field: str = "matchExpressions") -> list[Mapping[str, Any]]:
-    if not isinstance(term, Mapping):
+    if not isinstance(term, dict):
         return []
     exprs = term.get(field)
     if not isinstance(exprs, list):
         return []
-    return [e for e in exprs if isinstance(e, Mapping)]
+    return [e for e in exprs if isinstance(e, dict)]
 
 
 def expression_values(expr: Mapping[str, Any]) -> list[str]:
@@ -73,7 +73,7 @@ def pools_admitted(spec: Mapping[str, Any], policy: Policy) -> frozenset[str]:
     everything = frozenset(policy.by_name)
     admitted = everything
     selector = spec.get("nodeSelector")
-    if isinstance(selector, Mapping) and isinstance(selector.get(policy.pool_label), str):
+    if isinstance(selector, dict) and isinstance(selector.get(policy.pool_label), str):
         admitted = frozenset({policy.pool_for_label_value(selector[policy.pool_label])})
     terms = required_terms(spec)
     if terms:
@@ -91,7 +91,7 @@ def pools_admitted(spec: Mapping[str, Any], policy: Policy) -> frozenset[str]:
 def pool_constraint_source(spec: Mapping[str, Any], policy: Policy) -> str:
     """Human words for where a pod's pool constraint comes from, for denial messages."""
     selector = spec.get("nodeSelector")
-    if isinstance(selector, Mapping) and policy.pool_label in selector:
+    if isinstance(selector, dict) and policy.pool_label in selector:
         return f"nodeSelector {policy.pool_label}={selector[policy.pool_label]}"
     return f"required node affinity on {policy.pool_label}"
 
@@ -130,13 +130,13 @@ def affinity_patch(pod: Mapping[str, Any], expr: Mapping[str, Any]) -> list[Op]:
     Preferred terms are never touched. Terms that already hold the expression are left as
     they are, which is what makes a second pass produce no operations.
     """
-    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     value = dict(expr)
     new_term = {"matchExpressions": [value]}
     levels = _AFFINITY_PATH[1:]
     cur: Any = spec
     for depth, token in enumerate(levels):
-        nxt = cur.get(token) if isinstance(cur, Mapping) else None
+        nxt = cur.get(token) if isinstance(cur, dict) else None
         is_last = depth == len(levels) - 1
         if not isinstance(nxt, list if is_last else Mapping):
             nested: Any = [new_term]
@@ -152,7 +152,7 @@ def affinity_patch(pod: Mapping[str, Any], expr: Mapping[str, Any]) -> list[Op]:
     for i, term in enumerate(terms):
         if term_has(term, expr):
             continue
-        if not isinstance(term, Mapping):
+        if not isinstance(term, dict):
             ops.append(patch.replace(f"{base}/{i}", new_term))
         elif isinstance(term.get("matchExpressions"), list):
             ops.append(patch.add(f"{base}/{i}/matchExpressions/-", value))
@@ -203,7 +203,7 @@ def node_matches(spec: Mapping[str, Any], labels: Mapping[str, str], name: str) 
     if isinstance(node_name, str) and node_name and node_name != name:
         return False
     selector = spec.get("nodeSelector")
-    if isinstance(selector, Mapping):
+    if isinstance(selector, dict):
         for k, v in selector.items():
             if labels.get(k) != v:
                 return False
@@ -216,7 +216,7 @@ def node_matches(spec: Mapping[str, Any], labels: Mapping[str, str], name: str) 
 def selector_label_pairs(spec: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
     """(key, value) pairs every matching node must carry: used to narrow by label index."""
     selector = spec.get("nodeSelector")
-    if isinstance(selector, Mapping):
+    if isinstance(selector, dict):
         for k, v in selector.items():
             if isinstance(k, str) and isinstance(v, str):
                 yield k, v

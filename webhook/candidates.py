@@ -20,7 +20,7 @@ _HARD_EFFECTS = ("NoSchedule", "NoExecute")
 
 def tolerates(tolerations: list[Any], taint: Mapping[str, Any]) -> bool:
     for t in tolerations:
-        if not isinstance(t, Mapping):
+        if not isinstance(t, dict):
             continue
         effect = t.get("effect") or ""
         if effect and effect != taint.get("effect"):

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import jsonpatch
-
 from . import affinity, patch, routing
 from .cdi import needs as cdi_needs
 from .cluster import ClusterView
@@ -26,7 +24,7 @@ WEBHOOK_ORDER_FIX = ("name gpupool's MutatingWebhookConfiguration so it sorts be
 
 def describe(pod: Mapping[str, Any], namespace: str | None) -> str:
     """'pod ns/name' (or ns/generateName-*) for messages: say which object, always."""
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
     name = meta.get("name") or ""
     if not name and isinstance(meta.get("generateName"), str):
         name = meta["generateName"] + "*"
@@ -37,7 +35,7 @@ def describe(pod: Mapping[str, Any], namespace: str | None) -> str:
 
 def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     spec = pod.get("spec")
-    return spec if isinstance(spec, Mapping) else {}
+    return spec if isinstance(spec, dict) else {}
 
 
 def _scheduler(spec: Mapping[str, Any]) -> str:
@@ -83,7 +81,7 @@ def mutate(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | No
         d.warn(w)
     obj = dict(pod)
     ops: list[patch.Op] = []
-    if not isinstance(obj.get("metadata"), Mapping):
+    if not isinstance(obj.get("metadata"), dict):
         obj["metadata"] = {}
         ops.append(patch.add("/metadata", {}))
     if not policy.is_hami_pool(pool.name):
@@ -122,7 +120,7 @@ def validate(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | 
                     f"{scheduler}, not {pool.scheduler_name}: another mutating webhook changed "
                     f"it after gpupool; {WEBHOOK_ORDER_FIX}",
                     gpu=True, pool=pool.name, scheduler_name=scheduler)
-    admitted = affinity.pools_admitted(spec, policy)
+    admitted = r.admitted
     node_name = spec.get("nodeName")
     node = view.node(node_name) if view is not None and isinstance(node_name, str) else None
     on_pool_node = node is not None and policy.pool_for_label_value(
@@ -182,7 +180,7 @@ def review(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | No
     m = mutate(pod, namespace, view, policy)
     if not m.allowed or not m.gpu or m.reason == Reason.CUSTOM_SCHEDULER:
         return m
-    patched = jsonpatch.apply_patch(pod, m.patch) if m.patch else pod
+    patched = patch.apply(dict(pod), m.patch) if m.patch else pod
     v = validate(patched, namespace, view, policy)
     out = Decision(allowed=v.allowed, reason=m.reason if v.allowed else v.reason,
                    message=m.message if v.allowed else v.message, gpu=True, pool=m.pool,

@@ -8,6 +8,7 @@ do not touch.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from typing import Any
 
@@ -50,3 +51,43 @@ def set_map_entry(obj: dict[str, Any], base: tuple[str, ...], key: str, value: A
     if key in cur and cur[key] == value:
         return []
     return [add(pointer(*base, key), value)]
+
+
+def unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def apply(obj: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
+    """Apply our own add/replace operations without touching ``obj``.
+
+    Only the containers on each operation's path are copied (path copying), so applying a
+    patch costs the size of the patch, not of the pod, and no recursive deep copy ever walks
+    data the request supplied.
+    """
+    root = dict(obj)
+    copied = {id(root)}
+    for op in ops:
+        if op["op"] not in ("add", "replace"):
+            raise ValueError(f"unsupported operation {op['op']!r}")
+        tokens = [unescape(t) for t in op["path"].split("/")[1:]]
+        parent: Any = root
+        for token in tokens[:-1]:
+            key: Any = int(token) if isinstance(parent, list) else token
+            child = parent[key]
+            if id(child) not in copied:
+                child = dict(child) if isinstance(child, dict) else list(child)
+                parent[key] = child
+                copied.add(id(child))
+            parent = child
+        last = tokens[-1]
+        value = copy.deepcopy(op["value"])  # our own small values: never aliased
+        if isinstance(parent, list):
+            if last == "-":
+                parent.append(value)
+            elif op["op"] == "add":
+                parent.insert(int(last), value)
+            else:
+                parent[int(last)] = value
+        else:
+            parent[last] = value
+    return root

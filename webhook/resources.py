@@ -35,7 +35,7 @@ def containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, int, Mapping[str,
         if not isinstance(items, list):
             continue
         for i, c in enumerate(items):
-            if isinstance(c, Mapping):
+            if isinstance(c, dict):
                 yield fieldname, i, c
 
 
@@ -44,11 +44,11 @@ def resource_names(spec: Mapping[str, Any]) -> set[str]:
     names: set[str] = set()
     for _, _, c in containers(spec):
         res = c.get("resources")
-        if not isinstance(res, Mapping):
+        if not isinstance(res, dict):
             continue
         for part in ("limits", "requests"):
             values = res.get(part)
-            if isinstance(values, Mapping):
+            if isinstance(values, dict):
                 names.update(k for k, v in values.items()
                              if isinstance(k, str) and not is_zero_quantity(v))
     return names

@@ -23,13 +23,14 @@ from .policy import POOL_LABEL, Policy
 class Route:
     pool: str | None = None
     source: str = ""
+    admitted: frozenset[str] = frozenset()  # pools the pod's selector/affinity allow
     denial: tuple[str, str] | None = None  # (reason, message)
     warnings: list[str] = field(default_factory=list)
 
 
 def _labels(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = meta.get(key)
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, dict) else {}
 
 
 def _exclusive_pools(pod: Mapping[str, Any], spec: Mapping[str, Any], policy: Policy,
@@ -47,8 +48,8 @@ def _exclusive_pools(pod: Mapping[str, Any], spec: Mapping[str, Any], policy: Po
 
 def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | None,
           policy: Policy, gpu_resources: set[str]) -> Route:
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
-    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     out = Route()
     known = ", ".join(policy.pool_names)
 
@@ -84,7 +85,7 @@ def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | Non
             node_pool = policy.pool_for_label_value(node.labels.get(policy.pool_label))
             if not bind(node_pool, f"spec.nodeName {node_name} (a node of pool {node_pool!r})"):
                 return out
-    admitted = affinity.pools_admitted(spec, policy)
+    admitted = out.admitted = affinity.pools_admitted(spec, policy)
     if len(admitted) == 1:
         (pinned,) = admitted
         if not bind(pinned, affinity.pool_constraint_source(spec, policy)):

@@ -94,8 +94,11 @@ BAD = [
     ("non-pod kind", body({"metadata": {"name": "s"}}, kind="Service"), "application/json",
      400, "not Service"),
     ("non-utf8", b'{"a": "\xff"}', "application/json", 400, "not UTF-8"),
-    ("duplicate keys", b'{"apiVersion": "a", "apiVersion": "b"}', "application/json", 400,
-     "duplicate JSON key"),
+    # Duplicate keys resolve last-wins, as the API server's decoder does.
+    ("duplicate keys", b'{"apiVersion": "admission.k8s.io/v1", "apiVersion": "b"}',
+     "application/json", 400, "apiVersion 'b'"),
+    ("deep nesting", b'{"a": ' * 5000 + b'1' + b'}' * 5000, "application/json", 400,
+     "nests too deeply"),
 ]
 
 

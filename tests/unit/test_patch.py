@@ -99,3 +99,12 @@ def test_encoded_patch_round_trips():
 
     ops = [patch.add("/metadata/labels/x~1y", "z")]
     assert json.loads(base64.b64decode(patch.encode(ops))) == ops
+
+
+@pytest.mark.parametrize("pod_id,pod", list(_shapes()) + upstream_pods(),
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_own_applier_agrees_with_jsonpatch_and_leaves_input_alone(pod_id, pod, policy):
+    original = copy.deepcopy(pod)
+    ops = engine.mutate(pod, "default", None, policy).patch
+    assert patch.apply(pod, ops) == jsonpatch.apply_patch(pod, ops)
+    assert pod == original

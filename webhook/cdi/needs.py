@@ -50,7 +50,7 @@ class NodeCheck:
 
 
 def _pod_uuids(meta: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    ann = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+    ann = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
     return (hami.uuid_list(ann.get(hami.USE_UUID_ANNOTATION)),
             hami.uuid_list(ann.get(hami.NOUSE_UUID_ANNOTATION)))
 
@@ -127,8 +127,8 @@ def check_pod(pod: Mapping[str, Any], who: str, pool_name: str, view: ClusterVie
     pool = policy.by_name[pool_name]
     if pool.cdi.require == "none" or len(view) == 0:
         return None
-    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
     runtime_class = spec.get("runtimeClassName") if isinstance(spec.get("runtimeClassName"),
                                                                str) else None
     if runtime_class in policy.non_cdi_runtime_classes:
