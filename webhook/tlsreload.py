@@ -15,6 +15,7 @@ import os
 import ssl
 import threading
 import time
+from typing import Any
 
 from cryptography import x509
 
@@ -24,6 +25,52 @@ log = logging.getLogger(__name__)
 CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
            "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
            "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305")
+
+
+#: A TLS handshake, and a request from its first byte to its last, must complete within these.
+#: The API server sends each review in one go: legitimate requests take milliseconds.
+HANDSHAKE_DEADLINE = 3.0
+REQUEST_DEADLINE = 3.0
+
+
+class DeadlineSSLSocket(ssl.SSLSocket):
+    """Bounds how long one client can hold a worker thread.
+
+    gthread hands a connection to a thread once data arrives and the thread then blocks
+    until the request is complete: a client trickling a byte a second would hold the thread
+    forever, and a handful of them would starve the server. Here the handshake and each
+    request (from its first byte to its last; a response resets the clock) get a hard
+    deadline, after which the connection is dropped. Idle keep-alive connections cost no
+    thread at all: gunicorn parks them in its poller.
+    """
+
+    def do_handshake(self, block: bool = False) -> None:
+        self.settimeout(HANDSHAKE_DEADLINE)  # CPython applies it to the whole handshake
+        try:
+            super().do_handshake(block)
+        finally:
+            self.settimeout(None)
+
+    def _arm(self) -> None:
+        now = time.monotonic()
+        start = self.__dict__.setdefault("_request_started", now)
+        left = start + REQUEST_DEADLINE - now
+        if left <= 0:
+            raise TimeoutError("request not received within the deadline")
+        self.settimeout(left)
+
+    def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
+        self._arm()
+        return super().recv(buflen, flags)
+
+    def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
+        self._arm()
+        return super().recv_into(buffer, nbytes, flags)  # type: ignore[arg-type]
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        self.__dict__.pop("_request_started", None)  # the request was read: clock off
+        self.settimeout(None)
+        super().sendall(data, flags)
 
 
 def _identity(path: str) -> tuple[int, int, int] | None:
@@ -39,6 +86,7 @@ def build_context(certfile: str, keyfile: str) -> ssl.SSLContext:
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers(CIPHERS)
     ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
+    ctx.sslsocket_class = DeadlineSSLSocket
     ctx.load_cert_chain(certfile=certfile, keyfile=keyfile)
     return ctx
 
