@@ -164,9 +164,22 @@ class ControlPlane:
         return self
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
-        log = open(self.root / f"{name}.log", "wb")  # noqa: SIM115 - lives with the process
+        log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
         self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                            start_new_session=True))
+
+    def stop_apiserver(self) -> None:
+        """Cut every watch: the API server dies (SIGKILL, no graceful drain), etcd and its
+        data stay."""
+        proc = next(p for p in self.procs if p.args[0].endswith("kube-apiserver"))
+        proc.kill()
+        proc.wait(30)
+        self._apiserver_args = proc.args
+        self.procs.remove(proc)
+
+    def start_apiserver(self) -> None:
+        self._spawn("kube-apiserver", self._apiserver_args)
+        self._wait_ready()
 
     def _wait_ready(self) -> None:
         pki = self.root / "pki"

@@ -280,6 +280,59 @@ def test_apiserver_webhook_latency_recorded(env):
          "series": rows}, indent=2))
 
 
+def _gauge(env: Env, name: str) -> float:
+    import requests
+
+    text = requests.get(f"{env.server.url}/metrics", verify=env.server.ca, timeout=10).text
+    line = next(x for x in text.splitlines() if x.startswith(name + " "))
+    return float(line.split()[1])
+
+
+def _direct(env: Env, pod: dict) -> dict:
+    """Ask gpupool directly (the API server may be down): what would it decide now?"""
+    import requests
+
+    from tests.conftest import review
+
+    r = requests.post(f"{env.server.url}/validate", verify=env.server.ca, timeout=10,
+                      data=json.dumps(review(pod, namespace="ml")),
+                      headers={"Content-Type": "application/json"})
+    return r.json()["response"]
+
+
+def test_watch_cut_relists_and_staleness_is_visible(env):
+    pod = _pod("probe", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000},
+               schedulerName="hami-scheduler", affinity={"nodeAffinity": {
+                   "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                       {"matchExpressions": [{"key": "gpupool.io/pool", "operator": "In",
+                                              "values": ["hami"]}]}]}}})
+    deadline = time.monotonic() + 30  # the previous test restored hami-1's inventory
+    while _direct(env, pod)["allowed"] is not False:  # hami-1 lacks its per-UUID devices
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
+    relists = _gauge(env, "gpupool_cache_relists")
+    env.cp.stop_apiserver()
+    try:
+        time.sleep(6)
+        # The cache keeps deciding, and says how stale it is.
+        assert _direct(env, pod)["allowed"] is False
+        assert _gauge(env, "gpupool_cache_staleness_seconds") >= 5
+    finally:
+        env.cp.start_apiserver()
+    env.agent("hami-1", "fixed")  # a change made after the outage
+    deadline = time.monotonic() + 90
+    while _direct(env, pod)["allowed"] is not True:
+        assert time.monotonic() < deadline, "the cache never caught up after the outage"
+        time.sleep(0.5)
+    assert _gauge(env, "gpupool_cache_relists") > relists
+    # Both watches (nodes, namespaces) back in sync: staleness drops again. Each reflector
+    # retries on its own backoff, so the second may lag the first by a few seconds.
+    while _gauge(env, "gpupool_cache_staleness_seconds") >= 30:
+        assert time.monotonic() < deadline + 60, "staleness never recovered"
+        time.sleep(0.5)
+    env.agent("hami-1", "operator-management")
+
+
 def test_webhook_down_non_gpu_admitted_gpu_refused(env):
     stop_server(env.server)
     r = env.apply(_pod("cpu-while-down", {"cpu": "100m"}))

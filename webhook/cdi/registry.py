@@ -9,6 +9,7 @@ stops on one bad file.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -50,7 +51,9 @@ def spec_files(directory: str) -> list[str]:
         if not (name.endswith(".json") or name.endswith(".yaml")):
             continue
         path = os.path.join(directory, name)
-        if os.path.isfile(path):
+        # Like the runtime's walk: real directories are skipped; anything else, broken
+        # symlinks included, is read and reported if it fails.
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
             out.append(path)
     return out
 
