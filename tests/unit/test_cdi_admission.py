@@ -229,3 +229,16 @@ def test_doctor_rows(tmp_path, broken_cluster):
                         str(tmp_path / "n.yaml")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert "hami-1" in r.stdout and "fix: define a CDI device per GPU UUID" in r.stdout
+
+
+def test_unreadable_hami_register_is_reported_not_fatal(tmp_path):
+    policy = load_policy_text(default_policy_text())
+    nodes = [node("hami-1", "hami", inventory(tmp_path, "operator-management"),
+                  register="GPU-1,10:not,a,record")]
+    view = view_from_objects(nodes, policy)
+    assert view.node("hami-1").gpus == ()
+    d = engine.review(hami_pod(), "default", view, policy)
+    assert d.allowed and any("inventory unknown" in w or "lack" in w for w in d.warnings)
+    (row,) = diagnose(view, policy)
+    assert any("hami.io/node-nvidia-register: CSV record 0 has 2 fields" in e
+               for e in row.errors)
