@@ -235,6 +235,17 @@ def test_hami_pod_admitted_once_per_uuid_spec_published(env):
     env.agent("hami-1", "operator-management")  # back to broken for later tests
 
 
+def test_doctor_against_the_live_cluster(env):
+    r = subprocess.run([sys.executable, "-m", "webhook", "doctor", "--kubeconfig",
+                        str(env.cp.kubeconfig), "-o", "json"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1, r.stderr  # hami-1 lacks devices: a finding
+    rows = {row["node"]: row for row in json.loads(r.stdout)}
+    assert rows["hami-1"]["state"] == "missing" and rows["hami-1"]["hami_gpus"] == 2
+    assert f"management.nvidia.com/gpu={UUIDS[0]}" in rows["hami-1"]["missing"]
+    assert rows["op-1"]["state"] == "ok" and rows["op-1"]["pool"] == "operator"
+
+
 AGENT = ["--as=system:serviceaccount:gpupool-system:gpupool-agent",
          "--as-group=system:serviceaccounts", "--as-group=system:serviceaccounts:gpupool-system"]
 

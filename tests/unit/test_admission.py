@@ -128,3 +128,28 @@ def test_engine_crash_still_answers_with_uid(handler, monkeypatch):
     assert code == 200 and out["response"]["uid"] == "crash"
     assert out["response"]["allowed"] is True
     assert "internal error" in out["response"]["warnings"][0]
+
+
+def test_audit_records_denials_and_optionally_mutations(tmp_path):
+    from webhook.audit import AuditLog, read_records
+    from webhook.policy import default_policy_text, load_policy_text
+
+    log = AuditLog.from_config(stdout=False, path=str(tmp_path / "a.log"))
+    view = ClusterView()
+    view.replace_nodes([])
+    h = Handler(policies=PolicySource(), view=view)
+    h.observers.append(lambda ep, req, d, _s: log.record(ep, req, d, h.policies.policy))
+    denied = gpu_pod("d")
+    denied["metadata"]["labels"] = {"gpupool.io/pool": "nope"}
+    denied["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "rs-1",
+                                              "controller": True}]
+    h.handle("mutate", body(denied, uid="u-deny"), "application/json")
+    h.handle("mutate", body(gpu_pod("ok"), uid="u-ok"), "application/json")
+    recs = list(read_records((tmp_path / "a.log").read_text().splitlines()))
+    assert [r["uid"] for r in recs] == ["u-deny"]
+    assert recs[0]["owner"] == "ReplicaSet/rs-1" and recs[0]["reason"] == "UnknownPool"
+    h.policies._policy = load_policy_text(default_policy_text() + "audit:\n  mutations: true\n")
+    h.handle("mutate", body(gpu_pod("ok"), uid="u-ok2"), "application/json")
+    recs = list(read_records((tmp_path / "a.log").read_text().splitlines()))
+    assert recs[-1]["uid"] == "u-ok2" and recs[-1]["decision"] == "allowed"
+    assert recs[-1]["patch"]
