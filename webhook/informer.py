@@ -97,7 +97,8 @@ class Reflector:
                                                     allow_watch_bookmarks=True,
                                                     deserialize=False):
                         etype = event["type"]
-                        raw = event["raw_object"]
+                        # Undecoded events (deserialize=False) carry the object as a dict.
+                        raw = event.get("raw_object") or event.get("object") or {}
                         if etype == "ERROR":
                             code = raw.get("code") if isinstance(raw, dict) else None
                             raise ApiException(status=code or 500, reason=str(raw))
@@ -114,6 +115,15 @@ class Reflector:
                     continue
                 log.warning("%s list/watch failed (%s); retrying in %.1fs", self.name,
                             exc.status, backoff)
+            except KeyError as exc:
+                # The client library fails on an undecoded ERROR event (the watch expired,
+                # usually 410 Gone) before handing it over: relist at once.
+                self.errors += 1
+                if exc.args == ("raw_object",):
+                    log.info("%s watch ended with an error event; relisting", self.name)
+                    continue
+                log.warning("%s list/watch failed (%r); retrying in %.1fs", self.name, exc,
+                            backoff)
             except Exception as exc:  # network errors, decode errors: relist after a pause
                 self.errors += 1
                 log.warning("%s list/watch failed (%s); retrying in %.1fs", self.name, exc,
