@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import re
+import tempfile
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -46,30 +47,48 @@ def make_record(endpoint: str, req: Request, decision: Decision) -> dict[str, An
     }
 
 
+class _Lock:
+    """Exclusive across threads and worker processes. Each holder opens the lock file itself:
+    flock on a descriptor inherited through fork would be shared, and exclude nothing."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._local = threading.Lock()
+
+    def __enter__(self) -> None:
+        self._local.acquire()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o640)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._local.release()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 class _FileSink:
     def __init__(self, path: str, max_bytes: int, backups: int) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
-        self.lock_path = path + ".lock"
-        self._local = threading.Lock()
+        self.lock = _Lock(path + ".lock")
         self._fd = self._open()
 
     def _open(self) -> int:
         return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
 
     def write(self, line: bytes) -> None:
-        with self._local:
-            lock_fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT, 0o640)
-            try:
-                fcntl.flock(lock_fd, fcntl.LOCK_EX)
-                self._follow_rotation()
-                if self.max_bytes and os.fstat(self._fd).st_size + len(line) > self.max_bytes:
-                    self._rotate()
-                os.write(self._fd, line)
-            finally:
-                fcntl.flock(lock_fd, fcntl.LOCK_UN)
-                os.close(lock_fd)
+        with self.lock:
+            self._follow_rotation()
+            if self.max_bytes and os.fstat(self._fd).st_size + len(line) > self.max_bytes:
+                self._rotate()
+            _write_all(self._fd, line)
 
     def _follow_rotation(self) -> None:
         """Another process rotated the file: reopen so we write to the live one."""
@@ -102,6 +121,11 @@ class AuditLog:
         self.stdout = stdout
         self.file = file_sink
         self.written = 0
+        # Workers share one stdout pipe, and writes over PIPE_BUF (4 KiB) to a pipe may
+        # interleave: a lock file shared by the workers (named after their master) serialises
+        # whole records.
+        self.stdout_lock = _Lock(os.path.join(tempfile.gettempdir(),
+                                              f"gpupool-audit-{os.getppid()}.lock"))
 
     @classmethod
     def from_config(cls, *, stdout: bool, path: str | None, max_bytes: int = 50 << 20,
@@ -119,7 +143,8 @@ class AuditLog:
         rec = {"audit": "gpupool", **make_record(endpoint, req, decision)}
         line = (json.dumps(rec, separators=(",", ":"), ensure_ascii=True) + "\n").encode()
         if self.stdout:
-            os.write(1, line)
+            with self.stdout_lock:
+                _write_all(1, line)
         if self.file is not None:
             self.file.write(line)
         self.written += 1

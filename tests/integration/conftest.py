@@ -47,7 +47,7 @@ def generate_certs(out: Path) -> None:
 
 def start_server(tmp: Path, *extra: str, workers: int = 2, env: dict | None = None,
                  cert: Path | None = None, key: Path | None = None,
-                 ca: Path | None = None) -> Server:
+                 ca: Path | None = None, audit_stdout: bool = False) -> Server:
     certs = tmp / "certs"
     if cert is None and not (certs / "tls.crt").exists():
         generate_certs(certs)
@@ -58,7 +58,7 @@ def start_server(tmp: Path, *extra: str, workers: int = 2, env: dict | None = No
     cmd = [*gpupool_cmd(), "serve", "--bind", f"127.0.0.1:{port}",
            "--cert", str(cert), "--key", str(key),
            "--workers", str(workers), "--threads", "4", "--audit-file", str(audit),
-           "--no-audit-stdout", *extra]
+           *([] if audit_stdout else ["--no-audit-stdout"]), *extra]
     if "--cluster" not in extra and "--kubeconfig" not in extra:
         cmd.append("--demo")
     fh = open(log, "wb")  # noqa: SIM115 - closed with the process

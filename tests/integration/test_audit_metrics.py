@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -69,6 +70,31 @@ def test_every_denial_recorded_exactly_once_under_load(rotating_server):
     assert rec["nodes"][0]["node"] == "hami-node-1"
     assert rec["nodes"][0]["missing"][0].startswith("management.nvidia.com/gpu=GPU-")
     assert sum(r["dryRun"] for r in records) == n // 4
+
+
+def test_stdout_records_over_pipe_buf_never_interleave(tmp_path):
+    srv = start_server(tmp_path, workers=3, audit_stdout=True)
+    try:
+        def send(i: int) -> None:
+            req = json.loads(denial(20_000 + i))
+            # 300 groups make each record ~6 KiB, over the 4 KiB a pipe writes atomically.
+            req["request"]["userInfo"] = {"username": "u", "groups": [
+                f"team-{i}-{g:03d}" for g in range(300)]}
+            assert srv.post("validate", json.dumps(req).encode()).status_code == 200
+
+        with ThreadPoolExecutor(12) as pool:
+            list(pool.map(send, range(150)))
+        time.sleep(0.5)
+    finally:
+        stop_server(srv)
+    from webhook.audit import read_records
+
+    lines = srv.log.read_text().splitlines()
+    recs = list(read_records(lines))
+    assert len(recs) == 150 and len({r["uid"] for r in recs}) == 150
+    assert min(len(json.dumps(r)) for r in recs) > 4096
+    # No torn lines: every line that starts a record parses as one.
+    assert sum(1 for x in lines if x.startswith('{"audit":"gpupool"')) == 150
 
 
 def test_dry_run_and_real_requests_identical_over_https(server):
