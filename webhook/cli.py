@@ -11,6 +11,12 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .cluster import ClusterView
+    from .policy import Policy
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
 
@@ -19,7 +25,7 @@ class UsageError(Exception):
     pass
 
 
-def _policy(path: str | None):
+def _policy(path: str | None) -> Policy:
     from .policy import default_policy, load_policy_file
 
     return load_policy_file(path) if path else default_policy()
@@ -37,8 +43,8 @@ def _namespace_labels(text: str | None) -> dict[str, str]:
     return out
 
 
-def _view(cluster: str | None, policy, ns_labels: dict[str, str],
-          namespaces: Sequence[str] = ()):
+def _view(cluster: str | None, policy: Policy, ns_labels: dict[str, str],
+          namespaces: Sequence[str] = ()) -> ClusterView:
     from .cluster import NodeInfo, view_from_objects
     from .snapshot import load_cluster_file
 
@@ -124,7 +130,7 @@ def cmd_certs(args: argparse.Namespace) -> int:
         print("renewed serving certificate" if done else "serving certificate not due yet")
         return EXIT_OK
     if args.certs_cmd == "ca-bundle":
-        print(certs.ca_bundle(certs.Paths(__import__("pathlib").Path(args.out))))
+        print(certs.ca_bundle(certs.Paths(Path(args.out))))
         return EXIT_OK
     raise UsageError("certs: choose generate, renew or ca-bundle")
 
@@ -167,7 +173,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ agent and doctor
 
 
-def _kube_client(kubeconfig: str | None, in_cluster: bool):
+def _kube_client(kubeconfig: str | None, in_cluster: bool) -> Any:
     from kubernetes import client, config
 
     if in_cluster:
