@@ -8,10 +8,11 @@ mutating, and keep warnings within what the API server accepts.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from . import patch as jsonpatch_ops
 from .decision import Decision, clean_warning
@@ -83,18 +84,17 @@ def parse_review(body: bytes, content_type: str | None) -> Request:
     if len(body) > MAX_BODY_BYTES:
         raise BadRequest(413, f"body is {len(body)} bytes, over the {MAX_BODY_BYTES}-byte cap")
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadRequest(400, f"body is not UTF-8 (byte {exc.start})") from exc
-    try:
-        # The C decoder refuses nesting past the interpreter's recursion limit with a
-        # RecursionError. Duplicate keys resolve last-wins, as the API server's own decoder
-        # does; the API server never sends them.
-        review = json.loads(text)
-    except RecursionError as exc:
-        raise BadRequest(400, "body nests too deeply") from exc
-    except ValueError as exc:
-        raise BadRequest(400, f"body is not JSON: {exc}") from exc
+        # orjson: several times faster than the stdlib on every review. It validates UTF-8,
+        # refuses nesting past 1,024 levels, NaN and Infinity (as the API server's decoder
+        # does), and resolves duplicate keys last-wins, again like the API server.
+        review = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        msg = str(exc)
+        if "UTF-8" in msg:
+            raise BadRequest(400, "body is not UTF-8") from exc
+        if "depth limit" in msg:
+            raise BadRequest(400, "body nests too deeply") from exc
+        raise BadRequest(400, f"body is not JSON: {msg}") from exc
     if not isinstance(review, dict):
         raise BadRequest(400, "body must be a JSON object (an AdmissionReview)")
     api_version = review.get("apiVersion")

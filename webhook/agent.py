@@ -38,6 +38,8 @@ from .cdi.runtime import (
 from .cdi.spec import CDIError, Spec
 
 log = logging.getLogger(__name__)
+#: Backoff jitter from a private generator: never perturbs anyone else's random state.
+_JITTER = random.Random()
 
 
 def _now() -> str:
@@ -172,7 +174,7 @@ class Publisher:
             except Exception as exc:
                 if stop is not None and stop.is_set():
                     return False
-                delay = backoff * (0.5 + random.random())
+                delay = backoff * (0.5 + _JITTER.random())
                 log.warning("publishing inventory failed (%s); retrying in %.1fs", exc, delay)
                 self.sleep(delay)
                 backoff = min(backoff * 2, self.max_backoff)

@@ -19,6 +19,8 @@ from typing import Any
 from .cluster import ClusterView, NodeInfo
 
 log = logging.getLogger(__name__)
+#: Backoff jitter from a private generator: never perturbs anyone else's random state.
+_JITTER = random.Random()
 
 
 class Reflector:
@@ -128,7 +130,7 @@ class Reflector:
                 self.errors += 1
                 log.warning("%s list/watch failed (%s); retrying in %.1fs", self.name, exc,
                             backoff)
-            self._stop.wait(backoff * (0.5 + random.random()))
+            self._stop.wait(backoff * (0.5 + _JITTER.random()))
             backoff = min(backoff * 2, self.max_backoff)
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import base64
 import copy
-import json
 from typing import Any
+
+import orjson
 
 Op = dict[str, Any]
 
@@ -34,7 +35,7 @@ def replace(path: str, value: Any) -> Op:
 
 def encode(ops: list[Op]) -> str:
     """The base64 text an AdmissionResponse carries in ``patch``."""
-    return base64.b64encode(json.dumps(ops, separators=(",", ":")).encode()).decode()
+    return base64.b64encode(orjson.dumps(ops)).decode()
 
 
 def set_map_entry(obj: dict[str, Any], base: tuple[str, ...], key: str, value: Any) -> list[Op]:

@@ -8,13 +8,13 @@ the pod through with a warning, because a crash in gpupool must not block pod cr
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from flask import Flask, Response, request
 
 from . import admission, engine, workloads
@@ -127,8 +127,7 @@ def create_app(handler: Handler, extra_routes: Callable[[Flask], None] | None = 
         else:
             body = request.stream.read(admission.MAX_BODY_BYTES + 1)
             status, payload = handler.handle(endpoint, body, request.content_type)
-        return Response(json.dumps(payload, separators=(",", ":")), status=status,
-                        mimetype="application/json")
+        return Response(orjson.dumps(payload), status=status, mimetype="application/json")
 
     app.add_url_rule("/mutate", "mutate", lambda: review("mutate"), methods=["POST"])
     app.add_url_rule("/validate", "validate", lambda: review("validate"), methods=["POST"])

@@ -53,13 +53,16 @@ def test_policy_reload_and_bad_update(tmp_path):
         for _ in range(6):  # every worker, whichever answers
             _eventually(lambda: _pool(srv), "operator/gpu-batch-scheduler")
         _swap(vol, default_policy_text().replace("poolLabel:", "poolLable:"), 3)
-        time.sleep(3)
+
+        def rejected_everywhere() -> bool:
+            metrics = requests.get(f"{srv.url}/metrics", verify=srv.ca, timeout=5).text
+            ready = requests.get(f"{srv.url}/readyz", verify=srv.ca, timeout=5)
+            return ("gpupool_policy_last_update_ok 0.0" in metrics and ready.status_code == 200
+                    and "last update rejected" in ready.text)
+
+        _eventually(lambda: all(rejected_everywhere() for _ in range(4)), True)
         for _ in range(6):
-            assert _pool(srv) == "operator/gpu-batch-scheduler"  # the last good policy still serves
-        metrics = requests.get(f"{srv.url}/metrics", verify=srv.ca, timeout=5).text
-        assert "gpupool_policy_last_update_ok 0.0" in metrics
-        r = requests.get(f"{srv.url}/readyz", verify=srv.ca, timeout=5)
-        assert r.status_code == 200 and "last update rejected" in r.text
+            assert _pool(srv) == "operator/gpu-batch-scheduler"  # the last good policy serves
         log = srv.log.read_text()
         assert "policy update rejected, keeping the last good policy" in log
         assert "poolLable: unknown field" in log
