@@ -88,6 +88,22 @@ def pools_admitted(spec: Mapping[str, Any], policy: Policy) -> frozenset[str]:
     return admitted
 
 
+def pinned_node_names(spec: Mapping[str, Any]) -> list[str]:
+    """Node names the pod is limited to when every required term names nodes through
+    ``matchFields metadata.name In`` (how the DaemonSet controller pins its pods); else []."""
+    terms = required_terms(spec)
+    if not terms:
+        return []
+    names: list[str] = []
+    for term in terms:
+        fields = [f for f in expressions(term, "matchFields")
+                  if f.get("key") == "metadata.name" and f.get("operator") == "In"]
+        if not fields:
+            return []
+        names.extend(v for v in expression_values(fields[0]) if v not in names)
+    return names
+
+
 def pool_constraint_source(spec: Mapping[str, Any], policy: Policy) -> str:
     """Human words for where a pod's pool constraint comes from, for denial messages."""
     selector = spec.get("nodeSelector")

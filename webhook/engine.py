@@ -104,10 +104,10 @@ def mutate(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | No
 
 def validate(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | None,
              policy: Policy) -> Decision:
-    early, r, _ = _prelude(pod, namespace, view, policy)
+    early, r, gpus = _prelude(pod, namespace, view, policy)
     if early is not None:
         if early.reason == Reason.EXCLUSIVE_RESOURCE_CONFLICT and r is not None:
-            return _hami_resource_outside_pool(early, pod, namespace, policy, r)
+            return _hami_resource_outside_pool(early, pod, namespace, policy, r, gpus)
         return early
     assert r is not None and r.pool is not None
     pool = policy.by_name[r.pool]
@@ -151,12 +151,9 @@ def validate(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | 
 
 def _hami_resource_outside_pool(early: Decision, pod: Mapping[str, Any],
                                 namespace: str | None, policy: Policy,
-                                r: routing.Route) -> Decision:
+                                r: routing.Route, gpus: set[str]) -> Decision:
     """Name the usual culprit when a pod pinned outside HAMi's pool carries HAMi-only asks."""
-    spec = _spec(pod)
-    hami_pools = [p for p in policy.pools if policy.is_hami_pool(p.name)]
-    gpus = gpu_resources(spec, policy)
-    for hp in hami_pools:
+    for hp in (p for p in policy.pools if policy.is_hami_pool(p.name)):
         hits = sorted(set(hp.exclusive_resources) & gpus)
         if hits and r.pool is not None and r.pool != hp.name:
             return deny(Reason.HAMI_RESOURCE_OUTSIDE_POOL,

@@ -85,6 +85,18 @@ def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | Non
             node_pool = policy.pool_for_label_value(node.labels.get(policy.pool_label))
             if not bind(node_pool, f"spec.nodeName {node_name} (a node of pool {node_pool!r})"):
                 return out
+    # DaemonSet pods are pinned by matchFields on metadata.name: as good as a nodeName.
+    named = affinity.pinned_node_names(spec)
+    if named and view is not None:
+        nodes = [view.node(n) for n in named]
+        pools = {policy.pool_for_label_value(n.labels.get(policy.pool_label))
+                 for n in nodes if n is not None and n.is_gpu_node(policy)}
+        if len(pools) == 1 and all(n is not None for n in nodes):
+            (node_pool,) = pools
+            shown = ", ".join(named[:3]) + (" ..." if len(named) > 3 else "")
+            if not bind(node_pool, f"node affinity on metadata.name {shown} "
+                                   f"(nodes of pool {node_pool!r})"):
+                return out
     admitted = out.admitted = affinity.pools_admitted(spec, policy)
     if len(admitted) == 1:
         (pinned,) = admitted

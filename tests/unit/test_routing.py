@@ -311,3 +311,17 @@ def test_engine_does_not_modify_its_input(policy):
     before = copy.deepcopy(pod)
     engine.review(pod, "default", None, policy)
     assert pod == before
+
+
+def test_daemonset_pods_pinned_by_match_fields_follow_their_node(policy, view):
+    ds_affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                "values": ["h1"]}]}]}}}
+    d = engine.mutate(gpu_pod(affinity=ds_affinity), "default", view, policy)
+    assert d.pool == "hami" and "metadata.name h1" in d.message
+    out = jsonpatch.apply_patch(gpu_pod(affinity=ds_affinity), d.patch)
+    assert engine.validate(out, "default", view, policy).allowed
+    ds_affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchFields"][0]["values"] = ["o1"]
+    assert engine.mutate(gpu_pod(affinity=ds_affinity), "default", view, policy).pool == \
+        "operator"
