@@ -143,6 +143,22 @@ def http_bench(tmp: Path, seconds: int, rate: float, rounds: int) -> dict:
                                         rate=rate, seconds=seconds))
         for key, runs in raw.items():
             out["runs"][key] = {kind: _median_run(rs) for kind, rs in runs.items()}
+        # Ratios are taken round by round (gpupool and the baseline ran back to back) and
+        # the median of those is reported: slow drift in the machine's load cancels out.
+        out["ratios"] = {}
+        for ep in ("mutate", "validate"):
+            gp, base = raw[f"gpupool/{ep}"], raw[f"baseline/{ep}"]
+            out["ratios"][ep] = {
+                "keepalive_rps": statistics.median(
+                    g["rps"] / b["rps"] for g, b in zip(gp["keepalive"], base["keepalive"],
+                                                         strict=True)),
+                "no_keepalive_rps": statistics.median(
+                    g["rps"] / b["rps"] for g, b in zip(gp["no_keepalive"],
+                                                         base["no_keepalive"], strict=True)),
+                "fixed_rate_p99": statistics.median(
+                    g["p99_ms"] / b["p99_ms"] for g, b in zip(gp["fixed_rate"],
+                                                               base["fixed_rate"], strict=True)),
+            }
         out["rounds"] = rounds
         out["worker_rss_mib"] = {name: worker_rss_mib(proc.pid)
                                  for name, (proc, _) in servers.items()}
@@ -176,17 +192,18 @@ def report(res: dict) -> str:
                      f"{'p90 ms':>7} {'p99 ms':>7} | {'fixed-rate p99':>14} {'ratio':>6} | "
                      f"{'no-keepalive req/s':>18} {'ratio':>6}")
         for ep in ("mutate", "validate"):
-            base = h["runs"][f"baseline/{ep}"]
             for name in ("baseline", "gpupool"):
                 r = h["runs"][f"{name}/{ep}"]
                 k, f, n = r["keepalive"], r["fixed_rate"], r["no_keepalive"]
-                kr = k["rps"] / base["keepalive"]["rps"]
-                fr = f["p99_ms"] / base["fixed_rate"]["p99_ms"]
-                nr = n["rps"] / base["no_keepalive"]["rps"]
+                ratios = h["ratios"][ep] if name == "gpupool" else {
+                    "keepalive_rps": 1.0, "fixed_rate_p99": 1.0, "no_keepalive_rps": 1.0}
+                kr, fr, nr = (ratios["keepalive_rps"], ratios["fixed_rate_p99"],
+                              ratios["no_keepalive_rps"])
                 lines.append(
                     f"{ep:<10} {name:<9} {k['rps']:>8.0f} {kr:>6.2f} {k.get('p50_ms', 0):>7.2f} "
                     f"{k.get('p90_ms', 0):>7.2f} {k.get('p99_ms', 0):>7.2f} | "
                     f"{f['p99_ms']:>11.2f} ms {fr:>6.2f} | {n['rps']:>18.0f} {nr:>6.2f}")
+        lines.append(f"medians of {h['rounds']} rounds; ratios: median of per-round pairs")
         lines.append(f"fixed rate: {h['fixed_rate']} req/s; worker RSS MiB: "
                      f"{json.dumps(h['worker_rss_mib'])}")
         lines.append("")
@@ -230,8 +247,8 @@ def main() -> int:
             print("wrk not found: `make bench` installs it (Debian package wrk)", file=sys.stderr)
             return 2
         with tempfile.TemporaryDirectory() as tmp:
-            res["http"] = http_bench(Path(tmp), seconds=3 if a.quick else 8,
-                                     rate=50 if a.quick else 100, rounds=1 if a.quick else 3)
+            res["http"] = http_bench(Path(tmp), seconds=3 if a.quick else 5,
+                                     rate=50 if a.quick else 100, rounds=1 if a.quick else 7)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(res, indent=2))
     print(report(res))
