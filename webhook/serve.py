@@ -47,8 +47,8 @@ class ServeConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def build_handler(cfg: ServeConfig) -> tuple[Handler, list[Any]]:
-    """Everything one worker needs; returns the handler and things to keep alive."""
+def build_handler(cfg: ServeConfig) -> tuple[Handler, Any, list[Any]]:
+    """Everything one worker needs: the handler, its metrics, and things to keep alive."""
     from . import cluster as cluster_mod
     from .snapshot import load_cluster_file
 
@@ -99,8 +99,8 @@ def build_handler(cfg: ServeConfig) -> tuple[Handler, list[Any]]:
     metrics.informer = informer_ref
     handler.observers.append(lambda ep, req, d, _s: audit.record(ep, req, d, policies.policy))
     handler.observers.append(metrics.observe)
-    keep += [audit, metrics]
-    return handler, keep
+    keep.append(audit)
+    return handler, metrics, keep
 
 
 def _child_exit(server: Any, worker: Any) -> None:
@@ -161,14 +161,14 @@ class GunicornApp(BaseApplication):  # type: ignore[misc]
 
     def load(self) -> Any:
         c = self.cfg_obj
-        handler, keep = build_handler(c)
+        handler, metrics, keep = build_handler(c)
         tls: ReloadingContext | None = None
         if c.certfile:
             tls = self._context()
             handler.ready_checks.append(tls.ready)
         from .metrics import install_routes
 
-        app = create_app(handler, extra_routes=lambda a: install_routes(a, keep[-1], tls))
+        app = create_app(handler, extra_routes=lambda a: install_routes(a, metrics, tls))
         app.config["gpupool.keep"] = keep
         return app
 
