@@ -45,15 +45,13 @@ def _namespace_labels(text: str | None) -> dict[str, str]:
 
 def _view(cluster: str | None, policy: Policy, ns_labels: dict[str, str],
           namespaces: Sequence[str] = ()) -> ClusterView:
-    from .cluster import NodeInfo, view_from_objects
+    from .cluster import view_from_objects
     from .snapshot import load_cluster_file
 
     nodes, ns = load_cluster_file(cluster) if cluster else ([], {})
     for name in namespaces:
         ns.setdefault(name, {}).update(ns_labels)
-    view = view_from_objects([], policy, ns)
-    view.replace_nodes(NodeInfo.from_object(n) for n in nodes)
-    return view
+    return view_from_objects(nodes, policy, ns)
 
 
 # ------------------------------------------------------------------ check
