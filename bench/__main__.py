@@ -12,7 +12,6 @@ import copy
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,16 +23,11 @@ import jsonpatch
 import requests
 
 from bench import agent as agent_bench
-from bench import cluster, load
+from bench import cluster, load, soak
+from tests.integration.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (100, 1000, 5000, 50000)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def review(obj: dict, uid: str) -> bytes:
@@ -81,14 +75,6 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(30)
     except subprocess.TimeoutExpired:
         proc.kill()
-
-
-def worker_rss_mib(master_pid: int) -> list[float]:
-    out = []
-    for child in Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split():
-        status = Path(f"/proc/{child}/status").read_text()
-        out.append(int(status.split("VmRSS:")[1].split()[0]) / 1024)
-    return out
 
 
 def _median_run(runs: list[dict]) -> dict:
@@ -160,7 +146,7 @@ def http_bench(tmp: Path, seconds: int, rate: float, rounds: int) -> dict:
                                                                base["fixed_rate"], strict=True)),
             }
         out["rounds"] = rounds
-        out["worker_rss_mib"] = {name: worker_rss_mib(proc.pid)
+        out["worker_rss_mib"] = {name: list(soak.worker_rss(proc.pid).values())
                                  for name, (proc, _) in servers.items()}
     finally:
         for proc, _ in servers.values():

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from tests.conftest import IN_CI, ROOT
+from tests.integration.conftest import free_port
 
 BUILD = ROOT / "tests" / "e2e" / "controlplane" / "build.sh"
 _bin_dir: Path | None = None
@@ -47,12 +47,6 @@ def binaries() -> Path:
         pytest.fail(f"control plane build failed:\n{r.stderr[-4000:]}")
     _bin_dir = Path(r.stdout.strip().splitlines()[-1])
     return _bin_dir
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _pem_key(key) -> bytes:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import datetime as dt
-import json
 import logging
 import os
 import random
@@ -257,8 +256,3 @@ def run(observer: Observer, publisher: Publisher, *, poll_interval: float = 30.0
             watcher.wait(timeout, stop)
     finally:
         watcher.close()
-
-
-def print_inventory(observer: Observer) -> str:
-    inv = observer.observe()
-    return json.dumps(inv.to_json(), indent=2, sort_keys=True)

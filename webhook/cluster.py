@@ -46,7 +46,6 @@ class NodeInfo:
     register_error: str | None = None
     inventory: Inventory | None = None
     inventory_error: str | None = None
-    unschedulable: bool = False
     fingerprint: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -87,13 +86,12 @@ class NodeInfo:
         # A digest of exactly what decisions read: status heartbeats leave it unchanged, so
         # they never invalidate the view's memo.
         fingerprint = hashlib.blake2b(repr((sorted(labels.items()), taints, raw_register,
-                                            raw_inventory, sorted(extended),
-                                            bool(spec.get("unschedulable")))).encode(),
+                                            raw_inventory, sorted(extended))).encode(),
                                       digest_size=16).digest()
         return cls(name=sys.intern(name), labels=labels, taints=taints,
                    extended_resources=frozenset(extended), gpus=gpus,
                    register_error=register_error, inventory=inventory,
-                   inventory_error=inventory_error, unschedulable=bool(spec.get("unschedulable")),
+                   inventory_error=inventory_error,
                    fingerprint=fingerprint)
 
     def is_gpu_node(self, policy: Policy) -> bool:
@@ -129,8 +127,6 @@ class ClusterView:
         self._pool_label = pool_label
         self._memo: OrderedDict[Any, Any] = OrderedDict()
         self.version = 0
-        self.nodes_synced = False
-        self.namespaces_synced = False
 
     # ---------------------------------------------------------------- writes
 
@@ -211,7 +207,6 @@ class ClusterView:
             for n in nodes:
                 self._nodes[n.name] = n
                 self._index(n)
-            self.nodes_synced = True
             self._bump()
 
     def set_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
@@ -225,7 +220,6 @@ class ClusterView:
     def replace_namespaces(self, namespaces: Mapping[str, Mapping[str, str]]) -> None:
         with self._lock:
             self._namespaces = {k: _intern_map(v) for k, v in namespaces.items()}
-            self.namespaces_synced = True
             self._bump()
 
     # ---------------------------------------------------------------- reads

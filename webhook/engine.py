@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import affinity, patch, routing
+from . import affinity, objects, patch, routing
 from .cdi import needs as cdi_needs
 from .cluster import ClusterView
 from .decision import Decision, Reason, allow, deny
@@ -23,14 +23,8 @@ WEBHOOK_ORDER_FIX = ("name gpupool's MutatingWebhookConfiguration so it sorts be
 
 
 def describe(pod: Mapping[str, Any], namespace: str | None) -> str:
-    """'pod ns/name' (or ns/generateName-*) for messages: say which object, always."""
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-    name = meta.get("name") or ""
-    if not name and isinstance(meta.get("generateName"), str):
-        name = meta["generateName"] + "*"
-    ns = namespace or meta.get("namespace") or ""
     kind = pod.get("kind") if isinstance(pod.get("kind"), str) else "Pod"
-    return f"{kind.lower()} {ns + '/' if ns else ''}{name or '(unnamed)'}"
+    return objects.describe(pod, namespace, kind.lower())
 
 
 def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:

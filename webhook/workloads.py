@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import engine
+from . import engine, objects
 from .cluster import ClusterView
 from .decision import Decision, Reason, allow, deny
 from .policy import Policy
@@ -61,12 +61,6 @@ def template_pod(obj: Mapping[str, Any], kind: str, namespace: str | None
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": dict(cur["spec"])}
 
 
-def describe(obj: Mapping[str, Any], kind: str, namespace: str | None) -> str:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-    ns = namespace or meta.get("namespace") or ""
-    name = meta.get("name") or f"{meta.get('generateName', '')}*"
-    return f"{kind} {ns + '/' if ns else ''}{name}"
-
 
 def validate_workload(obj: Mapping[str, Any], kind: str, namespace: str | None,
                       view: ClusterView | None, policy: Policy) -> Decision:
@@ -78,11 +72,11 @@ def validate_workload(obj: Mapping[str, Any], kind: str, namespace: str | None,
     if inner.allowed:
         out = allow(inner.reason, gpu=inner.gpu, pool=inner.pool,
                     scheduler_name=inner.scheduler_name, nodes=inner.nodes,
-                    message=f"{describe(obj, kind, namespace)}: pods would be admitted")
+                    message=f"{objects.describe(obj, namespace, kind)}: pods would be admitted")
         for w in inner.warnings:
             out.warn(w)
         return out
-    message = f"{describe(obj, kind, namespace)}: its pods would be denied: {inner.message}"
+    message = f"{objects.describe(obj, namespace, kind)}: its pods would be denied: {inner.message}"
     if policy.workload_templates == "warn":
         out = allow(inner.reason, gpu=True, pool=inner.pool, message=message, nodes=inner.nodes)
         out.warn(f"gpupool: pods of this {kind} would be denied ({inner.reason}); "

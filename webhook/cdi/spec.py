@@ -41,10 +41,6 @@ class Spec:
     kind: str
     devices: tuple[str, ...]
 
-    @property
-    def vendor(self) -> str:
-        return self.kind.split("/", 1)[0]
-
     def qualified(self, device: str) -> str:
         return f"{self.kind}={device}"
 
