@@ -43,6 +43,23 @@ class PolicySource:
             return None
         return (st.st_ino, st.st_size, st.st_mtime_ns)
 
+    def start(self) -> None:
+        """Check the file every ``check_interval`` in the background. Checking only when a
+        request arrives would let an idle worker skip a good version and then, when a bad one
+        follows, keep an older policy than its siblings."""
+        if self.path is None:
+            return
+
+        def loop() -> None:
+            while True:
+                time.sleep(self.check_interval)
+                try:
+                    self.maybe_reload()
+                except Exception:  # never let the watcher die; the next round retries
+                    log.exception("policy check failed")
+
+        threading.Thread(target=loop, name="policy-watch", daemon=True).start()
+
     @property
     def policy(self) -> Policy:
         """The current policy; re-checks the file at most every ``check_interval`` seconds."""

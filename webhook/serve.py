@@ -56,6 +56,7 @@ def build_handler(cfg: ServeConfig) -> tuple[Handler, Any, list[Any]]:
     informer_ref = None
     view = ClusterView()
     policies = PolicySource(cfg.policy, on_change=lambda p: view.set_pool_label(p.pool_label))
+    policies.start()
     view.set_pool_label(policies.policy.pool_label)
     handler = Handler(policies=policies, view=view)
     if cfg.cluster_file:

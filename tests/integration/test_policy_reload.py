@@ -52,6 +52,7 @@ def test_policy_reload_and_bad_update(tmp_path):
                                                  "schedulerName: gpu-batch-scheduler"), 2)
         for _ in range(6):  # every worker, whichever answers
             _eventually(lambda: _pool(srv), "operator/gpu-batch-scheduler")
+        time.sleep(2.5)  # past one check interval: every worker, even an idle one, has it
         _swap(vol, default_policy_text().replace("poolLabel:", "poolLable:"), 3)
 
         def rejected_everywhere() -> bool:
