@@ -43,8 +43,8 @@ def review(obj: dict, uid: str) -> bytes:
 
 
 def bodies() -> dict[str, bytes]:
-    from webhook import engine
-    from webhook.policy import default_policy
+    from webhook.engine import pods as engine
+    from webhook.policyfile import default_policy
 
     pod = cluster.pods()["unpinned"]
     mutated = jsonpatch.apply_patch(copy.deepcopy(pod),

@@ -9,7 +9,7 @@ import time
 import uuid
 from pathlib import Path
 
-from webhook.agent import Observer, Publisher
+from webhook.node.agent import Observer, Publisher
 
 
 class CountingNodeClient:

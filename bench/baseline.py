@@ -10,7 +10,7 @@ from typing import Any
 
 from flask import Flask, Response, request
 
-from webhook.serve import GunicornApp, ServeConfig
+from webhook.server.runner import GunicornApp, ServeConfig
 
 
 def make_app() -> Flask:

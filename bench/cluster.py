@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from webhook.cdi.inventory import Inventory, RuntimeInfo
+from webhook.api.inventory import Inventory, RuntimeInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = json.loads((ROOT / "tests/fixtures/upstream/nodes/"

@@ -31,7 +31,7 @@ def _imports() -> None:
 
 def memory(n: int) -> dict:
     """RSS of a fresh process holding an n-node view (run in its own interpreter)."""
-    from webhook.cluster import ClusterView, NodeInfo
+    from webhook.engine.cluster import ClusterView, NodeInfo
 
     _imports()
     base = rss_mib()
@@ -48,9 +48,9 @@ def memory(n: int) -> dict:
 def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict:
     """Warm and cold decision time for every size and shape, measured in interleaved rounds
     in one process so machine noise hits every size alike; medians reported."""
-    from webhook import engine
-    from webhook.cluster import ClusterView, NodeInfo
-    from webhook.policy import default_policy
+    from webhook.engine import admit
+    from webhook.engine.cluster import ClusterView, NodeInfo
+    from webhook.policyfile import default_policy
 
     policy = default_policy()
     views = {}
@@ -64,17 +64,17 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict:
     for r in range(rounds):
         for n in sizes:
             for s, pod in shapes.items():
-                engine.review(pod, "ml", views[n], policy)
+                admit.review_pod(pod, "ml", views[n], policy)
                 t = time.perf_counter()
                 for _ in range(per_round):
-                    engine.review(pod, "ml", views[n], policy)
+                    admit.review_pod(pod, "ml", views[n], policy)
                 warm[(n, s)].append((time.perf_counter() - t) / per_round * 1e6)
                 # Cold: the first review of this shape after the cluster changed.
                 churn = node(n + r)
                 churn["metadata"] = {**churn["metadata"], "name": f"churn-{r}"}
                 views[n].upsert_node(NodeInfo.from_object(churn))
                 t = time.perf_counter()
-                engine.review(pod, "ml", views[n], policy)
+                admit.review_pod(pod, "ml", views[n], policy)
                 cold[(n, s)].append((time.perf_counter() - t) * 1e6)
     return {str(n): {s: {"warm_us": round(statistics.median(warm[(n, s)]), 1),
                          "cold_us": round(statistics.median(cold[(n, s)]), 1)}

@@ -80,11 +80,17 @@ CASES = [
         lambda r: r["request"].update(dryRun="yes")), 400, "request.dryRun must be a boolean"),
     Case("namespace-is-list", "request.namespace: []", _with(
         lambda r: r["request"].update(namespace=[])), 400, "request.namespace must be a string"),
-    Case("non-pod-kind", "a Service sent to /mutate", json.dumps(review(
-        {"metadata": {"name": "s"}}, kind="Service", uid="bad-1")).encode(), 400,
-         "/mutate handles Pods, not Service"),
-    Case("pod-subresource", "pods/binding sent to /mutate", _with(
-        lambda r: r["request"].update(subResource="binding")), 400, "not Pod/binding"),
+    Case("non-pod-kind", "a Service sent to /mutate (a rule slip): allowed, warned",
+         json.dumps(review({"metadata": {"name": "s"}}, kind="Service", uid="bad-1")).encode(),
+         200, "/mutate does not handle Service"),
+    Case("v1beta1-deployment", "a v1beta1 Deployment review sent to /mutate: allowed, warned",
+         json.dumps(review({"metadata": {"name": "d"}, "spec": {}}, kind="Deployment",
+                           group="apps", api_version="admission.k8s.io/v1beta1",
+                           uid="bad-1")).encode(),
+         200, "/mutate does not handle apps/Deployment"),
+    Case("pod-subresource", "pods/binding sent to /mutate: allowed, warned", _with(
+        lambda r: r["request"].update(subResource="binding")), 200,
+         "does not handle Pod/binding"),
     Case("delete", "DELETE (object null): allowed untouched", _with(
         lambda r: r["request"].update(operation="DELETE", object=None)), 200, '"allowed":true'),
     Case("connect", "CONNECT: allowed untouched", _with(

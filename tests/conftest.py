@@ -77,7 +77,7 @@ def gpu_pod(name: str = "p", limits: dict[str, Any] | None = None,
 
 @pytest.fixture
 def policy():
-    from webhook.policy import default_policy
+    from webhook.policyfile import default_policy
 
     return default_policy()
 

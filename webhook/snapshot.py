@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from webhook.engine import objects
+
 #: libyaml's loader when PyYAML was built with it: snapshots of thousands of nodes load ~10x
 #: faster. Both are safe loaders.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -61,7 +63,7 @@ def load_cluster_file(path: str) -> tuple[list[dict[str, Any]], dict[str, dict[s
     namespaces: dict[str, dict[str, str]] = {}
     for obj in load_yaml_objects(path):
         kind = obj.get("kind")
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        meta = objects.meta_of(obj)
         if kind == "Node":
             if not meta.get("name"):
                 raise SnapshotError(f"{path}: a Node has no metadata.name")

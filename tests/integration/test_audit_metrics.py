@@ -87,7 +87,7 @@ def test_stdout_records_over_pipe_buf_never_interleave(tmp_path):
         time.sleep(0.5)
     finally:
         stop_server(srv)
-    from webhook.audit import read_records
+    from webhook.cli.audit import read_records
 
     lines = srv.log.read_text().splitlines()
     recs = list(read_records(lines))

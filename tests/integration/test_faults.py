@@ -18,7 +18,7 @@ import requests
 from bench import soak
 from tests.conftest import ROOT, body, gpu_pod
 from tests.integration.conftest import start_server, stop_server
-from webhook import tlsreload
+from webhook.server import tls as tlsreload
 
 RESULTS = ROOT / "bench" / "results" / "faults.json"
 

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, UPSTREAM, gpu_pod, load_docs, upstream_pods
-from tests.unit.test_workloads import KINDS, workload
-from webhook.policy import default_policy, default_policy_text
+from tests.unit.engine.test_workloads import KINDS, workload
+from webhook.policyfile import default_policy, default_policy_text
 
 VERSIONS = ("1.33.0", "1.34.0", "1.35.0")
 CRD_KINDS = {"Certificate", "Issuer"}  # cert-manager's; no upstream schema to check against
@@ -166,7 +166,7 @@ def _non_gpu_pods() -> list[dict]:
 def test_cel_selects_exactly_gpu_pods(rendered):
     pod_expr, _ = _conditions(rendered)
     policy = default_policy()
-    from webhook.resources import gpu_resources
+    from webhook.engine.resources import gpu_resources
 
     gpu = [p for _, p in upstream_pods()]
     init_gpu = gpu_pod(limits={"cpu": "1"})

@@ -13,7 +13,7 @@ import requests
 
 from tests.conftest import body, gpu_pod
 from tests.integration.conftest import start_server, stop_server
-from webhook.policy import default_policy_text
+from webhook.policyfile import default_policy_text
 
 
 def _swap(root: Path, text: str, generation: int) -> None:

@@ -19,12 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import IN_CI
-from webhook import engine
-from webhook.cluster import ClusterView, view_from_objects
-from webhook.decision import WARNING_LIMIT
-from webhook.policy import default_policy
-from webhook.policysource import PolicySource
-from webhook.server import Handler
+from webhook.engine import admit
+from webhook.engine import pods as engine
+from webhook.engine.cluster import ClusterView, view_from_objects
+from webhook.engine.decision import WARNING_LIMIT
+from webhook.policyfile import default_policy
+from webhook.server.app import Webhook
+from webhook.server.policysource import PolicySource
 
 EXAMPLES = int(os.environ.get("GPUPOOL_PROPERTY_EXAMPLES", "1000" if IN_CI else "400"))
 POLICY = default_policy()
@@ -160,9 +161,9 @@ def test_engine_invariants(pod):
         assert again.patch == [], again.patch
         assert again.pool == d.pool
     assert engine.mutate(pod, "default", VIEW, POLICY).to_json() == d.to_json()  # determinism
-    v = engine.review(pod, "default", VIEW, POLICY)
+    v = admit.review_pod(pod, "default", VIEW, POLICY)
     _within_limits(v)
-    assert engine.review(pod, "default", VIEW, POLICY).to_json() == v.to_json()
+    assert admit.review_pod(pod, "default", VIEW, POLICY).to_json() == v.to_json()
 
 
 @st.composite
@@ -179,7 +180,7 @@ def reviews(draw):
                     "dryRun": draw(st.booleans())}}
 
 
-HANDLER = Handler(policies=PolicySource(), view=VIEW)
+HANDLER = Webhook(policies=PolicySource(), view=VIEW)
 
 
 @SETTINGS

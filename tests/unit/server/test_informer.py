@@ -1,0 +1,130 @@
+"""The reflector's list/watch/relist cycle against a test double of the Node API (the real
+API server is exercised end to end in tests/e2e): events apply, an expired watch (410
+Gone) relists at once, other failures back off."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from webhook.engine.cluster import ClusterView
+from webhook.server.informer import ClusterInformer
+
+
+class _Resp:
+    def __init__(self, data: bytes = b"", lines: list[dict] | None = None,
+                 hold: threading.Event | None = None) -> None:
+        self.data = data
+        self.status = 200
+        self._lines = lines or []
+        self._hold = hold
+
+    def stream(self, amt=None, decode_content=False):
+        for line in self._lines:
+            yield json.dumps(line).encode() + b"\n"
+        if self._hold is not None:
+            self._hold.wait(5)
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+
+def _node(name: str, rv: str, pool: str | None = None) -> dict:
+    labels = {"nvidia.com/gpu.present": "true"}
+    if pool:
+        labels["gpupool.io/pool"] = pool
+    return {"metadata": {"name": name, "resourceVersion": rv, "labels": labels}}
+
+
+class FakeNodeAPI:
+    """Test double: scripted list pages and watch sessions."""
+
+    def __init__(self, lists: list[list[dict]], watches: list[list[dict]]) -> None:
+        self.lists = lists
+        self.watches = watches
+        self.calls: list[str] = []
+        self.idle = threading.Event()
+
+    def __call__(self, **kwargs):
+        if kwargs.get("watch"):
+            self.calls.append(f"watch@{kwargs.get('resource_version')}")
+            if self.watches:
+                return _Resp(lines=self.watches.pop(0))
+            return _Resp(hold=self.idle)
+        self.calls.append("list")
+        items = self.lists.pop(0) if len(self.lists) > 1 else self.lists[0]
+        return _Resp(data=json.dumps({"metadata": {"resourceVersion": "10"},
+                                      "items": items}).encode())
+
+
+def _informer(nodes: FakeNodeAPI) -> tuple[ClusterInformer, ClusterView]:
+    view = ClusterView()
+    inf = ClusterInformer.__new__(ClusterInformer)
+    inf.view = view
+    from webhook.server.informer import Reflector
+
+    empty_ns = FakeNodeAPI([[]], [])
+    inf.nodes = Reflector("nodes", nodes, inf._nodes_listed, inf._node_event, None,
+                          convert=inf._node_info, max_backoff=0.2)
+    inf.namespaces = Reflector("namespaces", empty_ns, inf._ns_listed, inf._ns_event, None)
+    return inf, view
+
+
+def _wait(cond, timeout=5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_events_apply_and_expired_watch_relists_at_once():
+    api = FakeNodeAPI(
+        lists=[[_node("a", "5")], [_node("a", "20"), _node("c", "21", "hami")]],
+        watches=[[{"type": "ADDED", "object": _node("b", "11", "hami")},
+                  {"type": "MODIFIED", "object": _node("a", "12", "hami")},
+                  {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "13"}}},
+                  {"type": "DELETED", "object": _node("b", "14")},
+                  {"type": "ERROR", "object": {"kind": "Status", "code": 410,
+                                               "reason": "Expired", "message": "too old"}}]])
+    inf, view = _informer(api)
+    inf.start()
+    try:
+        _wait(lambda: view.node("c") is not None)
+        assert view.node("a").labels.get("gpupool.io/pool") is None  # from the relist
+        assert view.node("b") is None
+        assert inf.nodes.relists == 2 and inf.ready(60)[0]
+        assert api.calls[:3] == ["list", "watch@10", "list"]  # no backoff pause between
+    finally:
+        api.idle.set()
+        inf.stop()
+
+
+def test_events_between_lists_are_applied():
+    api = FakeNodeAPI(lists=[[]], watches=[[{"type": "ADDED", "object": _node("x", "11")}]])
+    inf, view = _informer(api)
+    inf.start()
+    try:
+        _wait(lambda: view.node("x") is not None)
+        assert inf.nodes.relists == 1
+    finally:
+        api.idle.set()
+        inf.stop()
+
+
+def test_not_ready_until_synced_and_when_stale():
+    api = FakeNodeAPI(lists=[[]], watches=[])
+    inf, _ = _informer(api)
+    assert inf.ready(60) == (False, "informer: nodes/namespaces not synced yet")
+    inf.start()
+    try:
+        _wait(lambda: inf.ready(60)[0])
+        inf.nodes.last_sync -= 120
+        ok, detail = inf.ready(60)
+        assert not ok and "last in sync" in detail
+    finally:
+        api.idle.set()
+        inf.stop()

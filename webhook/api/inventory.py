@@ -1,0 +1,178 @@
+"""The node annotation ``gpupool.io/cdi-inventory``: what CDI devices a node can resolve.
+
+The agent on each GPU node writes it; admission reads it from the node cache. The format is
+documented in docs/cdi-inventory.md. Readers accept unknown fields so an agent one release
+ahead of the webhook does not break admission; an unknown ``schemaVersion`` is an error.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+INVENTORY_ANNOTATION = "gpupool.io/cdi-inventory"
+#: The NVIDIA runtime's CDI default kind when its config.toml names none.
+DEFAULT_KIND = "nvidia.com/gpu"
+SCHEMA_VERSION = 1
+_GPU_UUID = re.compile(r"^GPU-[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$")
+#: Annotation values are capped at 256 KiB for all annotations of an object together.
+MAX_ANNOTATION_BYTES = 200 * 1024
+
+
+class InventoryError(ValueError):
+    pass
+
+
+def is_gpu_uuid(name: str) -> bool:
+    return bool(_GPU_UUID.match(name))
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """The NVIDIA runtime's and containerd's CDI settings as the agent read them.
+
+    ``mode`` is ``nvidia-container-runtime.mode`` (None: no config found). Bare device names in
+    ``NVIDIA_VISIBLE_DEVICES`` go through CDI only in ``cdi`` mode.
+    """
+
+    mode: str | None = None
+    default_kind: str | None = None
+    containerd_cdi: bool | None = None
+    spec_dirs: tuple[str, ...] = ()
+    #: containerd runtime handler -> the NVIDIA runtime mode it runs in
+    handlers: Mapping[str, str] = field(default_factory=dict)
+    default_handler: str | None = None
+    source: str | None = None
+
+    def effective_mode(self, runtime_class: str | None) -> str | None:
+        """The mode a pod's containers run in: its RuntimeClass's handler (named like the
+        class, as the GPU Operator creates them), else containerd's default runtime, else the
+        NVIDIA config's mode. None when unknown."""
+        if runtime_class and runtime_class in self.handlers:
+            return self.handlers[runtime_class]
+        if not runtime_class and self.default_handler in self.handlers:
+            return self.handlers[self.default_handler]  # type: ignore[index]
+        return self.mode
+
+    def uses_cdi(self, runtime_class: str | None = None) -> bool | None:
+        mode = self.effective_mode(runtime_class)
+        return None if mode is None else mode == "cdi"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"mode": self.mode, "defaultKind": self.default_kind,
+                               "containerdCDI": self.containerd_cdi,
+                               "specDirs": list(self.spec_dirs),
+                               "handlers": dict(sorted(self.handlers.items())),
+                               "defaultHandler": self.default_handler}
+        if self.source:
+            out["source"] = self.source
+        return out
+
+
+@dataclass(frozen=True)
+class Inventory:
+    kinds: Mapping[str, frozenset[str]]
+    runtime: RuntimeInfo = field(default_factory=RuntimeInfo)
+    errors: tuple[tuple[str, str], ...] = ()
+    observed_at: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def gpu_uuids(self) -> tuple[str, ...]:
+        return tuple(sorted({d for devs in self.kinds.values() for d in devs if is_gpu_uuid(d)}))
+
+    def has(self, kind: str, device: str) -> bool:
+        return device in self.kinds.get(kind, ())
+
+    def to_json(self) -> dict[str, Any]:
+        """The annotation document, minus ``observedAt`` changes: used to compare states."""
+        return {
+            "schemaVersion": self.schema_version,
+            "observedAt": self.observed_at,
+            "runtime": self.runtime.to_json(),
+            "kinds": {k: sorted(v) for k, v in sorted(self.kinds.items())},
+            "errors": [{"path": p, "reason": r} for p, r in self.errors],
+        }
+
+    def content(self) -> dict[str, Any]:
+        doc = self.to_json()
+        doc.pop("observedAt")
+        return doc
+
+    def dumps(self) -> str:
+        text = json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True)
+        if len(text) > MAX_ANNOTATION_BYTES:
+            raise InventoryError(f"inventory is {len(text)} bytes, over the "
+                                 f"{MAX_ANNOTATION_BYTES}-byte annotation budget")
+        return text
+
+
+def _str_list(value: Any, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InventoryError(f"{what}: expected a list of strings")
+    return tuple(value)
+
+
+def _str_map(value: Any, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                              for k, v in value.items()):
+        raise InventoryError(f"{what}: expected an object of strings")
+    return dict(value)
+
+
+def _opt(value: Any, kind: type, what: str) -> Any:
+    if value is not None and not isinstance(value, kind):
+        raise InventoryError(f"{what}: expected {kind.__name__}")
+    return value
+
+
+@functools.lru_cache(maxsize=1024)
+def _runtime(canonical: str) -> RuntimeInfo:
+    """Nodes of one kind share one runtime configuration: parse and keep it once."""
+    rt = json.loads(canonical)
+    return RuntimeInfo(
+        mode=_opt(rt.get("mode"), str, "runtime.mode"),
+        default_kind=_opt(rt.get("defaultKind"), str, "runtime.defaultKind"),
+        containerd_cdi=_opt(rt.get("containerdCDI"), bool, "runtime.containerdCDI"),
+        spec_dirs=_str_list(rt.get("specDirs"), "runtime.specDirs"),
+        handlers=_str_map(rt.get("handlers"), "runtime.handlers"),
+        default_handler=_opt(rt.get("defaultHandler"), str, "runtime.defaultHandler"),
+        source=_opt(rt.get("source"), str, "runtime.source"),
+    )
+
+
+def parse_inventory(text: str) -> Inventory:
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise InventoryError(f"not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise InventoryError("expected a JSON object")
+    version = doc.get("schemaVersion")
+    if version != SCHEMA_VERSION:
+        raise InventoryError(f"schemaVersion {version!r} is not supported (want {SCHEMA_VERSION})")
+    kinds_raw = doc.get("kinds", {})
+    if not isinstance(kinds_raw, dict):
+        raise InventoryError("kinds: expected an object of kind -> device names")
+    kinds = {sys.intern(k): frozenset(_str_list(v, f"kinds[{k}]"))
+             for k, v in kinds_raw.items()}
+    rt = doc.get("runtime") or {}
+    if not isinstance(rt, dict):
+        raise InventoryError("runtime: expected an object")
+    runtime = _runtime(json.dumps(rt, sort_keys=True))
+    errors_raw = doc.get("errors") or []
+    if not isinstance(errors_raw, list):
+        raise InventoryError("errors: expected a list")
+    errors = tuple((str(e.get("path", "")), str(e.get("reason", "")))
+                   for e in errors_raw if isinstance(e, dict))
+    observed = _opt(doc.get("observedAt", ""), str, "observedAt") or ""
+    return Inventory(kinds=kinds, runtime=runtime, errors=errors, observed_at=observed)

@@ -1,0 +1,97 @@
+"""``gpupool check``: the admission decisions for manifests on disk, with no cluster.
+
+Goes through the same engine entry as the server (``admit.review``: mutate, then validate
+the patched object) for every Pod and workload, against an optional ``kubectl get nodes -o yaml``
+snapshot, so "what would gpupool do with this?" has the same answer offline and online.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.engine import admit, objects, workloads
+from webhook.engine.cluster import ClusterView
+from webhook.engine.policy import Policy
+from webhook.snapshot import load_yaml_objects
+
+
+@dataclass
+class CheckResult:
+    kind: str
+    namespace: str
+    name: str
+    source: str
+    decision: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "namespace": self.namespace, "name": self.name,
+                "source": self.source, **self.decision}
+
+
+@dataclass
+class CheckReport:
+    results: list[CheckResult] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if all(r.decision["allowed"] for r in self.results) else 1
+
+
+def check_object(obj: Mapping[str, Any], view: ClusterView | None, policy: Policy,
+                 source: str) -> CheckResult | None:
+    """The decision the API server would reach for ``obj`` with gpupool's webhooks
+    registered (None: a kind they are not registered for)."""
+    subject = admit.Subject.from_manifest(obj)
+    if not any(admit.handles(stage, subject) for stage in admit.Stage):
+        return None
+    if subject.is_workload and workloads.template_pod(obj, subject.kind, None) is None:
+        return None
+    d = admit.review(subject, view, policy).final
+    return CheckResult(subject.kind, subject.namespace or "default", objects.name_of(obj),
+                       source, d.to_json())
+
+
+def run_check(files: list[str], view: ClusterView | None, policy: Policy) -> CheckReport:
+    report = CheckReport()
+    for path in files:
+        for obj in load_yaml_objects(path):
+            result = check_object(obj, view, policy, path)
+            if result is None:
+                report.skipped.append(f"{path}: skipped {obj.get('kind', '(no kind)')} "
+                                      f"{objects.meta_of(obj).get('name', '')}: not a Pod or "
+                                      "a workload "
+                                      "with a pod template".replace("  ", " "))
+            else:
+                report.results.append(result)
+    return report
+
+
+def format_text(report: CheckReport) -> str:
+    lines = []
+    for r in report.results:
+        d = r.decision
+        verdict = "ALLOWED" if d["allowed"] else "DENIED "
+        head = f"{verdict} {r.kind} {r.namespace}/{r.name}"
+        if d["gpu"]:
+            head += f"  pool={d['pool'] or '-'} scheduler={d['schedulerName'] or '-'}"
+            head += f"  patch={len(d['patch'])} op(s)"
+        else:
+            head += "  (no GPU resources: untouched)"
+        lines.append(head)
+        if not d["allowed"]:
+            lines.append(f"        {d['reason']}: {d['message']}")
+        for w in d["warnings"]:
+            lines.append(f"        warning: {w}")
+    lines.extend(report.skipped)
+    denied = sum(1 for r in report.results if not r.decision["allowed"])
+    lines.append(f"{len(report.results)} checked, {denied} denied, "
+                 f"{len(report.skipped)} skipped")
+    return "\n".join(lines)
+
+
+def format_json(report: CheckReport) -> str:
+    return json.dumps([r.to_json() for r in report.results], indent=2)

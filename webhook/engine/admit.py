@@ -1,0 +1,172 @@
+"""The one entry into the engine: an object being admitted in, a Decision out.
+
+Every shell goes through here: the admission server calls ``decide`` for the stage its path
+serves, ``gpupool check`` and workload-template validation call ``review``, which runs both
+stages in the order the API server does. Which kinds, operations and policy switches apply
+is decided in this module alone, so an offline answer cannot differ from an online one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from webhook.engine import objects, patch, pods, workloads
+from webhook.engine.cluster import ClusterView
+from webhook.engine.decision import Decision, Reason, allow, deny
+from webhook.engine.policy import Policy
+
+
+class Stage(StrEnum):
+    """The two admission stages; the value is the path segment and the audit record's
+    ``endpoint``."""
+
+    MUTATE = "mutate"
+    VALIDATE = "validate"
+
+    @property
+    def mutating(self) -> bool:
+        return self is Stage.MUTATE
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What is being admitted, as an AdmissionReview request describes it."""
+
+    kind: str
+    group: str = ""
+    operation: str = "CREATE"
+    object: Mapping[str, Any] | None = None
+    old_object: Mapping[str, Any] | None = None
+    namespace: str | None = None
+    sub_resource: str = ""
+
+    @classmethod
+    def from_manifest(cls, obj: Mapping[str, Any]) -> Subject:
+        """A manifest as ``kubectl create`` would send it (namespace ``default`` if unset)."""
+        kind = obj.get("kind")
+        return cls(kind=kind if isinstance(kind, str) else "",
+                   group=workloads.group_of(obj.get("apiVersion")), object=obj,
+                   namespace=objects.meta_of(obj).get("namespace") or "default")
+
+    @property
+    def is_pod(self) -> bool:
+        return self.kind == "Pod" and self.group == "" and not self.sub_resource
+
+    @property
+    def is_workload(self) -> bool:
+        return workloads.is_workload(self.group, self.kind) and not self.sub_resource
+
+    @property
+    def type_name(self) -> str:
+        name = f"{self.group + '/' if self.group else ''}{self.kind}"
+        return name + (f"/{self.sub_resource}" if self.sub_resource else "")
+
+
+def handles(stage: Stage, subject: Subject) -> bool:
+    """Whether gpupool's webhook for ``stage`` is registered for this kind (manifests/)."""
+    return subject.is_pod or (stage is Stage.VALIDATE and subject.is_workload)
+
+
+def decide(stage: Stage, subject: Subject, view: ClusterView | None, policy: Policy
+           ) -> Decision:
+    if not handles(stage, subject):
+        # A webhook rule that sends us other kinds is a configuration slip: blocking
+        # unrelated objects over it would be worse than letting them through, loudly.
+        d = allow(Reason.KIND_NOT_HANDLED,
+                  message=f"/{stage.value} does not handle {subject.type_name}; "
+                          "check the webhook configuration's rules")
+        d.warn(f"gpupool: /{stage.value} does not handle {subject.type_name}; "
+               "allowed unchecked")
+        return d
+    if subject.operation not in ("CREATE", "UPDATE"):
+        return allow(Reason.NOT_A_POD, message=f"{subject.operation} is not checked")
+    obj = subject.object if isinstance(subject.object, Mapping) else {}
+    if subject.is_pod:
+        if subject.operation != "CREATE":
+            return allow(Reason.NOT_A_POD, message="pod updates cannot change routing")
+        decide_pod = pods.mutate if stage.mutating else pods.validate
+        return decide_pod(obj, subject.namespace, view, policy)
+    if subject.operation == "UPDATE" and isinstance(subject.old_object, Mapping) and \
+            workloads.same_template(obj, subject.old_object, subject.kind):
+        # Labels, replicas, status...: blocking them would not fix any pod.
+        return allow(Reason.NOT_GPU_POD, message="pod template unchanged")
+    return _validate_workload(obj, subject, view, policy)
+
+
+@dataclass
+class Review:
+    """Both stages of one object, as the API server runs them. ``None``: the stage's webhook
+    is not registered for the object's kind, so the API server would not call it."""
+
+    mutation: Decision | None
+    validation: Decision | None
+
+    @property
+    def final(self) -> Decision:
+        """What the user sees: the first denial, else the mutation's routing with the
+        validation's findings and both stages' warnings."""
+        m, v = self.mutation, self.validation
+        if v is None or (m is not None and (not m.allowed or not m.gpu
+                                            or m.reason == Reason.CUSTOM_SCHEDULER)):
+            assert m is not None
+            return m
+        if m is None:
+            return v
+        out = replace(v, reason=m.reason if v.allowed else v.reason,
+                      message=m.message if v.allowed else v.message, pool=m.pool,
+                      scheduler_name=m.scheduler_name, patch=m.patch, warnings=[])
+        for w in m.warnings + v.warnings:
+            out.warn(w)
+        return out
+
+
+def review(subject: Subject, view: ClusterView | None, policy: Policy) -> Review:
+    m = decide(Stage.MUTATE, subject, view, policy) if handles(Stage.MUTATE, subject) else None
+    if m is not None and not m.allowed:
+        return Review(m, None)
+    if m is not None and m.patch and isinstance(subject.object, Mapping):
+        subject = replace(subject, object=patch.apply(dict(subject.object), m.patch))
+    v = decide(Stage.VALIDATE, subject, view, policy) \
+        if handles(Stage.VALIDATE, subject) else None
+    return Review(m, v)
+
+
+def review_pod(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | None,
+               policy: Policy) -> Decision:
+    """What a user sees when creating ``pod`` in ``namespace``."""
+    return review(Subject(kind="Pod", object=pod, namespace=namespace), view, policy).final
+
+
+def _validate_workload(obj: Mapping[str, Any], subject: Subject, view: ClusterView | None,
+                       policy: Policy) -> Decision:
+    """Decide on a workload as its pods would be decided; deny or warn per policy.
+
+    The decision's patch is what gpupool's /mutate will give each pod, placed at the pod
+    template's path: it is never sent (a validating reply carries no patch), but ``check``
+    shows it so a user can see, and apply, what the pods will get."""
+    kind, namespace = subject.kind, subject.namespace
+    pod = workloads.template_pod(obj, kind, namespace)
+    if pod is None or policy.workload_templates == "off":
+        return allow(Reason.NOT_GPU_POD)
+    inner = review_pod(pod, namespace, view, policy)
+    who = objects.describe(obj, namespace, kind)
+    template_patch = workloads.template_patch(obj, kind, inner.patch)
+    if inner.allowed:
+        out = allow(inner.reason, gpu=inner.gpu, pool=inner.pool,
+                    scheduler_name=inner.scheduler_name, nodes=inner.nodes,
+                    patch=template_patch, message=f"{who}: pods would be admitted")
+        for w in inner.warnings:
+            out.warn(w)
+        return out
+    message = f"{who}: its pods would be denied: {inner.message}"
+    if policy.workload_templates == "warn":
+        out = allow(inner.reason, gpu=True, pool=inner.pool, message=message, nodes=inner.nodes,
+                    scheduler_name=inner.scheduler_name)
+        out.warn(f"gpupool: pods of this {kind} would be denied ({inner.reason}); "
+                 "see gpupool check")
+        return out
+    return deny(inner.reason, message, gpu=True, pool=inner.pool, nodes=inner.nodes,
+                scheduler_name=inner.scheduler_name)

@@ -1,0 +1,238 @@
+"""Node selectors and required node affinity: which pools they admit, which nodes they match,
+and the patch that pins a pod to one pool.
+
+Required node-selector terms are ORed and the expressions inside a term ANDed, so a pool
+constraint must be added to *every* term: added to one, the others would still let the pod
+land anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from webhook.engine import patch
+from webhook.engine.patch import Op
+from webhook.engine.policy import Policy
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_AFFINITY_PATH = ("spec", "affinity", "nodeAffinity", REQUIRED, "nodeSelectorTerms")
+
+
+def required_terms(spec: Mapping[str, Any]) -> list[Any] | None:
+    """The pod's required nodeSelectorTerms, or None when it has none (or they are malformed)."""
+    aff = spec.get("affinity")
+    node_aff = aff.get("nodeAffinity") if isinstance(aff, dict) else None
+    req = node_aff.get(REQUIRED) if isinstance(node_aff, dict) else None
+    terms = req.get("nodeSelectorTerms") if isinstance(req, dict) else None
+    return terms if isinstance(terms, list) else None
+
+
+def expressions(term: Any, field: str = "matchExpressions") -> list[Mapping[str, Any]]:
+    if not isinstance(term, dict):
+        return []
+    exprs = term.get(field)
+    if not isinstance(exprs, list):
+        return []
+    return [e for e in exprs if isinstance(e, dict)]
+
+
+def expression_values(expr: Mapping[str, Any]) -> list[str]:
+    vals = expr.get("values")
+    return [v for v in vals if isinstance(v, str)] if isinstance(vals, list) else []
+
+
+# ------------------------------------------------------------------ pools admitted
+
+
+def _pools_for_expression(expr: Mapping[str, Any], policy: Policy,
+                          everything: frozenset[str]) -> frozenset[str]:
+    """Pools whose nodes can satisfy one expression on the pool label."""
+    op = expr.get("operator")
+    values = expression_values(expr)
+    default = policy.default_pool
+    if op == "In":
+        return frozenset(policy.pool_for_label_value(v) for v in values)
+    if op == "NotIn":
+        excluded = set(values)
+        keep = {p.name for p in policy.pools
+                if p.name != default and set(p.label_values) - excluded}
+        # An unlabelled GPU node belongs to the default pool and always satisfies NotIn.
+        return frozenset(keep | {default})
+    if op == "DoesNotExist":
+        return frozenset({default})
+    return everything  # Exists, Gt, Lt, or anything unknown: no narrowing we can prove.
+
+
+def pools_admitted(spec: Mapping[str, Any], policy: Policy) -> frozenset[str]:
+    """The pools whose nodes the pod's nodeSelector and required node affinity allow.
+
+    Only constraints on the pool label count; everything else may or may not match a node of
+    any pool, so it narrows nothing. All pools back means "not pinned".
+    """
+    everything = frozenset(policy.by_name)
+    admitted = everything
+    selector = spec.get("nodeSelector")
+    if isinstance(selector, dict) and isinstance(selector.get(policy.pool_label), str):
+        admitted = frozenset({policy.pool_for_label_value(selector[policy.pool_label])})
+    terms = required_terms(spec)
+    if terms:
+        union: set[str] = set()
+        for term in terms:
+            term_pools = everything
+            for expr in expressions(term):
+                if expr.get("key") == policy.pool_label:
+                    term_pools = term_pools & _pools_for_expression(expr, policy, everything)
+            union |= term_pools
+        admitted = admitted & frozenset(union)
+    return admitted
+
+
+def pinned_node_names(spec: Mapping[str, Any]) -> list[str]:
+    """Node names the pod is limited to when every required term names nodes through
+    ``matchFields metadata.name In`` (how the DaemonSet controller pins its pods); else []."""
+    terms = required_terms(spec)
+    if not terms:
+        return []
+    names: list[str] = []
+    for term in terms:
+        fields = [f for f in expressions(term, "matchFields")
+                  if f.get("key") == "metadata.name" and f.get("operator") == "In"]
+        if not fields:
+            return []
+        names.extend(v for v in expression_values(fields[0]) if v not in names)
+    return names
+
+
+def pool_constraint_source(spec: Mapping[str, Any], policy: Policy) -> str:
+    """Human words for where a pod's pool constraint comes from, for denial messages."""
+    selector = spec.get("nodeSelector")
+    if isinstance(selector, dict) and policy.pool_label in selector:
+        return f"nodeSelector {policy.pool_label}={selector[policy.pool_label]}"
+    return f"required node affinity on {policy.pool_label}"
+
+
+# ------------------------------------------------------------------ the pinning expression
+
+
+def pool_expression(policy: Policy, pool: str) -> dict[str, Any] | None:
+    """The expression that keeps a pod on ``pool``'s nodes, or None when nothing is needed.
+
+    A named pool is ``In`` its label values. The default pool also owns every node whose label
+    is absent or unknown, so it is expressed as ``NotIn`` every other pool's values.
+    """
+    if pool != policy.default_pool:
+        return {"key": policy.pool_label, "operator": "In",
+                "values": list(policy.by_name[pool].label_values)}
+    others = [v for p in policy.pools if p.name != pool for v in p.label_values]
+    if not others:
+        return None
+    return {"key": policy.pool_label, "operator": "NotIn", "values": others}
+
+
+def _same_expression(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return (a.get("key") == b.get("key") and a.get("operator") == b.get("operator")
+            and sorted(expression_values(a)) == sorted(expression_values(b))
+            and isinstance(a.get("values"), list))
+
+
+def term_has(term: Any, expr: Mapping[str, Any]) -> bool:
+    return any(_same_expression(e, expr) for e in expressions(term))
+
+
+def affinity_patch(pod: Mapping[str, Any], expr: Mapping[str, Any]) -> list[Op]:
+    """Ops adding ``expr`` to every required nodeSelectorTerm, creating what is missing.
+
+    Preferred terms are never touched. Terms that already hold the expression are left as
+    they are, which is what makes a second pass produce no operations.
+    """
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    value = dict(expr)
+    new_term = {"matchExpressions": [value]}
+    levels = _AFFINITY_PATH[1:]
+    cur: Any = spec
+    for depth, token in enumerate(levels):
+        nxt = cur.get(token) if isinstance(cur, dict) else None
+        is_last = depth == len(levels) - 1
+        if not isinstance(nxt, list if is_last else Mapping):
+            nested: Any = [new_term]
+            for t in reversed(levels[depth + 1:]):
+                nested = {t: nested}
+            return [patch.add(patch.pointer("spec", *levels[: depth + 1]), nested)]
+        cur = nxt
+    terms = cur
+    base = patch.pointer(*_AFFINITY_PATH)
+    if not terms:
+        return [patch.replace(base, [new_term])]
+    ops: list[Op] = []
+    for i, term in enumerate(terms):
+        if term_has(term, expr):
+            continue
+        if not isinstance(term, dict):
+            ops.append(patch.replace(f"{base}/{i}", new_term))
+        elif isinstance(term.get("matchExpressions"), list):
+            ops.append(patch.add(f"{base}/{i}/matchExpressions/-", value))
+        else:
+            ops.append(patch.add(f"{base}/{i}/matchExpressions", [value]))
+    return ops
+
+
+# ------------------------------------------------------------------ node matching
+
+
+def expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key = expr.get("key")
+    op = expr.get("operator")
+    values = expression_values(expr)
+    present = isinstance(key, str) and key in labels
+    if op == "In":
+        return present and labels[key] in values
+    if op == "NotIn":
+        return not present or labels[key] not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt") and present and len(values) == 1:
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def term_matches(term: Any, labels: Mapping[str, str], name: str) -> bool:
+    """A nodeSelectorTerm matches when all its expressions and fields do; empty matches none."""
+    exprs = expressions(term)
+    fields = expressions(term, "matchFields")
+    if not exprs and not fields:
+        return False
+    if not all(expression_matches(e, labels) for e in exprs):
+        return False
+    return all(expression_matches(f, {"metadata.name": name}) for f in fields)
+
+
+def node_matches(spec: Mapping[str, Any], labels: Mapping[str, str], name: str) -> bool:
+    """Does the pod's nodeName, nodeSelector and required node affinity allow this node?"""
+    node_name = spec.get("nodeName")
+    if isinstance(node_name, str) and node_name and node_name != name:
+        return False
+    selector = spec.get("nodeSelector")
+    if isinstance(selector, dict):
+        for k, v in selector.items():
+            if labels.get(k) != v:
+                return False
+    terms = required_terms(spec)
+    if terms:
+        return any(term_matches(t, labels, name) for t in terms)
+    return True
+
+
+def selector_label_pairs(spec: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
+    """(key, value) pairs every matching node must carry: used to narrow by label index."""
+    selector = spec.get("nodeSelector")
+    if isinstance(selector, dict):
+        for k, v in selector.items():
+            if isinstance(k, str) and isinstance(v, str):
+                yield k, v

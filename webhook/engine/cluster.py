@@ -1,0 +1,291 @@
+"""The cluster view the policy engine decides against: nodes and namespace labels.
+
+Admission must never call the API server on the request path, so the server keeps this view
+up to date from a watch and the engine only reads it. Nodes are reduced on the way in to what
+decisions use (labels, taints, GPU registrations, CDI inventory), label strings are interned,
+and nodes are indexed by their pool label value so a pool's nodes are found without scanning
+the cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
+from webhook.engine import hami, objects
+from webhook.engine.labels import NodeLabels
+from webhook.engine.policy import Policy
+
+T = TypeVar("T")
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+_MEMO_SIZE = 4096
+
+
+def _intern_map(m: Any) -> dict[str, str]:
+    if not isinstance(m, Mapping):
+        return {}
+    return {sys.intern(k): sys.intern(v) for k, v in m.items()
+            if isinstance(k, str) and isinstance(v, str)}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What admission needs to know about one node."""
+
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Mapping[str, Any], ...] = ()
+    extended_resources: frozenset[str] = frozenset()
+    gpus: tuple[hami.RegisteredGPU, ...] = ()
+    register_error: str | None = None
+    inventory: Inventory | None = None
+    inventory_error: str | None = None
+    fingerprint: Any = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> NodeInfo:
+        """Build from a Node as the API returns it (camelCase dict); tolerant of missing parts."""
+        meta = objects.meta_of(obj)
+        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+        status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError("node has no metadata.name")
+        annotations = meta.get("annotations")
+        if not isinstance(annotations, Mapping):
+            annotations = {}
+        gpus: tuple[hami.RegisteredGPU, ...] = ()
+        register_error = None
+        raw_register = annotations.get(hami.REGISTER_ANNOTATION)
+        if isinstance(raw_register, str):
+            try:
+                gpus = hami.parse_register(raw_register)
+            except hami.RegisterError as exc:
+                register_error = f"{hami.REGISTER_ANNOTATION}: {exc}"
+        inventory = None
+        inventory_error = None
+        raw_inventory = annotations.get(INVENTORY_ANNOTATION)
+        if isinstance(raw_inventory, str):
+            try:
+                inventory = parse_inventory(raw_inventory)
+            except InventoryError as exc:
+                inventory_error = f"{INVENTORY_ANNOTATION}: {exc}"
+        extended: set[str] = set()
+        for part in ("capacity", "allocatable"):
+            res = status.get(part)
+            if isinstance(res, Mapping):
+                extended.update(sys.intern(k) for k in res if isinstance(k, str) and "/" in k)
+        taints = tuple(t for t in spec.get("taints") or () if isinstance(t, Mapping))
+        labels = NodeLabels.build(meta.get("labels"), name)
+        # A digest of exactly what decisions read: status heartbeats leave it unchanged, so
+        # they never invalidate the view's memo.
+        fingerprint = hashlib.blake2b(repr((sorted(labels.items()), taints, raw_register,
+                                            raw_inventory, sorted(extended))).encode(),
+                                      digest_size=16).digest()
+        return cls(name=sys.intern(name), labels=labels, taints=taints,
+                   extended_resources=frozenset(extended), gpus=gpus,
+                   register_error=register_error, inventory=inventory,
+                   inventory_error=inventory_error,
+                   fingerprint=fingerprint)
+
+    def is_gpu_node(self, policy: Policy) -> bool:
+        return (self.labels.get(GPU_PRESENT_LABEL) == "true" or bool(self.gpus)
+                or self.inventory is not None or policy.pool_label in self.labels
+                or any(policy.is_gpu_resource(r) for r in self.extended_resources))
+
+    def gpu_uuids(self) -> tuple[str, ...]:
+        """UUIDs HAMi registered, else those the CDI inventory saw on the node."""
+        if self.gpus:
+            return tuple(g.uuid for g in self.gpus)
+        if self.inventory is not None:
+            return self.inventory.gpu_uuids
+        return ()
+
+
+class ClusterView:
+    """Thread-safe node and namespace cache with a pool-label index and a memo per version.
+
+    Every change that matters to decisions bumps ``version``; memoised results (candidate
+    nodes for a pod shape, say) are keyed on it, so repeated pods from one workload cost one
+    scan per cluster change rather than one per request.
+    """
+
+    def __init__(self, pool_label: str = "gpupool.io/pool") -> None:
+        self._lock = threading.RLock()
+        self._nodes: dict[str, NodeInfo] = {}
+        self._namespaces: dict[str, dict[str, str]] = {}
+        self._by_pool_value: dict[str | None, set[str]] = {}
+        # Per-node labels are indexed pair by pair; shared label dicts by the nodes using them.
+        self._by_own_label: dict[tuple[str, str], set[str]] = {}
+        self._by_shared: dict[int, tuple[Mapping[str, str], set[str]]] = {}
+        self._pool_label = pool_label
+        self._memo: OrderedDict[Any, Any] = OrderedDict()
+        self.version = 0
+
+    # ---------------------------------------------------------------- writes
+
+    def _bump(self) -> None:
+        self.version += 1
+        self._memo.clear()
+
+    def set_pool_label(self, pool_label: str) -> None:
+        with self._lock:
+            if pool_label == self._pool_label:
+                return
+            self._pool_label = pool_label
+            self._by_pool_value = {}
+            for n in self._nodes.values():
+                self._by_pool_value.setdefault(n.labels.get(pool_label), set()).add(n.name)
+            self._bump()
+
+    def upsert_node(self, node: NodeInfo) -> bool:
+        """Store a node; returns False (and keeps the version) when nothing relevant changed."""
+        with self._lock:
+            old = self._nodes.get(node.name)
+            if old is not None and old.fingerprint == node.fingerprint and node.fingerprint:
+                return False
+            if old is not None:
+                self._unindex(old)
+            self._nodes[node.name] = node
+            self._index(node)
+            self._bump()
+            return True
+
+    def _index(self, node: NodeInfo) -> None:
+        self._by_pool_value.setdefault(node.labels.get(self._pool_label), set()).add(node.name)
+        labels = node.labels
+        if isinstance(labels, NodeLabels):
+            own, shared = labels.own, labels.shared
+        else:
+            own, shared = labels, {}
+        for pair in own.items():
+            self._by_own_label.setdefault(pair, set()).add(node.name)
+        self._by_shared.setdefault(id(shared), (shared, set()))[1].add(node.name)
+
+    def _unindex(self, node: NodeInfo) -> None:
+        key = node.labels.get(self._pool_label)
+        bucket = self._by_pool_value.get(key)
+        if bucket is not None:
+            bucket.discard(node.name)
+            if not bucket:
+                del self._by_pool_value[key]
+        labels = node.labels
+        own, shared = (labels.own, labels.shared) if isinstance(labels, NodeLabels) \
+            else (labels, {})
+        for pair in own.items():
+            names = self._by_own_label.get(pair)
+            if names is not None:
+                names.discard(node.name)
+                if not names:
+                    del self._by_own_label[pair]
+        entry = self._by_shared.get(id(shared))
+        if entry is not None:
+            entry[1].discard(node.name)
+            if not entry[1]:
+                del self._by_shared[id(shared)]
+
+    def delete_node(self, name: str) -> None:
+        with self._lock:
+            old = self._nodes.pop(name, None)
+            if old is not None:
+                self._unindex(old)
+                self._bump()
+
+    def replace_nodes(self, nodes: Iterable[NodeInfo]) -> None:
+        """Swap in a full listing (initial list or relist after the watch expired)."""
+        with self._lock:
+            self._nodes = {}
+            self._by_pool_value = {}
+            self._by_own_label = {}
+            self._by_shared = {}
+            for n in nodes:
+                self._nodes[n.name] = n
+                self._index(n)
+            self._bump()
+
+    def set_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
+        with self._lock:
+            if labels is None:
+                self._namespaces.pop(name, None)
+            else:
+                self._namespaces[name] = _intern_map(labels)
+            self._bump()
+
+    def replace_namespaces(self, namespaces: Mapping[str, Mapping[str, str]]) -> None:
+        with self._lock:
+            self._namespaces = {k: _intern_map(v) for k, v in namespaces.items()}
+            self._bump()
+
+    # ---------------------------------------------------------------- reads
+
+    def node(self, name: str) -> NodeInfo | None:
+        return self._nodes.get(name)
+
+    def namespace_labels(self, name: str) -> Mapping[str, str] | None:
+        return self._namespaces.get(name)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def nodes(self) -> list[NodeInfo]:
+        with self._lock:
+            return list(self._nodes.values())
+
+    def names_with_label(self, key: str, value: str) -> frozenset[str]:
+        """Names of nodes carrying ``key=value``, from the label index (no scan)."""
+        with self._lock:
+            found = set(self._by_own_label.get((key, value), ()))
+            for shared, members in self._by_shared.values():
+                if shared.get(key) == value:
+                    found |= members
+            return frozenset(found)
+
+    def pool_nodes(self, policy: Policy, pool: str) -> tuple[NodeInfo, ...]:
+        """GPU nodes of one pool, via the pool-label index; memoised per version."""
+        def compute() -> tuple[NodeInfo, ...]:
+            with self._lock:
+                if self._pool_label != policy.pool_label:
+                    self.set_pool_label(policy.pool_label)
+                if pool == policy.default_pool:
+                    names: set[str] = set()
+                    for value, bucket in self._by_pool_value.items():
+                        if policy.pool_for_label_value(value) == pool:
+                            names |= bucket
+                else:
+                    names = set()
+                    for value in policy.by_name[pool].label_values:
+                        names |= self._by_pool_value.get(value, set())
+                found = (self._nodes[n] for n in sorted(names))
+                return tuple(n for n in found if n.is_gpu_node(policy))
+        return self.memo(("pool-nodes", policy.cache_key, pool), compute)
+
+    def memo(self, key: Any, compute: Callable[[], T]) -> T:
+        """Cache ``compute()`` under ``key`` until the view next changes (bounded, LRU)."""
+        with self._lock:
+            version = self.version
+            hit = self._memo.get(key)
+            if hit is not None:
+                self._memo.move_to_end(key)
+                return hit  # type: ignore[no-any-return]
+        value = compute()
+        with self._lock:
+            if self.version == version:
+                self._memo[key] = value
+                if len(self._memo) > _MEMO_SIZE:
+                    self._memo.popitem(last=False)
+        return value
+
+
+def view_from_objects(objects: Iterable[Mapping[str, Any]], policy: Policy | None = None,
+                      namespaces: Mapping[str, Mapping[str, str]] | None = None) -> ClusterView:
+    """A view from Node objects (and optional namespace labels), for offline use and tests."""
+    view = ClusterView(policy.pool_label if policy else "gpupool.io/pool")
+    view.replace_nodes(NodeInfo.from_object(o) for o in objects)
+    view.replace_namespaces(namespaces or {})
+    return view

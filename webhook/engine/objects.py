@@ -1,0 +1,27 @@
+"""How gpupool names the objects it speaks about, in messages and audit records alike."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def meta_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    """The object's name, or ``generateName*`` before the API server has picked one."""
+    meta = meta_of(obj)
+    if meta.get("name"):
+        return str(meta["name"])
+    if isinstance(meta.get("generateName"), str) and meta["generateName"]:
+        return meta["generateName"] + "*"
+    return ""
+
+
+def describe(obj: Mapping[str, Any], namespace: str | None, kind: str) -> str:
+    """'<kind> ns/name': every message says which object it is about."""
+    ns = namespace or meta_of(obj).get("namespace") or ""
+    return f"{kind} {ns + '/' if ns else ''}{name_of(obj) or '(unnamed)'}"

@@ -1,0 +1,324 @@
+"""The PoolPolicy: which node pools exist, how nodes and pods map to them, what each needs.
+
+Parsing is strict on purpose: a typo in a policy that silently falls back to defaults would
+route pods to the wrong scheduler on every create, so every unknown or ill-typed field is an
+error that names its path (``pools[1].schedulerName``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import yaml
+
+API_VERSION = "gpupool.io/v1alpha1"
+KIND = "PoolPolicy"
+
+#: Pod and namespace label that names a pool explicitly; the annotation records our choice.
+POOL_LABEL = "gpupool.io/pool"
+POOL_ANNOTATION = "gpupool.io/pool"
+#: HAMi's webhook skips objects carrying this label (its objectSelector excludes them).
+HAMI_IGNORE_LABEL = "hami.io/webhook"
+HAMI_IGNORE_VALUE = "ignore"
+
+CDI_REQUIRE = ("perGPU", "anyDevice", "none")
+CDI_WHEN = ("runtimeUsesCDI", "always")
+ON_FINDING = ("warn", "deny")
+WORKLOAD_TEMPLATES = ("deny", "warn", "off")
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_CDI_NAME = r"[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?"
+_CDI_KIND = re.compile(rf"^{_CDI_NAME}/{_CDI_NAME}$")
+
+
+class PolicyError(ValueError):
+    """A policy document that cannot be used; the message names the offending field."""
+
+
+def is_qualified_name(key: str) -> bool:
+    """Kubernetes qualified name (label/annotation key): optional DNS prefix, name <= 63."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(_LABEL_NAME.match(name))
+
+
+def is_label_value(value: str) -> bool:
+    return value == "" or (len(value) <= 63 and bool(_LABEL_NAME.match(value)))
+
+
+@dataclass(frozen=True)
+class CDIRequirement:
+    """What a pool's pods need from a node's CDI inventory.
+
+    ``require``: ``perGPU`` (a device of ``kind`` named after every GPU UUID the pod may get),
+    ``anyDevice`` (at least one device of ``kind``) or ``none``. ``kind`` is a CDI kind or
+    ``runtimeDefault`` (the kind the NVIDIA runtime qualifies bare names with).
+    ``when``: ``runtimeUsesCDI`` checks only nodes whose runtime resolves devices through CDI.
+    """
+
+    require: str = "none"
+    kind: str = "runtimeDefault"
+    when: str = "runtimeUsesCDI"
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    scheduler_name: str
+    label_values: tuple[str, ...] = ()
+    exclusive_resources: tuple[str, ...] = ()
+    exclusive_annotations: tuple[str, ...] = ()
+    cdi: CDIRequirement = field(default_factory=CDIRequirement)
+
+
+@dataclass(frozen=True)
+class Policy:
+    pool_label: str
+    default_pool: str
+    gpu_resources: tuple[str, ...]
+    pools: tuple[Pool, ...]
+    hami_scheduler_name: str = "hami-scheduler"
+    non_cdi_runtime_classes: tuple[str, ...] = ("nvidia-legacy",)
+    on_no_candidates: str = "warn"
+    on_missing_inventory: str = "warn"
+    workload_templates: str = "deny"
+    audit_mutations: bool = False
+
+    @cached_property
+    def cache_key(self) -> int:
+        """Stable per policy content; memo keys use it instead of hashing the whole policy."""
+        return hash((self.pool_label, self.default_pool, self.gpu_resources, self.pools,
+                     self.non_cdi_runtime_classes, self.on_no_candidates,
+                     self.on_missing_inventory, self.hami_scheduler_name))
+
+    @cached_property
+    def by_name(self) -> dict[str, Pool]:
+        return {p.name: p for p in self.pools}
+
+    @cached_property
+    def pool_by_label_value(self) -> dict[str, str]:
+        return {v: p.name for p in self.pools for v in p.label_values}
+
+    @cached_property
+    def schedulers(self) -> frozenset[str]:
+        return frozenset(p.scheduler_name for p in self.pools)
+
+    @cached_property
+    def _exact_gpu_resources(self) -> frozenset[str]:
+        return frozenset(r for r in self.gpu_resources if not _is_pattern(r))
+
+    @cached_property
+    def _gpu_resource_patterns(self) -> tuple[str, ...]:
+        return tuple(r for r in self.gpu_resources if _is_pattern(r))
+
+    def is_gpu_resource(self, name: str) -> bool:
+        if name in self._exact_gpu_resources:
+            return True
+        return any(fnmatch.fnmatchcase(name, p) for p in self._gpu_resource_patterns)
+
+    def pool_for_label_value(self, value: str | None) -> str:
+        """The pool of a node whose ``poolLabel`` has this value (None: label absent)."""
+        if value is None:
+            return self.default_pool
+        return self.pool_by_label_value.get(value, self.default_pool)
+
+    def is_hami_pool(self, pool: str) -> bool:
+        return self.by_name[pool].scheduler_name == self.hami_scheduler_name
+
+    @property
+    def pool_names(self) -> list[str]:
+        return [p.name for p in self.pools]
+
+
+def _is_pattern(name: str) -> bool:
+    return any(c in name for c in "*?[")
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class _Fields:
+    """Reads a mapping field by field and fails on what is left over or ill-typed."""
+
+    def __init__(self, data: Any, path: str) -> None:
+        if not isinstance(data, Mapping):
+            raise PolicyError(f"{path or 'policy'}: expected a mapping, got {_type(data)}")
+        self.data = dict(data)
+        self.path = path
+        self.seen: set[str] = set()
+
+    def _p(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., *,
+            required: bool = False) -> Any:
+        self.seen.add(key)
+        if key not in self.data:
+            if required:
+                raise PolicyError(f"{self._p(key)}: required field is missing")
+            return default
+        value = self.data[key]
+        if kind is str and not isinstance(value, str):
+            raise PolicyError(f"{self._p(key)}: expected a string, got {_type(value)}")
+        if kind is bool and not isinstance(value, bool):
+            raise PolicyError(f"{self._p(key)}: expected true or false, got {_type(value)}")
+        if kind is list and not isinstance(value, list):
+            raise PolicyError(f"{self._p(key)}: expected a list, got {_type(value)}")
+        if kind is dict and not isinstance(value, Mapping):
+            raise PolicyError(f"{self._p(key)}: expected a mapping, got {_type(value)}")
+        return value
+
+    def strings(self, key: str, default: Iterable[str] = (), *,
+                check: Any = None, what: str = "") -> tuple[str, ...]:
+        value = self.get(key, list, None)
+        if value is None:
+            return tuple(default)
+        out: list[str] = []
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise PolicyError(f"{self._p(key)}[{i}]: expected a string, got {_type(item)}")
+            if check is not None and not check(item):
+                raise PolicyError(f"{self._p(key)}[{i}]: {item!r} is not a valid {what}")
+            if item in out:
+                raise PolicyError(f"{self._p(key)}[{i}]: duplicate value {item!r}")
+            out.append(item)
+        return tuple(out)
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.get(key, str, default)
+        if value not in choices:
+            raise PolicyError(f"{self._p(key)}: {value!r} is not one of {', '.join(choices)}")
+        return value
+
+    def done(self) -> None:
+        extra = sorted(set(self.data) - self.seen)
+        if extra:
+            raise PolicyError(f"{self._p(extra[0])}: unknown field")
+
+
+def _type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _resource_name(name: str) -> bool:
+    return is_qualified_name(name.replace("*", "x").replace("?", "x"))
+
+
+def _parse_cdi(data: Any, path: str) -> CDIRequirement:
+    f = _Fields(data, path)
+    require = f.choice("require", CDI_REQUIRE, "none")
+    kind = f.get("kind", str, "runtimeDefault")
+    if kind != "runtimeDefault" and not _CDI_KIND.match(kind):
+        raise PolicyError(f"{path}.kind: {kind!r} is neither runtimeDefault nor a CDI kind "
+                          "(vendor/class, e.g. nvidia.com/gpu)")
+    when = f.choice("when", CDI_WHEN, "runtimeUsesCDI")
+    f.done()
+    return CDIRequirement(require=require, kind=kind, when=when)
+
+
+def _parse_pool(data: Any, path: str) -> Pool:
+    f = _Fields(data, path)
+    name = f.get("name", str, required=True)
+    if not _DNS_LABEL.match(name) or len(name) > 63:
+        raise PolicyError(f"{path}.name: {name!r} is not a DNS label (lowercase, digits, '-')")
+    scheduler = f.get("schedulerName", str, required=True)
+    if not _DNS_SUBDOMAIN.match(scheduler):
+        raise PolicyError(f"{path}.schedulerName: {scheduler!r} is not a valid scheduler name")
+    values = f.strings("labelValues", check=lambda v: v != "" and is_label_value(v),
+                       what="label value")
+    exclusive = f.strings("exclusiveResources", check=_resource_name, what="resource name")
+    annotations = f.strings("exclusiveAnnotations", check=is_qualified_name,
+                            what="annotation key")
+    cdi_raw = f.get("cdi", dict, None)
+    cdi = _parse_cdi(cdi_raw, f"{path}.cdi") if cdi_raw is not None else CDIRequirement()
+    f.done()
+    return Pool(name=name, scheduler_name=scheduler, label_values=values,
+                exclusive_resources=exclusive, exclusive_annotations=annotations, cdi=cdi)
+
+
+def parse_policy(data: Any) -> Policy:
+    """Build a Policy from a decoded YAML/JSON document, or raise PolicyError."""
+    f = _Fields(data, "")
+    api_version = f.get("apiVersion", str, required=True)
+    if api_version != API_VERSION:
+        raise PolicyError(f"apiVersion: {api_version!r} is not supported (want {API_VERSION})")
+    kind = f.get("kind", str, required=True)
+    if kind != KIND:
+        raise PolicyError(f"kind: {kind!r} is not {KIND}")
+    pool_label = f.get("poolLabel", str, POOL_LABEL)
+    if not is_qualified_name(pool_label):
+        raise PolicyError(f"poolLabel: {pool_label!r} is not a valid label key")
+    gpu_resources = f.strings("gpuResources", check=_resource_name, what="resource name")
+    if not gpu_resources:
+        raise PolicyError("gpuResources: at least one GPU resource name is required")
+    raw_pools = f.get("pools", list, required=True)
+    pools = tuple(_parse_pool(p, f"pools[{i}]") for i, p in enumerate(raw_pools))
+    if not pools:
+        raise PolicyError("pools: at least one pool is required")
+    names: dict[str, int] = {}
+    owner: dict[str, str] = {}
+    for i, pool in enumerate(pools):
+        if pool.name in names:
+            raise PolicyError(f"pools[{i}].name: duplicate pool {pool.name!r} "
+                              f"(also pools[{names[pool.name]}])")
+        names[pool.name] = i
+        for v in pool.label_values:
+            if v in owner:
+                raise PolicyError(f"pools[{i}].labelValues: {v!r} already belongs to pool "
+                                  f"{owner[v]!r}; a label value names one pool")
+            owner[v] = pool.name
+    default_pool = f.get("defaultPool", str, required=True)
+    if default_pool not in names:
+        raise PolicyError(f"defaultPool: {default_pool!r} is not a pool "
+                          f"(pools: {', '.join(names)})")
+    for i, pool in enumerate(pools):
+        if pool.name != default_pool and not pool.label_values:
+            raise PolicyError(f"pools[{i}].labelValues: pool {pool.name!r} is not the default "
+                              "pool, so it needs at least one label value to find its nodes")
+    excl_owner: dict[str, str] = {}
+    for i, pool in enumerate(pools):
+        for r in pool.exclusive_resources:
+            if r in excl_owner:
+                raise PolicyError(f"pools[{i}].exclusiveResources: {r!r} is already exclusive "
+                                  f"to pool {excl_owner[r]!r}")
+            excl_owner[r] = pool.name
+    hami_scheduler = f.get("hamiSchedulerName", str, "hami-scheduler")
+    non_cdi = f.strings("nonCDIRuntimeClasses", default=("nvidia-legacy",),
+                        check=lambda v: bool(_DNS_SUBDOMAIN.match(v)), what="RuntimeClass name")
+    on_no_candidates = f.choice("onNoCandidates", ON_FINDING, "warn")
+    on_missing_inventory = f.choice("onMissingInventory", ON_FINDING, "warn")
+    workload_templates = f.choice("workloadTemplates", WORKLOAD_TEMPLATES, "deny")
+    audit_raw = f.get("audit", dict, None)
+    audit_mutations = False
+    if audit_raw is not None:
+        af = _Fields(audit_raw, "audit")
+        audit_mutations = af.get("mutations", bool, False)
+        af.done()
+    f.done()
+    return Policy(pool_label=pool_label, default_pool=default_pool, gpu_resources=gpu_resources,
+                  pools=pools, hami_scheduler_name=hami_scheduler,
+                  non_cdi_runtime_classes=non_cdi, on_no_candidates=on_no_candidates,
+                  on_missing_inventory=on_missing_inventory,
+                  workload_templates=workload_templates, audit_mutations=audit_mutations)
+
+
+def load_policy_text(text: str, source: str = "policy") -> Policy:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{source}: not valid YAML: {exc}") from exc
+    try:
+        return parse_policy(data)
+    except PolicyError as exc:
+        raise PolicyError(f"{source}: {exc}") from None

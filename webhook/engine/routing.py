@@ -1,0 +1,151 @@
+"""Which pool a GPU pod belongs to.
+
+Evidence is taken in a fixed order: the pod's own label, where it is pinned (nodeName, then
+nodeSelector/affinity on the pool label), its namespace's label, resources or annotations only
+one pool serves, then the default pool. Later evidence never overrides earlier evidence, but
+it is still checked against it: a pod whose label says one pool while its nodeSelector says
+another cannot be placed without breaking one of them, so it is denied rather than guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.engine import affinity, objects
+from webhook.engine.cluster import ClusterView
+from webhook.engine.decision import Reason
+from webhook.engine.policy import POOL_LABEL, Policy
+
+
+@dataclass
+class Route:
+    pool: str | None = None
+    source: str = ""
+    admitted: frozenset[str] = frozenset()  # pools the pod's selector/affinity allow
+    denial: tuple[str, str] | None = None  # (reason, message)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _labels(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = meta.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _exclusive_pools(pod: Mapping[str, Any], spec: Mapping[str, Any], policy: Policy,
+                     gpu_resources: set[str]) -> dict[str, list[str]]:
+    """pool -> the resources/annotations in this pod that only that pool serves."""
+    annotations = _labels(pod.get("metadata") or {}, "annotations")
+    found: dict[str, list[str]] = {}
+    for pool in policy.pools:
+        hits = sorted(r for r in pool.exclusive_resources if r in gpu_resources)
+        hits += sorted(f"annotation {a}" for a in pool.exclusive_annotations if a in annotations)
+        if hits:
+            found[pool.name] = hits
+    return found
+
+
+def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | None,
+          policy: Policy, gpu_resources: set[str]) -> Route:
+    meta = objects.meta_of(pod)
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    out = Route()
+    known = ", ".join(policy.pool_names)
+
+    def bind(pool: str, source: str) -> bool:
+        """Take the first evidence; later evidence must agree or the pod is denied."""
+        if out.pool is None:
+            out.pool, out.source = pool, source
+            return True
+        if pool != out.pool:
+            out.denial = (Reason.POOL_CONFLICT,
+                          f"{source} puts the pod in pool {pool!r} but {out.source} puts it in "
+                          f"pool {out.pool!r}; remove one of them or make them agree")
+            return False
+        return True
+
+    # 1. The pod's own label.
+    label = _labels(meta, "labels").get(POOL_LABEL)
+    if label is not None:
+        if label not in policy.by_name:
+            out.denial = (Reason.UNKNOWN_POOL,
+                          f"label {POOL_LABEL}={label} names no pool; known pools: {known}")
+            return out
+        bind(label, f"label {POOL_LABEL}={label}")
+
+    # 2. Where the pod is pinned: nodeName, then nodeSelector / required affinity.
+    node_name = spec.get("nodeName")
+    if isinstance(node_name, str) and node_name:
+        node = view.node(node_name) if view is not None else None
+        if node is None:
+            out.warnings.append(f"node {node_name} is not in gpupool's node cache; "
+                                "its pool was not checked")
+        elif node.is_gpu_node(policy):
+            node_pool = policy.pool_for_label_value(node.labels.get(policy.pool_label))
+            if not bind(node_pool, f"spec.nodeName {node_name} (a node of pool {node_pool!r})"):
+                return out
+    # DaemonSet pods are pinned by matchFields on metadata.name: as good as a nodeName.
+    named = affinity.pinned_node_names(spec)
+    if named and view is not None:
+        nodes = [view.node(n) for n in named]
+        pools = {policy.pool_for_label_value(n.labels.get(policy.pool_label))
+                 for n in nodes if n is not None and n.is_gpu_node(policy)}
+        if len(pools) == 1 and all(n is not None for n in nodes):
+            (node_pool,) = pools
+            shown = ", ".join(named[:3]) + (" ..." if len(named) > 3 else "")
+            if not bind(node_pool, f"node affinity on metadata.name {shown} "
+                                   f"(nodes of pool {node_pool!r})"):
+                return out
+    admitted = out.admitted = affinity.pools_admitted(spec, policy)
+    if len(admitted) == 1:
+        (pinned,) = admitted
+        if not bind(pinned, affinity.pool_constraint_source(spec, policy)):
+            return out
+    elif not admitted:
+        out.denial = (Reason.POOL_CONFLICT,
+                      f"the pod's nodeSelector and required node affinity on "
+                      f"{policy.pool_label} admit no node of any pool ({known})")
+        return out
+    elif out.pool is not None and out.pool not in admitted:
+        out.denial = (Reason.POOL_CONFLICT,
+                      f"{affinity.pool_constraint_source(spec, policy)} allows only pools "
+                      f"{', '.join(sorted(admitted))} but {out.source} puts the pod in pool "
+                      f"{out.pool!r}")
+        return out
+
+    # 3. The namespace's label.
+    if out.pool is None and namespace and view is not None:
+        ns_labels = view.namespace_labels(namespace) or {}
+        ns_pool = ns_labels.get(POOL_LABEL)
+        if ns_pool is not None:
+            if ns_pool in policy.by_name and ns_pool in admitted:
+                bind(ns_pool, f"namespace {namespace} label {POOL_LABEL}={ns_pool}")
+            elif ns_pool not in policy.by_name:
+                out.warnings.append(f"namespace {namespace} label {POOL_LABEL}={ns_pool} "
+                                    "names no pool; ignored")
+
+    # 4. Resources or annotations only one pool serves.
+    exclusive = _exclusive_pools(pod, spec, policy, gpu_resources)
+    if len(exclusive) > 1:
+        parts = "; ".join(f"{', '.join(v)} only in pool {k!r}" for k, v in exclusive.items())
+        out.denial = (Reason.EXCLUSIVE_RESOURCE_CONFLICT,
+                      f"the pod asks for things no single pool serves: {parts}")
+        return out
+    for pool, hits in exclusive.items():
+        if out.pool is not None and out.pool != pool:
+            out.denial = (Reason.EXCLUSIVE_RESOURCE_CONFLICT,
+                          f"{', '.join(hits)} is served only by pool {pool!r}, but "
+                          f"{out.source} puts the pod in pool {out.pool!r}; drop "
+                          f"{hits[0]} or move the pod to pool {pool!r}")
+            return out
+        bind(pool, f"{hits[0]} (served only by pool {pool!r})")
+
+    # 5. The default pool.
+    if out.pool is None:
+        if policy.default_pool not in admitted:
+            # Pinned to several pools but none by name: take the first the pod allows.
+            bind(sorted(admitted)[0], affinity.pool_constraint_source(spec, policy))
+        else:
+            bind(policy.default_pool, "the default pool")
+    return out

@@ -1,0 +1,258 @@
+"""``gpupool agent``: publishes a node's CDI inventory on its own Node object.
+
+Runs as a DaemonSet on GPU nodes with the CDI spec directories and runtime configs mounted
+read-only. It rescans when the directories change (inotify, with a polling fallback) and
+writes the ``gpupool.io/cdi-inventory`` annotation only when what it would write differs
+from what the node already carries, so a steady node costs the API server nothing.
+
+A file that stops parsing right after it changed is most likely being rewritten: its last good
+parse stands in for ``settle_seconds`` before the file is reported broken, so a half-written
+spec never makes devices flicker out of the inventory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime as dt
+import logging
+import os
+import random
+import select
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
+from webhook.node import specdirs as registry
+from webhook.node.runtime import (
+    ContainerdConfig,
+    NvidiaConfig,
+    RuntimeConfigError,
+    read_containerd_config,
+    read_nvidia_config,
+    runtime_info,
+)
+from webhook.node.spec import CDIError, Spec
+
+log = logging.getLogger(__name__)
+#: Backoff jitter from a private generator: never perturbs anyone else's random state.
+_JITTER = random.Random()
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Observer:
+    """Turns spec directories and runtime configs into an Inventory."""
+
+    spec_dirs: Sequence[str] | None = None
+    nvidia_config: str | None = None
+    containerd_config: str | None = None
+    settle_seconds: float = 5.0
+    clock: Callable[[], float] = time.time
+    _last_good: dict[str, tuple[Spec, int]] = field(default_factory=dict)
+    pending: bool = False  # a file is mid-rewrite: rescan after it settles
+
+    def _loader(self, path: str) -> Spec:
+        try:
+            spec = registry.load_file(path)
+        except CDIError:
+            good = self._last_good.get(path)
+            try:
+                mtime = os.stat(path).st_mtime
+            except OSError:
+                mtime = 0.0
+            if good is not None and self.clock() - mtime < self.settle_seconds:
+                self.pending = True
+                log.info("%s does not parse yet (being written?); keeping its last good "
+                         "content for now", path)
+                return good[0]
+            self._last_good.pop(path, None)
+            raise
+        self._last_good[path] = (spec, os.stat(path).st_mtime_ns)
+        return spec
+
+    def observe(self) -> Inventory:
+        errors: list[tuple[str, str]] = []
+        nvidia: NvidiaConfig | None = None
+        containerd: ContainerdConfig | None = None
+        if self.nvidia_config:
+            try:
+                nvidia = read_nvidia_config(self.nvidia_config)
+            except RuntimeConfigError as exc:
+                errors.append((self.nvidia_config, str(exc)))
+        if self.containerd_config:
+            try:
+                containerd = read_containerd_config(self.containerd_config)
+            except RuntimeConfigError as exc:
+                errors.append((self.containerd_config, str(exc)))
+        dirs = list(self.spec_dirs or (containerd.spec_dirs if containerd else
+                                       registry.DEFAULT_SPEC_DIRS))
+        self.pending = False
+        reg = registry.scan(dirs, loader=self._loader)
+        live = {s.path for s in reg.specs}
+        for path in list(self._last_good):
+            if path not in live:
+                del self._last_good[path]
+        rt = runtime_info(nvidia, containerd, source=self.nvidia_config)
+        return Inventory(kinds=reg.kinds(), runtime=rt, errors=tuple(errors + reg.error_list()),
+                         observed_at=_now())
+
+    def watch_paths(self) -> list[str]:
+        paths = list(self.spec_dirs or registry.DEFAULT_SPEC_DIRS)
+        for cfg in (self.nvidia_config, self.containerd_config):
+            if cfg:
+                paths.append(os.path.dirname(os.path.abspath(cfg)))
+        return paths
+
+
+# ------------------------------------------------------------------ publishing
+
+
+class NodeClient(Protocol):
+    def get_annotation(self) -> str | None: ...
+    def set_annotation(self, value: str) -> None: ...
+
+
+class KubeNodeClient:
+    """Reads and patches one annotation of one Node, and nothing else."""
+
+    def __init__(self, api: Any, node_name: str) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api)
+        self.node_name = node_name
+
+    def get_annotation(self) -> str | None:
+        node = self.core.read_node(self.node_name)
+        return (node.metadata.annotations or {}).get(INVENTORY_ANNOTATION)
+
+    def set_annotation(self, value: str) -> None:
+        body = {"metadata": {"annotations": {INVENTORY_ANNOTATION: value}}}
+        self.core.patch_node(self.node_name, body)
+
+
+def same_content(current: str | None, inv: Inventory) -> bool:
+    if current is None:
+        return False
+    try:
+        return parse_inventory(current).content() == inv.content()
+    except InventoryError:
+        return False
+
+
+@dataclass
+class Publisher:
+    client: NodeClient
+    max_backoff: float = 60.0
+    sleep: Callable[[float], None] = time.sleep
+    writes: int = 0
+    _published: dict[str, Any] | None = None
+
+    def publish(self, inv: Inventory, stop: threading.Event | None = None) -> bool:
+        """Write the inventory if it changed; retry API errors with backoff. True if written."""
+        if self._published is not None and self._published == inv.content():
+            return False
+        backoff = 1.0
+        while True:
+            try:
+                if self._published is None and same_content(self.client.get_annotation(), inv):
+                    self._published = inv.content()
+                    return False
+                self.client.set_annotation(inv.dumps())
+                self.writes += 1
+                self._published = inv.content()
+                log.info("published CDI inventory: %s", _brief(inv))
+                return True
+            except InventoryError:
+                raise
+            except Exception as exc:
+                if stop is not None and stop.is_set():
+                    return False
+                delay = backoff * (0.5 + _JITTER.random())
+                log.warning("publishing inventory failed (%s); retrying in %.1fs", exc, delay)
+                self.sleep(delay)
+                backoff = min(backoff * 2, self.max_backoff)
+
+
+def _brief(inv: Inventory) -> str:
+    kinds = ", ".join(f"{k}: {len(v)}" for k, v in sorted(inv.kinds.items())) or "no devices"
+    return f"{kinds}; mode {inv.runtime.mode}; {len(inv.errors)} error(s)"
+
+
+# ------------------------------------------------------------------ watching
+
+_IN_FLAGS = 0x2 | 0x4 | 0x8 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800
+# IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
+# | IN_DELETE_SELF | IN_MOVE_SELF
+
+
+class DirWatcher:
+    """inotify on the spec directories; ``wait`` returns early when something changed.
+    Where inotify is unavailable (or a directory does not exist yet) polling covers it."""
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        self.fd = -1
+        self.watched: set[str] = set()
+        try:
+            self.libc = ctypes.CDLL(None, use_errno=True)
+            self.fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        except (OSError, AttributeError):
+            self.fd = -1
+        self.paths = list(paths)
+        self._add_missing()
+
+    def _add_missing(self) -> None:
+        if self.fd < 0:
+            return
+        for p in self.paths:
+            if (p not in self.watched and os.path.isdir(p)
+                    and self.libc.inotify_add_watch(self.fd, p.encode(), _IN_FLAGS) >= 0):
+                self.watched.add(p)
+
+    def wait(self, timeout: float, stop: threading.Event | None = None) -> bool:
+        """True when an event arrived before ``timeout``; returns early once ``stop`` is set."""
+        self._add_missing()
+        deadline = time.monotonic() + timeout
+        ready: list[Any] = []
+        while not ready:
+            left = deadline - time.monotonic()
+            if left <= 0 or (stop is not None and stop.is_set()):
+                return False
+            if self.fd < 0:
+                time.sleep(min(left, 0.5))
+                continue
+            ready, _, _ = select.select([self.fd], [], [], min(left, 0.5))
+        time.sleep(0.2)  # let a burst of events (write + rename) finish
+        try:
+            while os.read(self.fd, 65536):
+                pass
+        except BlockingIOError:
+            pass
+        # A directory replaced wholesale loses its watch: re-add next time.
+        self.watched = {p for p in self.watched if os.path.isdir(p)}
+        return True
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def run(observer: Observer, publisher: Publisher, *, poll_interval: float = 30.0,
+        stop: threading.Event | None = None) -> None:
+    stop = stop or threading.Event()
+    watcher = DirWatcher(observer.watch_paths())
+    try:
+        while not stop.is_set():
+            inv = observer.observe()
+            publisher.publish(inv, stop)
+            timeout = min(poll_interval, observer.settle_seconds) if observer.pending \
+                else poll_interval
+            watcher.wait(timeout, stop)
+    finally:
+        watcher.close()

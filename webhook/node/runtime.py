@@ -1,0 +1,127 @@
+"""The node's runtime settings that decide whether GPU device names go through CDI.
+
+Two files matter. The NVIDIA runtime's ``config.toml``: ``nvidia-container-runtime.mode``
+(``cdi`` turns a bare ``NVIDIA_VISIBLE_DEVICES=GPU-<uuid>`` into the CDI device
+``<default-kind>=GPU-<uuid>``) and ``modes.cdi.default-kind``. And containerd's config:
+``enable_cdi``, ``cdi_spec_dirs``, and the runtime handlers whose binary is the NVIDIA runtime
+(``nvidia-container-runtime.cdi`` always uses CDI, ``.legacy`` never does).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.api.inventory import DEFAULT_KIND, RuntimeInfo
+from webhook.node.specdirs import DEFAULT_SPEC_DIRS
+
+DEFAULT_MODE = "auto"
+_TEMPLATE = re.compile(r"\{\{[^}]*\}\}")
+
+
+class RuntimeConfigError(ValueError):
+    pass
+
+
+def _load_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise RuntimeConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise RuntimeConfigError(f"{path}: not valid TOML: {exc}") from exc
+
+
+def _get(doc: Mapping[str, Any], *keys: str) -> Any:
+    cur: Any = doc
+    for k in keys:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(k)
+    return cur
+
+
+@dataclass(frozen=True)
+class NvidiaConfig:
+    mode: str = DEFAULT_MODE
+    default_kind: str = DEFAULT_KIND
+    spec_dirs: tuple[str, ...] = DEFAULT_SPEC_DIRS
+
+
+def read_nvidia_config(path: str) -> NvidiaConfig:
+    """An empty or absent key means the runtime's built-in default, as the toolkit does."""
+    doc = _load_toml(path)
+    mode = _get(doc, "nvidia-container-runtime", "mode") or DEFAULT_MODE
+    kind = _get(doc, "nvidia-container-runtime", "modes", "cdi", "default-kind") or DEFAULT_KIND
+    dirs = _get(doc, "nvidia-container-runtime", "modes", "cdi", "spec-dirs") or DEFAULT_SPEC_DIRS
+    if not isinstance(mode, str) or not isinstance(kind, str):
+        raise RuntimeConfigError(f"{path}: mode and default-kind must be strings")
+    return NvidiaConfig(mode=mode, default_kind=kind, spec_dirs=tuple(str(d) for d in dirs))
+
+
+@dataclass(frozen=True)
+class ContainerdConfig:
+    cdi_enabled: bool
+    spec_dirs: tuple[str, ...]
+    #: handler name -> "cdi", "legacy" or "config" (follows the NVIDIA config's mode)
+    nvidia_handlers: Mapping[str, str] = field(default_factory=dict)
+    default_runtime: str | None = None
+
+
+def _cri_sections(doc: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any], int]:
+    """(section holding enable_cdi, section holding containerd.runtimes, config version)."""
+    version = doc.get("version", 1)
+    plugins = doc.get("plugins") if isinstance(doc.get("plugins"), Mapping) else {}
+    if version == 3:
+        rt = plugins.get("io.containerd.cri.v1.runtime") or {}
+        return rt, rt, 3
+    cri = plugins.get("io.containerd.grpc.v1.cri") or plugins.get("cri") or {}
+    return cri, cri, version if isinstance(version, int) else 1
+
+
+def read_containerd_config(path: str) -> ContainerdConfig:
+    doc = _load_toml(path)
+    cdi_section, rt_section, version = _cri_sections(doc)
+    # containerd 2.x (config version 3) enables CDI by default; 1.7 (version 2) does not.
+    enabled = cdi_section.get("enable_cdi", version >= 3)
+    dirs = cdi_section.get("cdi_spec_dirs") or list(DEFAULT_SPEC_DIRS)
+    runtimes = _get(rt_section, "containerd", "runtimes") or {}
+    default = _get(rt_section, "containerd", "default_runtime_name")
+    handlers: dict[str, str] = {}
+    for name, rt in runtimes.items():
+        binary = _get(rt, "options", "BinaryName")
+        if not isinstance(binary, str):
+            continue
+        base = os.path.basename(_TEMPLATE.sub("", binary))
+        if base.startswith("nvidia-container-runtime"):
+            suffix = base.removeprefix("nvidia-container-runtime")
+            handlers[name] = {".cdi": "cdi", ".legacy": "legacy"}.get(suffix, "config")
+    return ContainerdConfig(cdi_enabled=bool(enabled), spec_dirs=tuple(str(d) for d in dirs),
+                            nvidia_handlers=handlers,
+                            default_runtime=default if isinstance(default, str) else None)
+
+
+def runtime_info(nvidia: NvidiaConfig | None, containerd: ContainerdConfig | None,
+                 source: str | None = None) -> RuntimeInfo:
+    """Fold both configs into what admission needs: the effective mode per handler."""
+    mode = nvidia.mode if nvidia else None
+    handlers: dict[str, str] = {}
+    if containerd is not None:
+        for name, how in containerd.nvidia_handlers.items():
+            handlers[name] = mode or DEFAULT_MODE if how == "config" else how
+    return RuntimeInfo(
+        mode=mode,
+        default_kind=nvidia.default_kind if nvidia else None,
+        containerd_cdi=containerd.cdi_enabled if containerd else None,
+        spec_dirs=containerd.spec_dirs if containerd else (nvidia.spec_dirs if nvidia else ()),
+        handlers=handlers,
+        default_handler=containerd.default_runtime if containerd else None,
+        source=source,
+    )

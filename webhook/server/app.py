@@ -1,0 +1,158 @@
+"""The HTTP shell around the engine: Flask routes for /mutate, /validate and the probes.
+
+Everything here is plumbing: one ``Handler`` per path (its admission stage) turns a body into
+a (status, JSON) pair so it can be tested without a server; the Flask app only moves bytes.
+An exception in the engine never becomes a bare 500: the reply is still a well-formed review
+with the request's uid that lets the pod through with a warning, because a crash in gpupool
+must not block pod creation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from flask import Flask, Response, request
+
+from webhook.engine import admit
+from webhook.engine.admit import Stage
+from webhook.engine.cluster import ClusterView
+from webhook.engine.decision import Decision, Reason, allow
+from webhook.server import review
+from webhook.server.policysource import PolicySource
+from webhook.server.review import BadRequest, Request
+
+log = logging.getLogger(__name__)
+
+#: Called after every decision (audit, metrics): stage, request, decision, seconds taken.
+DecisionHook = Callable[[Stage, Request, Decision, float], None]
+ReadyCheck = Callable[[], tuple[bool, str]]
+
+
+@dataclass
+class Handler:
+    """Answers one admission path, as controller-runtime registers one Handler per path."""
+
+    stage: Stage
+    policies: PolicySource
+    view: ClusterView
+    hooks: list[DecisionHook] = field(default_factory=list)
+
+    def handle(self, body: bytes, content_type: str | None) -> tuple[int, dict[str, Any]]:
+        start = time.perf_counter()
+        try:
+            req = review.parse_review(body, content_type)
+            decision = admit.decide(self.stage, subject_of(req), self.view,
+                                    self.policies.policy)
+        except BadRequest as err:
+            log.warning("bad admission request on /%s: %s", self.stage.value, err.message)
+            return err.status, review.error_response(err)
+        except Exception:  # the engine failed: log it, never block the pod
+            log.exception("internal error deciding on /%s", self.stage.value)
+            decision = allow(Reason.INTERNAL_ERROR, message="internal error; object not checked")
+            decision.warn("gpupool: internal error, object admitted without checks")
+        if decision.reason == Reason.KIND_NOT_HANDLED:
+            log.warning("/%s got a review for %s: %s", self.stage.value, req.kind,
+                        decision.message)
+        elapsed = time.perf_counter() - start
+        for hook in self.hooks:
+            try:
+                hook(self.stage, req, decision, elapsed)
+            except Exception:
+                log.exception("decision hook failed")
+        return 200, review.response(req, decision, mutating=self.stage.mutating,
+                                    audit_annotations=audit_annotations(decision))
+
+
+def subject_of(req: Request) -> admit.Subject:
+    return admit.Subject(kind=req.kind, group=req.group, operation=req.operation,
+                         object=req.object, old_object=req.old_object,
+                         namespace=req.namespace, sub_resource=req.sub_resource)
+
+
+@dataclass
+class Webhook:
+    """The server's handlers, one per stage, and the readiness checks /readyz reports."""
+
+    policies: PolicySource
+    view: ClusterView
+    hooks: list[DecisionHook] = field(default_factory=list)
+    ready_checks: list[ReadyCheck] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # The handlers share the hook list: a hook added later reaches both paths.
+        self.handlers = {stage: Handler(stage, self.policies, self.view, self.hooks)
+                         for stage in admit.Stage}
+
+    def handle(self, stage: Stage, body: bytes, content_type: str | None
+               ) -> tuple[int, dict[str, Any]]:
+        return self.handlers[stage].handle(body, content_type)
+
+    def ready(self) -> tuple[bool, list[str]]:
+        ok = True
+        details = []
+        for check in self.ready_checks:
+            good, detail = check()
+            ok = ok and good
+            details.append(f"[{'+' if good else '-'}]{detail}")
+        return ok, details
+
+
+def audit_annotations(decision: Decision) -> dict[str, str]:
+    """Keys the API server's audit log shows as <webhook name>/<key>."""
+    if not decision.gpu and decision.allowed:
+        return {}
+    out = {"decision": "allowed" if decision.allowed else "denied", "reason": decision.reason}
+    if decision.pool:
+        out["pool"] = decision.pool
+    return out
+
+
+def _drain(length: int, limit: int = 4 * review.MAX_BODY_BYTES) -> None:
+    """Read and drop an oversized body so the client sees our 413, not a reset mid-upload;
+    past ``limit`` the connection is simply closed."""
+    if length > limit:
+        return
+    while length > 0:
+        chunk = request.stream.read(min(length, 1 << 16))
+        if not chunk:
+            return
+        length -= len(chunk)
+
+
+def create_app(webhook: Webhook, extra_routes: Callable[[Flask], None] | None = None) -> Flask:
+    app = Flask("gpupool")
+
+    def serve_review(handler: Handler) -> Response:
+        length = request.content_length
+        if length is not None and length > review.MAX_BODY_BYTES:
+            err = BadRequest(413, f"body is {length} bytes, over the "
+                                  f"{review.MAX_BODY_BYTES}-byte cap")
+            status, payload = err.status, review.error_response(err)
+            _drain(length)
+        else:
+            body = request.stream.read(review.MAX_BODY_BYTES + 1)
+            status, payload = handler.handle(body, request.content_type)
+        return Response(orjson.dumps(payload), status=status, mimetype="application/json")
+
+    for stage, handler in webhook.handlers.items():
+        app.add_url_rule(f"/{stage.value}", stage.value,
+                         lambda handler=handler: serve_review(handler), methods=["POST"])
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return Response("ok\n", mimetype="text/plain")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        ok, details = webhook.ready()
+        text = "\n".join([*details, "readyz check " + ("passed" if ok else "failed")]) + "\n"
+        return Response(text, status=200 if ok else 503, mimetype="text/plain")
+
+    if extra_routes is not None:
+        extra_routes(app)
+    return app

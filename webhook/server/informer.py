@@ -1,0 +1,199 @@
+"""List-and-watch of Nodes and Namespaces into the ClusterView.
+
+The admission path never calls the API server; it reads the view this keeps current. A watch
+that expires (410 Gone) or breaks is followed by a full relist, so the view converges after
+any outage; ``staleness()`` says how long since the cache was last known to be in sync, which
+readiness and metrics expose.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from webhook.engine.cluster import ClusterView, NodeInfo
+
+log = logging.getLogger(__name__)
+#: Backoff jitter from a private generator: never perturbs anyone else's random state.
+_JITTER = random.Random()
+
+
+class Reflector:
+    """One resource's list+watch loop in a daemon thread."""
+
+    def __init__(self, name: str, list_fn: Callable[..., Any],
+                 on_list: Callable[[list[dict[str, Any]]], None],
+                 on_event: Callable[[str, dict[str, Any]], None], api_client: Any,
+                 *, watch_timeout: int = 300, max_backoff: float = 30.0,
+                 page_size: int = 500,
+                 convert: Callable[[dict[str, Any]], Any] = lambda obj: obj) -> None:
+        self.name = name
+        self.list_fn = list_fn
+        self.on_list = on_list
+        self.on_event = on_event
+        self.api_client = api_client
+        self.watch_timeout = watch_timeout
+        self.max_backoff = max_backoff
+        self.page_size = page_size
+        self.convert = convert
+        self.synced = threading.Event()
+        self.last_sync = 0.0  # monotonic time the cache was last known current
+        self.relists = 0
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._watch: Any = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"reflector-{self.name}",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
+
+    def staleness(self) -> float:
+        return time.monotonic() - self.last_sync if self.last_sync else float("inf")
+
+    def _list_pages(self) -> tuple[list[Any], str]:
+        """List in pages of raw JSON, each item converted as it arrives: the client's model
+        objects for a 5,000-node cluster would cost hundreds of MiB, held at once."""
+        items: list[Any] = []
+        token = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": self.page_size, "_preload_content": False}
+            if token:
+                kwargs["_continue"] = token
+            resp = self.list_fn(**kwargs)
+            page = json.loads(resp.data)
+            items.extend(self.convert(i) for i in page.get("items") or ())
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, meta.get("resourceVersion", "")
+
+    def _run(self) -> None:
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                items, rv = self._list_pages()
+                self.on_list(items)
+                self.relists += 1
+                self.last_sync = time.monotonic()
+                self.synced.set()
+                backoff = 0.5
+                while not self._stop.is_set():
+                    self._watch = watch.Watch()
+                    for event in self._watch.stream(self.list_fn, resource_version=rv,
+                                                    timeout_seconds=self.watch_timeout,
+                                                    allow_watch_bookmarks=True,
+                                                    deserialize=False):
+                        etype = event["type"]
+                        # Undecoded events (deserialize=False) carry the object as a dict.
+                        raw = event.get("raw_object") or event.get("object") or {}
+                        if etype == "ERROR":
+                            code = raw.get("code") if isinstance(raw, dict) else None
+                            raise ApiException(status=code or 500, reason=str(raw))
+                        rv = (raw.get("metadata") or {}).get("resourceVersion") or rv
+                        if etype != "BOOKMARK":
+                            self.on_event(etype, raw)
+                        self.last_sync = time.monotonic()
+                    # A clean timeout: the cache was current up to here.
+                    self.last_sync = time.monotonic()
+            except ApiException as exc:
+                self.errors += 1
+                if exc.status == 410:
+                    log.info("%s watch expired (410 Gone); relisting", self.name)
+                    continue
+                log.warning("%s list/watch failed (%s); retrying in %.1fs", self.name,
+                            exc.status, backoff)
+            except KeyError as exc:
+                # The client library fails on an undecoded ERROR event (the watch expired,
+                # usually 410 Gone) before handing it over: relist at once.
+                self.errors += 1
+                if exc.args == ("raw_object",):
+                    log.info("%s watch ended with an error event; relisting", self.name)
+                    continue
+                log.warning("%s list/watch failed (%r); retrying in %.1fs", self.name, exc,
+                            backoff)
+            except Exception as exc:  # network errors, decode errors: relist after a pause
+                self.errors += 1
+                log.warning("%s list/watch failed (%s); retrying in %.1fs", self.name, exc,
+                            backoff)
+            self._stop.wait(backoff * (0.5 + _JITTER.random()))
+            backoff = min(backoff * 2, self.max_backoff)
+
+
+class ClusterInformer:
+    """Keeps a ClusterView in sync with the API server's Nodes and Namespaces."""
+
+    def __init__(self, view: ClusterView, api_client: Any, *, watch_timeout: int = 300) -> None:
+        from kubernetes import client
+
+        self.view = view
+        core = client.CoreV1Api(api_client)
+        self.nodes = Reflector("nodes", core.list_node, self._nodes_listed, self._node_event,
+                               api_client, watch_timeout=watch_timeout,
+                               convert=self._node_info)
+        self.namespaces = Reflector("namespaces", core.list_namespace, self._ns_listed,
+                                    self._ns_event, api_client, watch_timeout=watch_timeout)
+
+    def start(self) -> None:
+        self.nodes.start()
+        self.namespaces.start()
+
+    def stop(self) -> None:
+        self.nodes.stop()
+        self.namespaces.stop()
+
+    @staticmethod
+    def _node_info(obj: dict[str, Any]) -> NodeInfo | None:
+        try:
+            return NodeInfo.from_object(obj)
+        except ValueError as exc:
+            log.warning("skipping node: %s", exc)
+            return None
+
+    def _nodes_listed(self, items: list[NodeInfo | None]) -> None:
+        self.view.replace_nodes(n for n in items if n is not None)
+
+    def _node_event(self, etype: str, obj: dict[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if etype == "DELETED":
+            if name:
+                self.view.delete_node(name)
+            return
+        try:
+            self.view.upsert_node(NodeInfo.from_object(obj))
+        except ValueError as exc:
+            log.warning("skipping node event: %s", exc)
+
+    def _ns_listed(self, items: list[dict[str, Any]]) -> None:
+        self.view.replace_namespaces({
+            i["metadata"]["name"]: i["metadata"].get("labels") or {} for i in items
+            if isinstance(i.get("metadata"), dict) and i["metadata"].get("name")})
+
+    def _ns_event(self, etype: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if not meta.get("name"):
+            return
+        self.view.set_namespace(meta["name"], None if etype == "DELETED"
+                                else meta.get("labels") or {})
+
+    def ready(self, max_staleness: float) -> tuple[bool, str]:
+        if not (self.nodes.synced.is_set() and self.namespaces.synced.is_set()):
+            return False, "informer: nodes/namespaces not synced yet"
+        stale = max(self.nodes.staleness(), self.namespaces.staleness())
+        if stale > max_staleness:
+            return False, f"informer: cache last in sync {stale:.0f}s ago"
+        return True, f"informer: {len(self.view)} nodes synced"

@@ -1,0 +1,133 @@
+"""Prometheus metrics, correct across several gunicorn worker processes.
+
+Counters and the latency histogram use prometheus-client's multiprocess mode (one file per
+worker under PROMETHEUS_MULTIPROC_DIR, summed at scrape). State that every worker knows alike
+(node cache, policy, certificate) is reported at scrape time by the worker that answers, from
+its own view, so it is never double counted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+
+if TYPE_CHECKING:
+    from flask import Flask
+
+    from webhook.engine.cluster import ClusterView
+    from webhook.engine.decision import Decision
+    from webhook.server.policysource import PolicySource
+    from webhook.server.review import Request
+    from webhook.server.tls import ReloadingContext
+
+#: The API server's apiserver_admission_webhook_admission_duration_seconds buckets, so the two
+#: histograms can be compared bucket for bucket.
+APISERVER_WEBHOOK_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10.0, 25.0)
+
+REQUESTS = Counter("gpupool_admission_requests_total", "Admission reviews answered",
+                   ["endpoint", "operation", "decision"])
+DENIALS = Counter("gpupool_admission_denials_total", "Admission denials by reason and pool",
+                  ["reason", "pool"])
+DURATION = Histogram("gpupool_admission_duration_seconds",
+                     "Time to decide one admission review", ["endpoint"],
+                     buckets=APISERVER_WEBHOOK_BUCKETS)
+
+
+class _StateCollector:
+    def __init__(self, metrics: Metrics, tls: ReloadingContext | None) -> None:
+        self.metrics = metrics
+        self.tls = tls
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        view = self.metrics.view
+        nodes = view.nodes()
+        with_inv = [n for n in nodes if n.inventory is not None]
+        yield GaugeMetricFamily("gpupool_inventory_nodes", "Nodes with a CDI inventory",
+                                value=len(with_inv))
+        yield GaugeMetricFamily("gpupool_cache_nodes", "Nodes in the admission cache",
+                                value=len(nodes))
+        oldest = None
+        for n in with_inv:
+            try:
+                t = dt.datetime.fromisoformat(n.inventory.observed_at.replace("Z", "+00:00"))
+            except (ValueError, AttributeError):
+                continue
+            oldest = t if oldest is None or t < oldest else oldest
+        age = (dt.datetime.now(dt.UTC) - oldest).total_seconds() if oldest else 0.0
+        yield GaugeMetricFamily("gpupool_inventory_oldest_observation_age_seconds",
+                                "Age of the oldest CDI inventory observation in the cache",
+                                value=age)
+        stale = self.metrics.staleness()
+        if stale is not None:
+            yield GaugeMetricFamily("gpupool_cache_staleness_seconds",
+                                    "Seconds since the node cache was last known in sync",
+                                    value=stale)
+        yield GaugeMetricFamily("gpupool_cache_relists",
+                                "Full relists of the node cache (watch expiries, outages)",
+                                value=self.metrics.relists())
+        p = self.metrics.policies
+        p.policy  # noqa: B018 - runs the reload check so the scrape is current
+        yield GaugeMetricFamily("gpupool_policy_last_update_ok",
+                                "1 if the last policy update loaded, 0 if it was rejected",
+                                value=0 if p.last_error else 1)
+        yield GaugeMetricFamily("gpupool_policy_rejected_updates",
+                                "Policy updates rejected (last good policy kept)",
+                                value=p.failed_reloads)
+        if self.tls is not None:
+            yield GaugeMetricFamily("gpupool_certificate_expiry_timestamp_seconds",
+                                    "When the serving certificate expires (Unix time)",
+                                    value=self.tls.not_after.timestamp())
+
+
+class Metrics:
+    def __init__(self, policies: PolicySource, view: ClusterView) -> None:
+        self.policies = policies
+        self.view = view
+        self.informer: Any = None
+
+    def staleness(self) -> float | None:
+        if self.informer is None:
+            return None
+        return max(self.informer.nodes.staleness(), self.informer.namespaces.staleness())
+
+    def relists(self) -> int:
+        return self.informer.nodes.relists if self.informer is not None else 0
+
+    def observe(self, endpoint: str, req: Request, decision: Decision, seconds: float) -> None:
+        verdict = "allowed" if decision.allowed else "denied"
+        REQUESTS.labels(endpoint, req.operation, verdict).inc()
+        DURATION.labels(endpoint).observe(seconds)
+        if not decision.allowed:
+            DENIALS.labels(decision.reason, decision.pool or "").inc()
+
+
+def render(metrics: Metrics, tls: ReloadingContext | None) -> bytes:
+    registry = CollectorRegistry()
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        for collector in (REQUESTS, DENIALS, DURATION):
+            registry.register(collector)
+    registry.register(_StateCollector(metrics, tls))
+    return generate_latest(registry)
+
+
+def install_routes(app: Flask, metrics: Metrics, tls: ReloadingContext | None) -> None:
+    from flask import Response
+
+    @app.get("/metrics")
+    def metrics_route() -> Response:
+        return Response(render(metrics, tls), mimetype=CONTENT_TYPE_LATEST)

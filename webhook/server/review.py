@@ -1,0 +1,173 @@
+"""AdmissionReview in, AdmissionReview out: the wire contract, nothing about policy.
+
+Follows controller-runtime's split: parsing turns bytes into a typed Request or a
+BadRequest that carries an HTTP status and (when it got that far) the uid; response helpers
+build replies that always echo the request's apiVersion and uid, carry a patch only when
+mutating, and keep warnings within what the API server accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from webhook.engine import objects
+from webhook.engine import patch as jsonpatch_ops
+from webhook.engine.decision import Decision, clean_warning
+
+API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+#: The API server caps request bodies at 3 MiB; a review carries object and oldObject, so
+#: twice that plus envelope fits under this cap with room to spare.
+MAX_BODY_BYTES = 7 * 1024 * 1024
+MAX_WARNINGS = 10
+
+
+class BadRequest(Exception):
+    """A request we cannot answer with a decision; ``status`` is the HTTP code to send."""
+
+    def __init__(self, status: int, message: str, uid: str | None = None,
+                 api_version: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.uid = uid
+        self.api_version = api_version
+
+
+@dataclass
+class Request:
+    api_version: str
+    uid: str
+    kind: str
+    group: str
+    resource: str
+    sub_resource: str
+    operation: str
+    namespace: str | None
+    name: str | None
+    object: Mapping[str, Any] | None
+    old_object: Mapping[str, Any] | None
+    dry_run: bool
+    user: str = ""
+    groups: list[str] = field(default_factory=list)
+
+    @property
+    def obj_name(self) -> str:
+        named = objects.name_of(self.object) if isinstance(self.object, Mapping) else ""
+        return named or self.name or ""
+
+    @property
+    def owner(self) -> str:
+        meta = objects.meta_of(self.object) if isinstance(self.object, Mapping) else {}
+        refs = meta.get("ownerReferences")
+        if isinstance(refs, list):
+            for ref in refs:
+                if isinstance(ref, dict) and ref.get("controller"):
+                    return f"{ref.get('kind', '')}/{ref.get('name', '')}"
+            if refs and isinstance(refs[0], dict):
+                return f"{refs[0].get('kind', '')}/{refs[0].get('name', '')}"
+        return ""
+
+
+def parse_review(body: bytes, content_type: str | None) -> Request:
+    """Decode and check an AdmissionReview; raise BadRequest with a clear message."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise BadRequest(415, f"Content-Type must be application/json, got {media or 'none'!r}")
+    if len(body) > MAX_BODY_BYTES:
+        raise BadRequest(413, f"body is {len(body)} bytes, over the {MAX_BODY_BYTES}-byte cap")
+    try:
+        # orjson: several times faster than the stdlib on every review. It validates UTF-8,
+        # refuses nesting past 1,024 levels, NaN and Infinity (as the API server's decoder
+        # does), and resolves duplicate keys last-wins, again like the API server.
+        review = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        msg = str(exc)
+        if "UTF-8" in msg:
+            raise BadRequest(400, "body is not UTF-8") from exc
+        if "depth limit" in msg:
+            raise BadRequest(400, "body nests too deeply") from exc
+        raise BadRequest(400, f"body is not JSON: {msg}") from exc
+    if not isinstance(review, dict):
+        raise BadRequest(400, "body must be a JSON object (an AdmissionReview)")
+    api_version = review.get("apiVersion")
+    if api_version not in API_VERSIONS:
+        raise BadRequest(400, f"apiVersion {api_version!r} is not one of "
+                              f"{', '.join(API_VERSIONS)}")
+    if review.get("kind") != "AdmissionReview":
+        raise BadRequest(400, f"kind {review.get('kind')!r} is not AdmissionReview",
+                         api_version=api_version)
+    req = review.get("request")
+    if not isinstance(req, dict):
+        raise BadRequest(400, "request is missing or not an object", api_version=api_version)
+    uid = req.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadRequest(400, "request.uid is missing or not a string", api_version=api_version)
+
+    def bad(msg: str) -> BadRequest:
+        return BadRequest(400, msg, uid=uid, api_version=api_version)
+
+    kind = req.get("kind")
+    if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str):
+        raise bad("request.kind must be an object with a string 'kind'")
+    resource = req.get("resource") if isinstance(req.get("resource"), dict) else {}
+    operation = req.get("operation")
+    if not isinstance(operation, str):
+        raise bad("request.operation must be a string")
+    obj = req.get("object")
+    old = req.get("oldObject")
+    if obj is not None and not isinstance(obj, dict):
+        raise bad("request.object must be an object")
+    if old is not None and not isinstance(old, dict):
+        raise bad("request.oldObject must be an object")
+    if operation in ("CREATE", "UPDATE") and obj is None:
+        raise bad(f"request.object is required for {operation}")
+    for key in ("namespace", "name", "subResource"):
+        if req.get(key) is not None and not isinstance(req.get(key), str):
+            raise bad(f"request.{key} must be a string")
+    dry_run = req.get("dryRun", False)
+    if dry_run is None:
+        dry_run = False
+    if not isinstance(dry_run, bool):
+        raise bad("request.dryRun must be a boolean")
+    user = req.get("userInfo") if isinstance(req.get("userInfo"), dict) else {}
+    groups = user.get("groups") if isinstance(user.get("groups"), list) else []
+    return Request(
+        api_version=api_version, uid=uid, kind=kind["kind"], group=str(kind.get("group", "")),
+        resource=str(resource.get("resource", "")), sub_resource=req.get("subResource") or "",
+        operation=operation, namespace=req.get("namespace") or None, name=req.get("name"),
+        object=obj, old_object=old, dry_run=dry_run,
+        user=str(user.get("username", "")), groups=[str(g) for g in groups])
+
+
+def _review(api_version: str, response: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+
+
+def response(req: Request, decision: Decision, *, mutating: bool,
+             audit_annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+    resp: dict[str, Any] = {"uid": req.uid, "allowed": decision.allowed}
+    if not decision.allowed:
+        resp["status"] = {"code": 403, "reason": "Forbidden",
+                          "message": f"gpupool: {decision.reason}: {decision.message}"}
+    elif mutating and decision.patch:
+        resp["patchType"] = "JSONPatch"
+        resp["patch"] = jsonpatch_ops.encode(decision.patch)
+    warnings = [w for w in (clean_warning(x) for x in decision.warnings) if w][:MAX_WARNINGS]
+    if warnings:
+        resp["warnings"] = warnings
+    if audit_annotations:
+        resp["auditAnnotations"] = dict(audit_annotations)
+    return _review(req.api_version, resp)
+
+
+def error_response(err: BadRequest) -> dict[str, Any]:
+    """Body for a BadRequest: a review with the uid when we got that far, else a Status."""
+    status = {"code": err.status, "message": f"gpupool: {err.message}"}
+    if err.uid is not None:
+        return _review(err.api_version or API_VERSIONS[0],
+                       {"uid": err.uid, "allowed": False, "status": status})
+    return {"apiVersion": "v1", "kind": "Status", "status": "Failure", **status}

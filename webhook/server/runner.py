@@ -1,0 +1,194 @@
+"""``gpupool serve``: the Flask app under gunicorn, with TLS, probes and the node cache.
+
+gthread workers with keep-alive suit the API server, which holds a few long-lived
+connections and sends many small requests over them. Each worker builds its own app after the
+fork (its own policy source and node watch), so no lock or socket is shared across processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+from webhook.engine.cluster import ClusterView
+from webhook.server.app import Webhook, create_app
+from webhook.server.policysource import PolicySource
+from webhook.server.tls import ReloadingContext
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServeConfig:
+    bind: str = "0.0.0.0:8443"
+    certfile: str = ""
+    keyfile: str = ""
+    policy: str | None = None
+    cluster_file: str | None = None  # a static snapshot instead of a watch (demo, tests)
+    kubeconfig: str | None = None
+    in_cluster: bool = False
+    workers: int = 2
+    threads: int = 4
+    keepalive: int = 75
+    timeout: int = 30
+    graceful_timeout: int = 25
+    max_staleness: float = 180.0
+    watch_timeout: int = 60
+    audit_file: str | None = None
+    audit_stdout: bool = True
+    audit_max_bytes: int = 50 * 1024 * 1024
+    audit_backups: int = 5
+    loglevel: str = "info"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
+    """Everything one worker needs: the webhook, its metrics, and things to keep alive."""
+    from webhook.engine import cluster as cluster_mod
+    from webhook.snapshot import load_cluster_file
+
+    keep: list[Any] = []
+    informer_ref = None
+    view = ClusterView()
+    policies = PolicySource(cfg.policy, on_change=lambda p: view.set_pool_label(p.pool_label))
+    policies.start()
+    view.set_pool_label(policies.policy.pool_label)
+    webhook = Webhook(policies=policies, view=view)
+    if cfg.cluster_file:
+        nodes, namespaces = load_cluster_file(cfg.cluster_file)
+        nodes.reverse()
+        # Convert and drop each raw node as we go: the raw dicts are many times larger.
+        view.replace_nodes(cluster_mod.NodeInfo.from_object(nodes.pop()) for _ in range(len(nodes)))
+        view.replace_namespaces(namespaces)
+    elif cfg.kubeconfig or cfg.in_cluster:
+        from kubernetes import client, config
+
+        from webhook.server.informer import ClusterInformer
+
+        if cfg.in_cluster:
+            config.load_incluster_config()
+            api = client.ApiClient()
+        else:
+            api = config.new_client_from_config(config_file=cfg.kubeconfig)
+        informer = ClusterInformer(view, api, watch_timeout=cfg.watch_timeout)
+        informer.start()
+        keep.append(informer)
+        informer_ref = informer
+        webhook.ready_checks.append(lambda: informer.ready(cfg.max_staleness))
+    else:
+        view.replace_nodes([])
+        view.replace_namespaces({})
+
+    def policy_ready() -> tuple[bool, str]:
+        policies.policy  # noqa: B018 - triggers the periodic reload check
+        if policies.last_error:
+            return True, f"policy: last update rejected, serving last good ({policies.last_error})"
+        return True, "policy ok"
+
+    webhook.ready_checks.append(policy_ready)
+    from webhook.server.audit import AuditLog
+    from webhook.server.metrics import Metrics
+
+    audit = AuditLog.from_config(stdout=cfg.audit_stdout, path=cfg.audit_file,
+                                 max_bytes=cfg.audit_max_bytes, backups=cfg.audit_backups)
+    metrics = Metrics(policies=policies, view=view)
+    metrics.informer = informer_ref
+    webhook.hooks.append(lambda ep, req, d, _s: audit.record(ep, req, d, policies.policy))
+    webhook.hooks.append(metrics.observe)
+    keep.append(audit)
+    return webhook, metrics, keep
+
+
+def _child_exit(server: Any, worker: Any) -> None:
+    """Fold a dead worker's counters into the multiprocess totals' archive."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
+
+
+class GunicornApp(BaseApplication):  # type: ignore[misc]
+    def __init__(self, cfg: ServeConfig) -> None:
+        self.cfg_obj = cfg
+        self._tls: dict[str, ReloadingContext] = {}
+        super().__init__()
+
+    def _context(self) -> ReloadingContext:
+        """This worker's reloading TLS context (created after the fork, once)."""
+        if "ctx" not in self._tls:
+            self._tls["ctx"] = ReloadingContext(self.cfg_obj.certfile, self.cfg_obj.keyfile)
+        return self._tls["ctx"]
+
+    def load_config(self) -> None:
+        c = self.cfg_obj
+
+        def ssl_context(conf: Any, default_factory: Any) -> Any:
+            # Called per accepted connection by gthread: hand out the cached, reloading context.
+            return self._context().get()
+
+        settings: dict[str, Any] = {
+            "bind": [c.bind],
+            "workers": c.workers,
+            "worker_class": "gthread",
+            "threads": c.threads,
+            "keepalive": c.keepalive,
+            "timeout": c.timeout,
+            "graceful_timeout": c.graceful_timeout,
+            "loglevel": c.loglevel,
+            "accesslog": None,
+            "errorlog": "-",
+            "limit_request_line": 8190,
+            "limit_request_fields": 100,
+            "proc_name": "gpupool",
+            # gunicorn's runtime control socket lives in $HOME: unwritable under a read-only
+            # root filesystem, shared between servers on one host, and not needed.
+            "control_socket_disable": True,
+            "child_exit": _child_exit,
+            "worker_tmp_dir": os.environ.get("GPUPOOL_WORKER_TMP", "/dev/shm")
+            if os.path.isdir("/dev/shm") else None,
+        }
+        if c.certfile:
+            settings.update({"certfile": c.certfile, "keyfile": c.keyfile,
+                             "ssl_context": ssl_context})
+        settings.update(c.extra)
+        for key, value in settings.items():
+            if value is not None:
+                self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        c = self.cfg_obj
+        webhook, metrics, keep = build_webhook(c)
+        tls: ReloadingContext | None = None
+        if c.certfile:
+            tls = self._context()
+            webhook.ready_checks.append(tls.ready)
+        from webhook.server.metrics import install_routes
+
+        app = create_app(webhook, extra_routes=lambda a: install_routes(a, metrics, tls))
+        app.config["gpupool.keep"] = keep
+        return app
+
+
+def serve(cfg: ServeConfig) -> None:
+    """Run until stopped. Sets up the metrics directory before prometheus-client is imported,
+    which is when it decides whether to run in multiprocess mode."""
+    import tempfile
+
+    logging.basicConfig(level=getattr(logging, cfg.loglevel.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if "prometheus_client" in sys.modules and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        raise RuntimeError("prometheus_client was imported before serve() set up metrics")
+    owned = None
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        owned = tempfile.TemporaryDirectory(prefix="gpupool-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = owned.name
+    try:
+        GunicornApp(cfg).run()
+    finally:
+        if owned is not None:
+            owned.cleanup()
