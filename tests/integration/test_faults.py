@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import ssl
 import subprocess
 import threading
 import time
@@ -15,10 +13,9 @@ import time
 import pytest
 import requests
 
-from bench import soak
+from bench import slowclients, soak
 from tests.conftest import ROOT, body, gpu_pod
 from tests.integration.conftest import start_server, stop_server
-from webhook.server import tls as tlsreload
 
 RESULTS = ROOT / "bench" / "results" / "faults.json"
 
@@ -90,52 +87,27 @@ def test_worker_killed_during_load(fresh_server):
     assert all(results[-50:]), "still failing after the worker was replaced"
 
 
-def test_slow_clients_do_not_starve_the_server(fresh_server):
+def test_slow_client_streams_do_not_delay_good_requests(fresh_server):
+    """200 connections of each slow kind (stalled handshake, headers, body), reconnecting as
+    soon as they are cut, for the whole measurement: good requests keep their latency.
+
+    The p99 is compared with the same server's p99 without them, measured just before, since
+    absolute times on this shared machine swing; one more round is allowed when the first
+    misses, and both rounds are recorded."""
     srv = fresh_server
-    host, port = srv.url.removeprefix("https://").split(":")
-    ctx = ssl.create_default_context(cafile=srv.ca)
-    slow: list[ssl.SSLSocket] = []
-    stop = threading.Event()
-
-    def slowloris() -> None:
-        try:
-            raw = socket.create_connection((host, int(port)), timeout=10)
-            tls = ctx.wrap_socket(raw, server_hostname="localhost")
-            slow.append(tls)
-            tls.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n")
-            while not stop.is_set():
-                tls.sendall(b"X")  # one byte of a header that never ends
-                stop.wait(1.0)
-        except OSError:
-            pass
-
-    holders = [threading.Thread(target=slowloris, daemon=True) for _ in range(40)]
-    for t in holders:
-        t.start()
-    time.sleep(3)
-    latencies = []
-    ok = 0
-    for _ in range(60):
-        t0 = time.monotonic()
-        try:
-            r = requests.post(f"{srv.url}/mutate", data=body(gpu_pod()), verify=srv.ca,
-                              timeout=30, headers={"Content-Type": "application/json"})
-            ok += r.status_code == 200
-        except requests.RequestException:
-            pass
-        latencies.append(time.monotonic() - t0)
-    stop.set()
-    for s in slow:
-        s.close()
-    _record("slow_clients", {"slow_connections": 40, "threads": 8, "good_requests": 60,
-                             "succeeded": ok, "first_s": round(latencies[0], 3),
-                             "max_s": round(max(latencies), 3),
-                             "last_30_max_s": round(max(latencies[30:]), 3)})
-    # Each slow client holds a thread for at most the request deadline and is then dropped:
-    # the queue drains, nothing starves, and service is back to normal right after.
-    assert ok == 60
-    assert max(latencies) < 40 / 8 * (tlsreload.REQUEST_DEADLINE + tlsreload.HANDSHAKE_DEADLINE)
-    assert max(latencies[30:]) < 1.0
+    rounds = []
+    for _ in range(2):
+        res = slowclients.scenario(srv.url, srv.ca, body(gpu_pod()), per_kind=200)
+        rounds.append(res)
+        assert res["baseline"]["failed"] == 0 and res["with_slow"]["failed"] == 0, res
+        if res["p99_ratio"] <= 2.0:
+            break
+    _record("slow_client_streams", rounds)
+    stats = rounds[-1]["slow_client_stats"]["kinds"]
+    # The slow clients were really there and really cut by the deadlines, every kind.
+    assert all(stats[k].get("opened", 0) >= 200 and stats[k].get("cut", 0) > 0
+               for k in slowclients.KINDS), stats
+    assert min(r["p99_ratio"] for r in rounds) <= 2.0, rounds
 
 
 def _openssl(port: int, *args: str) -> subprocess.CompletedProcess:

@@ -101,6 +101,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = ServeConfig(bind=args.bind, certfile=args.cert or "", keyfile=args.key or "",
                       policy=args.policy, cluster_file=cluster, kubeconfig=args.kubeconfig,
                       in_cluster=args.in_cluster, workers=args.workers, threads=args.threads,
+                      worker_class=args.worker_class,
+                      worker_connections=args.worker_connections,
                       keepalive=args.keepalive, audit_file=args.audit_file,
                       audit_stdout=not args.no_audit_stdout, loglevel=args.log_level,
                       audit_max_bytes=args.audit_max_bytes, audit_backups=args.audit_backups,
@@ -257,7 +259,12 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
     src.add_argument("--cluster", help="serve against a static node snapshot file")
     src.add_argument("--demo", action="store_true", help="serve against the bundled demo cluster")
     s.add_argument("--workers", type=int, default=2)
-    s.add_argument("--threads", type=int, default=4)
+    s.add_argument("--worker-class", choices=("gevent", "gthread"), default="gevent",
+                   help="gevent (default): slow clients cost no thread; gthread: a thread per "
+                        "request in progress")
+    s.add_argument("--worker-connections", type=int, default=2000,
+                   help="gevent: open connections per worker")
+    s.add_argument("--threads", type=int, default=4, help="gthread: threads per worker")
     s.add_argument("--keepalive", type=int, default=75)
     s.add_argument("--max-staleness", type=float, default=180.0,
                    help="seconds the node cache may go without a sync before /readyz fails")

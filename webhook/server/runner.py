@@ -1,8 +1,10 @@
 """``gpupool serve``: the Flask app under gunicorn, with TLS, probes and the node cache.
 
-gthread workers with keep-alive suit the API server, which holds a few long-lived
-connections and sends many small requests over them. Each worker builds its own app after the
-fork (its own policy source and node watch), so no lock or socket is shared across processes.
+gevent workers: a connection waiting on a slow or idle client costs a greenlet, not a thread,
+so a stream of slow clients cannot hold back the API server's reviews (a gthread worker ties a
+thread to every request in progress; ``--worker-class gthread`` remains for comparison, see
+bench/README.md). Each worker builds its own app after the fork (its own policy source and
+node watch), so no lock or socket is shared across processes.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class ServeConfig:
     kubeconfig: str | None = None
     in_cluster: bool = False
     workers: int = 2
+    worker_class: str = "gevent"
+    worker_connections: int = 2000
     threads: int = 4
     keepalive: int = 75
     timeout: int = 30
@@ -128,13 +132,15 @@ class GunicornApp(BaseApplication):  # type: ignore[misc]
         c = self.cfg_obj
 
         def ssl_context(conf: Any, default_factory: Any) -> Any:
-            # Called per accepted connection by gthread: hand out the cached, reloading context.
-            return self._context().get()
+            # gthread calls this per connection, gevent once per worker; both only call
+            # .wrap_socket() on what it returns, which picks up rotated certificates.
+            return self._context()
 
         settings: dict[str, Any] = {
             "bind": [c.bind],
             "workers": c.workers,
-            "worker_class": "gthread",
+            "worker_class": c.worker_class,
+            "worker_connections": c.worker_connections,
             "threads": c.threads,
             "keepalive": c.keepalive,
             "timeout": c.timeout,

@@ -1,10 +1,9 @@
 """A TLS server context that follows certificate files as they are rotated.
 
-gunicorn's gthread worker asks its ``ssl_context`` hook for a context on every accepted
-connection. Handing back a cached context that is rebuilt when the files change gives hot
-rotation for free: new connections get the new certificate, connections already open keep
-theirs, and no request in flight fails. A half-written pair (key not matching cert) keeps the
-previous context until the files settle.
+Each new connection is wrapped by ``ReloadingContext.wrap_socket`` with a cached context that
+is rebuilt when the files change: new connections get the new certificate, connections
+already open keep theirs, and no request in flight fails. A half-written pair (key not
+matching cert) keeps the previous context until the files settle.
 """
 
 from __future__ import annotations
@@ -28,28 +27,43 @@ CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
 
 
 #: A TLS handshake, and a request from its first byte to its last, must complete within these.
-#: The API server sends each review in one go: legitimate requests take milliseconds.
+#: The API server sends each review in one go: legitimate requests take milliseconds. A
+#: stalled handshake costs nothing to cut; a request that was cut comes back with a new TLS
+#: handshake, the expensive part of a slow client, hence the longer request deadline.
 HANDSHAKE_DEADLINE = 3.0
-REQUEST_DEADLINE = 3.0
+REQUEST_DEADLINE = 10.0
 
 
-class DeadlineSSLSocket(ssl.SSLSocket):
-    """Bounds how long one client can hold a worker thread.
+class _Deadlines:
+    """Bounds how long one client can keep a connection busy without finishing a request.
 
-    gthread hands a connection to a thread once data arrives and the thread then blocks
-    until the request is complete: a client trickling a byte a second would hold the thread
-    forever, and a handful of them would starve the server. Here the handshake and each
-    request (from its first byte to its last; a response resets the clock) get a hard
-    deadline, after which the connection is dropped. Idle keep-alive connections cost no
-    thread at all: gunicorn parks them in its poller.
+    The handshake and each request (from its first byte to its last; a response resets the
+    clock) get a hard deadline, after which the connection is dropped. Under gevent workers a
+    slow connection costs only a greenlet while it lasts, but without a bound a stream of them
+    would still fill the worker's connection pool; under gthread a slow request holds a
+    thread. Idle keep-alive connections are not timed here (the worker's keepalive is).
+
+    Mixed into whichever ``SSLSocket`` class the context builds: the stdlib's, or gevent's
+    once a gevent worker has patched ``ssl`` (see ``deadline_socket_class``).
     """
 
-    def do_handshake(self, block: bool = False) -> None:
-        self.settimeout(HANDSHAKE_DEADLINE)  # CPython applies it to the whole handshake
+    def do_handshake(self, *args: Any) -> None:
+        self.settimeout(HANDSHAKE_DEADLINE)  # the stdlib applies it to the whole handshake
         try:
-            super().do_handshake(block)
+            super().do_handshake(*args)  # type: ignore[misc]
         finally:
             self.settimeout(None)
+
+
+class _GeventDeadlines(_Deadlines):
+    """gevent applies a socket timeout to each wait inside the handshake, so a client sending
+    a byte a second would never trip it: bound the whole handshake instead."""
+
+    def do_handshake(self, *args: Any) -> None:
+        import gevent  # only reached once a gevent worker has built the context
+
+        with gevent.Timeout(HANDSHAKE_DEADLINE, TimeoutError("TLS handshake too slow")):
+            super().do_handshake(*args)
 
     def _arm(self) -> None:
         now = time.monotonic()
@@ -61,16 +75,29 @@ class DeadlineSSLSocket(ssl.SSLSocket):
 
     def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
         self._arm()
-        return super().recv(buflen, flags)
+        return super().recv(buflen, flags)  # type: ignore[misc]
 
     def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
         self._arm()
-        return super().recv_into(buffer, nbytes, flags)  # type: ignore[arg-type]
+        if nbytes is None:
+            return super().recv_into(buffer, flags=flags)  # type: ignore[misc]
+        return super().recv_into(buffer, nbytes, flags)  # type: ignore[misc]
 
     def sendall(self, data: Any, flags: int = 0) -> None:
         self.__dict__.pop("_request_started", None)  # the request was read: clock off
         self.settimeout(None)
-        super().sendall(data, flags)
+        super().sendall(data, flags)  # type: ignore[misc]
+
+
+_DEADLINE_CLASSES: dict[type, type] = {}
+
+
+def deadline_socket_class(base: type) -> type:
+    """``base`` (an SSLSocket class) with the deadlines mixed in, made once per base."""
+    if base not in _DEADLINE_CLASSES:
+        mixin = _GeventDeadlines if base.__module__.startswith("gevent") else _Deadlines
+        _DEADLINE_CLASSES[base] = type(f"Deadline{base.__name__}", (mixin, base), {})
+    return _DEADLINE_CLASSES[base]
 
 
 def _identity(path: str) -> tuple[int, int, int] | None:
@@ -82,11 +109,13 @@ def _identity(path: str) -> tuple[int, int, int] | None:
 
 
 def build_context(certfile: str, keyfile: str) -> ssl.SSLContext:
+    # ``ssl.SSLContext`` looked up now, not at import: in a gevent worker it is gevent's
+    # cooperative class by the time the first context is built.
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers(CIPHERS)
     ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
-    ctx.sslsocket_class = DeadlineSSLSocket
+    ctx.sslsocket_class = deadline_socket_class(type(ctx).sslsocket_class)
     ctx.load_cert_chain(certfile=certfile, keyfile=keyfile)
     return ctx
 
@@ -108,6 +137,12 @@ class ReloadingContext:
         if time.monotonic() >= self._next_check:
             self._maybe_reload()
         return self._ctx
+
+    def wrap_socket(self, sock: Any, **kwargs: Any) -> ssl.SSLSocket:
+        """What both worker classes call: gthread asks gunicorn's hook for a context per
+        connection, gevent's server asks once and keeps it; handing them this object instead
+        of a context gives every new connection the current certificate either way."""
+        return self.get().wrap_socket(sock, **kwargs)
 
     def _maybe_reload(self) -> None:
         with self._lock:
