@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from webhook.api.inventory import INVENTORY_ANNOTATION
 from webhook.engine import objects
 
 #: libyaml's loader when PyYAML was built with it: snapshots of thousands of nodes load ~10x
@@ -71,3 +72,22 @@ def load_cluster_file(path: str) -> tuple[list[dict[str, Any]], dict[str, dict[s
         elif kind == "Namespace" and meta.get("name"):
             namespaces[meta["name"]] = dict(meta.get("labels") or {})
     return nodes, namespaces
+
+
+def restamp_inventories(nodes: list[dict[str, Any]], observed_at: str) -> None:
+    """Mark every node's CDI inventory as observed at ``observed_at``: the bundled demo's
+    inventories were recorded once, and a days-old observation would read like a broken
+    agent on a freshly started demo."""
+    for node in nodes:
+        annotations = node.get("metadata", {}).get("annotations") or {}
+        raw = annotations.get(INVENTORY_ANNOTATION)
+        if not isinstance(raw, str):
+            continue
+        try:
+            inv = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(inv, dict):
+            inv["observedAt"] = observed_at
+            annotations[INVENTORY_ANNOTATION] = json.dumps(inv, sort_keys=True,
+                                                           separators=(",", ":"))

@@ -11,8 +11,10 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from webhook.server.audit import GAP_MARKER
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
@@ -25,18 +27,51 @@ def parse_since(text: str) -> dt.timedelta:
     return dt.timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: n})
 
 
-def read_records(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
-    """Audit records among other log lines (stdout mixes them with gunicorn's logs)."""
-    for line in lines:
+@dataclass
+class Gaps:
+    """What the log itself says is missing from it."""
+
+    markers: list[dict[str, Any]] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)  # "file:line" of torn audit lines
+
+    @property
+    def lost(self) -> int:
+        return sum(m.get("lost", 0) for m in self.markers if isinstance(m.get("lost"), int))
+
+    def __bool__(self) -> bool:
+        return bool(self.markers or self.unreadable)
+
+    def describe(self) -> list[str]:
+        out = [f"gap: {m.get('lost', '?')} record(s) lost by worker {m.get('pid', '?')} "
+               f"between {m.get('since', '?')} and {m.get('time', '?')} ({m.get('error', '')})"
+               for m in self.markers]
+        if self.unreadable:
+            shown = ", ".join(self.unreadable[:5])
+            more = f" and {len(self.unreadable) - 5} more" if len(self.unreadable) > 5 else ""
+            out.append(f"gap: {len(self.unreadable)} unreadable audit line(s) at {shown}{more}")
+        return out
+
+
+def read_records(lines: Iterable[str], gaps: Gaps | None = None, source: str = "-"
+                 ) -> Iterator[dict[str, Any]]:
+    """Audit records among other log lines (stdout mixes them with gunicorn's logs). Gap
+    markers and lines that start like a record but do not parse go to ``gaps``."""
+    for number, line in enumerate(lines, 1):
         line = line.strip()
         if not line.startswith("{"):
             continue
         try:
             rec = json.loads(line)
         except ValueError:
+            if gaps is not None and '"audit":"gpupool' in line:
+                gaps.unreadable.append(f"{source}:{number}")
             continue
-        if isinstance(rec, dict) and rec.get("audit") == "gpupool":
+        if not isinstance(rec, dict):
+            continue
+        if rec.get("audit") == "gpupool":
             yield rec
+        elif rec.get("audit") == GAP_MARKER and gaps is not None:
+            gaps.markers.append(rec)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 from webhook.engine import admit, objects, workloads
 from webhook.engine.cluster import ClusterView
 from webhook.engine.policy import Policy
-from webhook.snapshot import load_yaml_objects
+from webhook.snapshot import SnapshotError, load_yaml_objects
 
 
 @dataclass
@@ -55,16 +55,29 @@ def check_object(obj: Mapping[str, Any], view: ClusterView | None, policy: Polic
                        source, d.to_json())
 
 
-def run_check(files: list[str], view: ClusterView | None, policy: Policy) -> CheckReport:
-    report = CheckReport()
+def load_manifests(files: list[str]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Each file's objects. A file that holds no Kubernetes object at all (nothing with a
+    kind: a values file, a typo'd path to the wrong YAML) is bad input, not "0 checked": a CI
+    gate over it must fail, not pass silently."""
+    out = []
     for path in files:
-        for obj in load_yaml_objects(path):
+        objs = load_yaml_objects(path)
+        if not any(isinstance(o.get("kind"), str) and o["kind"] for o in objs):
+            raise SnapshotError(f"{path}: no Kubernetes object in it (no document has a kind)")
+        out.append((path, objs))
+    return out
+
+
+def run_check(manifests: list[tuple[str, list[dict[str, Any]]]], view: ClusterView | None,
+              policy: Policy) -> CheckReport:
+    report = CheckReport()
+    for path, objs in manifests:
+        for obj in objs:
             result = check_object(obj, view, policy, path)
             if result is None:
-                report.skipped.append(f"{path}: skipped {obj.get('kind', '(no kind)')} "
+                report.skipped.append(f"{path}: skipped {obj.get('kind') or '(no kind)'} "
                                       f"{objects.meta_of(obj).get('name', '')}: not a Pod or "
-                                      "a workload "
-                                      "with a pod template".replace("  ", " "))
+                                      "a workload with a pod template".replace("  ", " "))
             else:
                 report.results.append(result)
     return report

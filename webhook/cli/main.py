@@ -60,18 +60,15 @@ def _view(cluster: str | None, policy: Policy, ns_labels: dict[str, str],
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from webhook.cli.check import format_json, format_text, run_check
-    from webhook.snapshot import load_yaml_objects
+    from webhook.cli.check import format_json, format_text, load_manifests, run_check
 
     policy = _policy(args.policy)
     labels = _namespace_labels(args.namespace_labels)
-    namespaces: set[str] = set()
-    for path in args.files:
-        for obj in load_yaml_objects(path):
-            meta = objects.meta_of(obj)
-            namespaces.add(meta.get("namespace") or "default")
+    manifests = load_manifests(args.files)
+    namespaces = {objects.meta_of(obj).get("namespace") or "default"
+                  for _, objs in manifests for obj in objs}
     view = _view(args.cluster, policy, labels, sorted(namespaces))
-    report = run_check(args.files, view, policy)
+    report = run_check(manifests, view, policy)
     if args.output == "json":
         print(format_json(report))
         for line in report.skipped:
@@ -99,10 +96,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.policy:
         _policy(args.policy)  # fail fast, before forking workers
     cfg = ServeConfig(bind=args.bind, certfile=args.cert or "", keyfile=args.key or "",
-                      policy=args.policy, cluster_file=cluster, kubeconfig=args.kubeconfig,
+                      policy=args.policy, cluster_file=cluster, demo=args.demo,
+                      kubeconfig=args.kubeconfig,
                       in_cluster=args.in_cluster, workers=args.workers, threads=args.threads,
                       worker_class=args.worker_class,
                       worker_connections=args.worker_connections,
+                      handshake_deadline=args.handshake_deadline,
+                      request_deadline=args.request_deadline,
                       keepalive=args.keepalive, audit_file=args.audit_file,
                       audit_stdout=not args.no_audit_stdout, loglevel=args.log_level,
                       audit_max_bytes=args.audit_max_bytes, audit_backups=args.audit_backups,
@@ -141,7 +141,7 @@ def cmd_certs(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from webhook.cli.audit import AuditFilter, format_table, parse_since, read_records
+    from webhook.cli.audit import AuditFilter, Gaps, format_table, parse_since, read_records
 
     try:
         since = parse_since(args.since) if args.since else None
@@ -149,8 +149,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     filt = AuditFilter(since=since, namespace=args.namespace, reason=args.reason,
                        dry_run=args.dry_run)
+    gaps = Gaps()
     if args.file == "-":
-        records = [r for r in read_records(sys.stdin) if filt(r)]
+        records = [r for r in read_records(sys.stdin, gaps) if filt(r)]
     else:
         paths = [args.file]
         # Include rotated files, oldest first, so the listing is in time order.
@@ -162,13 +163,15 @@ def cmd_audit(args: argparse.Namespace) -> int:
         for p in paths:
             try:
                 with open(p, encoding="utf-8", errors="replace") as fh:
-                    records.extend(r for r in read_records(fh) if filt(r))
+                    records.extend(r for r in read_records(fh, gaps, p) if filt(r))
             except OSError as exc:
                 raise UsageError(f"{p}: {exc.strerror}") from exc
     if args.output == "json":
         print(json.dumps(records, indent=2))
     else:
         print(format_table(records))
+    for line in gaps.describe():  # on stderr, so -o json stays parseable
+        print(line, file=sys.stderr)
     return EXIT_OK
 
 
@@ -265,6 +268,10 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
     s.add_argument("--worker-connections", type=int, default=2000,
                    help="gevent: open connections per worker")
     s.add_argument("--threads", type=int, default=4, help="gthread: threads per worker")
+    s.add_argument("--handshake-deadline", type=float, default=3.0, metavar="SECONDS",
+                   help="drop a connection whose TLS handshake takes longer")
+    s.add_argument("--request-deadline", type=float, default=10.0, metavar="SECONDS",
+                   help="drop a connection whose request, from its first byte, takes longer")
     s.add_argument("--keepalive", type=int, default=75)
     s.add_argument("--max-staleness", type=float, default=180.0,
                    help="seconds the node cache may go without a sync before /readyz fails")

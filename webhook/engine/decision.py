@@ -90,6 +90,9 @@ def deny(reason: str, message: str, **kw: Any) -> Decision:
 
 
 WARNING_LIMIT = 120
+#: The longest message a reply or audit record carries (values in it are clipped one by one
+#: already; this bounds the whole).
+MESSAGE_LIMIT = 8192
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 

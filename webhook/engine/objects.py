@@ -21,7 +21,20 @@ def name_of(obj: Mapping[str, Any]) -> str:
     return ""
 
 
+#: The most of one user-supplied value a message or audit record repeats.
+QUOTE_LIMIT = 100
+
+
+def clip(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """A user-supplied value as a message may repeat it: a 1 MiB label value must not make a
+    1 MiB denial (nor audit record). Keeps the start, says how much was cut."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...(+{len(text) - limit} chars)"
+
+
 def describe(obj: Mapping[str, Any], namespace: str | None, kind: str) -> str:
     """'<kind> ns/name': every message says which object it is about."""
-    ns = namespace or meta_of(obj).get("namespace") or ""
-    return f"{kind} {ns + '/' if ns else ''}{name_of(obj) or '(unnamed)'}"
+    ns = clip(namespace or meta_of(obj).get("namespace") or "")
+    return f"{kind} {ns + '/' if ns else ''}{clip(name_of(obj)) or '(unnamed)'}"

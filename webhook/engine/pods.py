@@ -48,7 +48,8 @@ def _prelude(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | 
     scheduler = _scheduler(spec)
     if scheduler != DEFAULT_SCHEDULER and scheduler not in policy.schedulers:
         d = allow(Reason.CUSTOM_SCHEDULER, gpu=True, scheduler_name=scheduler,
-                  message=f"{describe(pod, namespace)} uses scheduler {scheduler}; "
+                  message=f"{describe(pod, namespace)} uses scheduler "
+                          f"{objects.clip(scheduler)}; "
                           "gpupool leaves it alone")
         d.warn(f"gpupool: scheduler {scheduler} is not a pool's; pod not routed to a GPU pool")
         return d, None, gpus
@@ -110,9 +111,8 @@ def validate(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | 
     scheduler = _scheduler(spec)
     if scheduler != pool.scheduler_name:
         return deny(Reason.SCHEDULER_MISMATCH,
-                    f"{who} is in pool {pool.name} (by {r.source}) but its schedulerName is "
-                    f"{scheduler}, not {pool.scheduler_name}: another mutating webhook changed "
-                    f"it after gpupool; {WEBHOOK_ORDER_FIX}",
+                    f"{who} is in pool {pool.name} (by {r.source}) but "
+                    f"{_scheduler_cause(spec, pool.scheduler_name)}",
                     gpu=True, pool=pool.name, scheduler_name=scheduler)
     admitted = r.admitted
     node_name = spec.get("nodeName")
@@ -141,6 +141,25 @@ def validate(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | 
             for w in found.warnings:
                 d.warn(w)
     return d
+
+
+def _scheduler_cause(spec: Mapping[str, Any], wanted: str) -> str:
+    """Why a pod reached validation unrouted, as far as the object itself tells."""
+    current = spec.get("schedulerName")
+    if not isinstance(current, str) or not current:
+        return (f"it has no spec.schedulerName, so it is not routed as its pool requires "
+                f"({wanted}). The API server sets one on every pod, so this review did not "
+                "come through the API server's mutating webhooks: it was sent by hand or by "
+                "another tool; send the pod to /mutate first, or create it through the API "
+                "server")
+    if current == DEFAULT_SCHEDULER:
+        return (f"its schedulerName is still {DEFAULT_SCHEDULER}, not {wanted}: it is not "
+                "routed as its pool requires. Either gpupool's mutating webhook did not run "
+                "on it (check its rules, objectSelector, matchConditions and failurePolicy "
+                "Ignore with gpupool down) or a later mutating webhook reset the field; "
+                f"{WEBHOOK_ORDER_FIX}")
+    return (f"its schedulerName is {objects.clip(current)}, not {wanted}: another mutating "
+            f"webhook changed it after gpupool; {WEBHOOK_ORDER_FIX}")
 
 
 def _hami_resource_outside_pool(early: Decision, pod: Mapping[str, Any],

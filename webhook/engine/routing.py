@@ -60,8 +60,9 @@ def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | Non
             return True
         if pool != out.pool:
             out.denial = (Reason.POOL_CONFLICT,
-                          f"{source} puts the pod in pool {pool!r} but {out.source} puts it in "
-                          f"pool {out.pool!r}; remove one of them or make them agree")
+                          f"{source} puts the pod in pool {objects.clip(pool)!r} but "
+                          f"{out.source} puts it in pool {objects.clip(out.pool)!r}; remove one "
+                          "of them or make them agree")
             return False
         return True
 
@@ -70,7 +71,8 @@ def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | Non
     if label is not None:
         if label not in policy.by_name:
             out.denial = (Reason.UNKNOWN_POOL,
-                          f"label {POOL_LABEL}={label} names no pool; known pools: {known}")
+                          f"label {POOL_LABEL}={objects.clip(label)} names no pool; known "
+                          f"pools: {known}")
             return out
         bind(label, f"label {POOL_LABEL}={label}")
 
@@ -79,8 +81,8 @@ def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | Non
     if isinstance(node_name, str) and node_name:
         node = view.node(node_name) if view is not None else None
         if node is None:
-            out.warnings.append(f"node {node_name} is not in gpupool's node cache; "
-                                "its pool was not checked")
+            out.warnings.append(f"node {objects.clip(node_name)} is not in gpupool's node "
+                                "cache; its pool was not checked")
         elif node.is_gpu_node(policy):
             node_pool = policy.pool_for_label_value(node.labels.get(policy.pool_label))
             if not bind(node_pool, f"spec.nodeName {node_name} (a node of pool {node_pool!r})"):
@@ -93,7 +95,8 @@ def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | Non
                  for n in nodes if n is not None and n.is_gpu_node(policy)}
         if len(pools) == 1 and all(n is not None for n in nodes):
             (node_pool,) = pools
-            shown = ", ".join(named[:3]) + (" ..." if len(named) > 3 else "")
+            shown = ", ".join(objects.clip(n) for n in named[:3]) + \
+                (" ..." if len(named) > 3 else "")
             if not bind(node_pool, f"node affinity on metadata.name {shown} "
                                    f"(nodes of pool {node_pool!r})"):
                 return out
@@ -120,7 +123,8 @@ def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | Non
         ns_pool = ns_labels.get(POOL_LABEL)
         if ns_pool is not None:
             if ns_pool in policy.by_name and ns_pool in admitted:
-                bind(ns_pool, f"namespace {namespace} label {POOL_LABEL}={ns_pool}")
+                bind(ns_pool, f"namespace {objects.clip(namespace)} label "
+                              f"{POOL_LABEL}={ns_pool}")
             elif ns_pool not in policy.by_name:
                 out.warnings.append(f"namespace {namespace} label {POOL_LABEL}={ns_pool} "
                                     "names no pool; ignored")

@@ -135,7 +135,13 @@ def create_app(webhook: Webhook, extra_routes: Callable[[Flask], None] | None = 
             status, payload = err.status, review.error_response(err)
             _drain(length)
         else:
-            body = request.stream.read(review.MAX_BODY_BYTES + 1)
+            try:
+                body = request.stream.read(review.MAX_BODY_BYTES + 1)
+            except OSError as exc:  # the client stalled mid-body (deadline) or went away
+                log.info("/%s: request body not received: %s", handler.stage.value, exc)
+                err = BadRequest(408, "request body not received in time")
+                return Response(orjson.dumps(review.error_response(err)), status=408,
+                                mimetype="application/json", headers={"Connection": "close"})
             status, payload = handler.handle(body, request.content_type)
         return Response(orjson.dumps(payload), status=status, mimetype="application/json")
 

@@ -1,65 +1,98 @@
 """The audit log of rejections: one JSON line per denial, to stdout and/or a rotated file.
 
-Several gunicorn workers, each with several threads, write at once. Each record is a single
-``write(2)`` of one complete line to a descriptor opened with O_APPEND, done under an
-``flock`` that also serialises rotation, so records are never interleaved, lost to a
-rename, or written twice.
+Several gunicorn workers, each serving many connections, write at once. Each record is one
+complete line written to a descriptor opened with O_APPEND under an ``flock`` that also
+serialises rotation, so records are never interleaved, lost to a rename, or written twice.
+Audit storage failing (a full disk, a directory gone read-only) never blocks or fails an
+admission reply: the record still reaches the other sinks, the loss is counted, logged once
+and shown in /readyz and /metrics, and the file resumes by itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
+import hashlib
 import json
+import logging
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from typing import Any
 
-from webhook.engine.decision import Decision
+from webhook.engine.decision import MESSAGE_LIMIT, Decision
+from webhook.engine.objects import clip
 from webhook.engine.policy import Policy
 from webhook.server.review import Request
+
+log = logging.getLogger(__name__)
+
+#: The ``audit`` field of a gap marker: N records a worker could not write before this line.
+GAP_MARKER = "gpupool-gap"
+#: Groups kept per record: enough to tell who, bounded whatever the request carried.
+MAX_GROUPS = 20
 
 
 def make_record(endpoint: str, req: Request, decision: Decision) -> dict[str, Any]:
     return {
-        "time": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "time": _now(),
         "uid": req.uid,
         "dryRun": req.dry_run,
         "endpoint": endpoint,
         "operation": req.operation,
         "namespace": req.namespace or "",
         "kind": req.kind,
-        "name": req.obj_name,
-        "owner": req.owner,
-        "user": req.user,
-        "groups": req.groups,
+        "name": clip(req.obj_name),
+        "owner": clip(req.owner),
+        "user": clip(req.user),
+        "groups": [clip(g) for g in req.groups[:MAX_GROUPS]],
         "decision": "allowed" if decision.allowed else "denied",
         "pool": decision.pool or "",
         "reason": decision.reason,
-        "message": decision.message,
+        "message": clip(decision.message, MESSAGE_LIMIT),
         "nodes": [n.to_json() for n in decision.nodes],
         "patch": decision.patch if decision.allowed else [],
     }
 
 
 class _Lock:
-    """Exclusive across threads and worker processes. Each holder opens the lock file itself:
-    flock on a descriptor inherited through fork would be shared, and exclude nothing."""
+    """Exclusive across threads and worker processes.
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    The lock file lives in the temporary directory, never beside the log: the log's directory
+    going read-only must not take the lock with it. Each process opens it itself (flock on a
+    descriptor inherited through fork would be shared, and exclude nothing), and any failure
+    to take it releases what was taken, so a failure never leaves the lock held.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.path = os.path.join(tempfile.gettempdir(), name)
         self._local = threading.Lock()
+        self._fd: int | None = None
+        self._pid = 0
 
     def __enter__(self) -> None:
         self._local.acquire()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o640)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            if self._fd is None or self._pid != os.getpid():
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+                self._pid = os.getpid()
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._local.release()
+            raise
 
     def __exit__(self, *exc: object) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
-        os.close(self._fd)
-        self._local.release()
+        try:
+            if self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._local.release()
+
+
+def _lock_name(kind: str, key: str) -> str:
+    return f"gpupool-audit-{kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.lock"
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -68,35 +101,122 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-class _FileSink:
-    def __init__(self, path: str, max_bytes: int, backups: int) -> None:
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class SinkHealth:
+    """Whether one sink is writing, and how many records it lost. Logs once per change of
+    state, not once per record: a full disk under load must not flood the log too."""
+
+    def __init__(self, name: str, on_change: Callable[[str, bool], None] | None = None,
+                 on_lost: Callable[[str], None] | None = None) -> None:
+        self.name = name
+        self.failing = False
+        self.lost = 0  # records this process could not write, all time
+        self.lost_in_outage = 0  # lost since the sink last wrote
+        self.unmarked = 0  # lost and not yet counted by a gap marker in the file
+        self.since = ""
+        self.error = ""
+        self._on_change = on_change
+        self._on_lost = on_lost
+
+    def ok(self) -> None:
+        if self.failing:
+            log.warning("audit %s: writing again (%d record(s) lost since %s)", self.name,
+                        self.lost_in_outage, self.since)
+            self.failing = False
+            self.lost_in_outage = 0
+            if self._on_change:
+                self._on_change(self.name, False)
+
+    def failed(self, exc: BaseException) -> None:
+        self.lost += 1
+        self.lost_in_outage += 1
+        self.unmarked += 1
+        if self._on_lost:
+            self._on_lost(self.name)
+        if not self.failing:
+            self.failing, self.since, self.error = True, _now(), str(exc)
+            log.error("audit %s: cannot write (%s); records are counted as lost and writing "
+                      "resumes by itself once it can", self.name, exc)
+            if self._on_change:
+                self._on_change(self.name, True)
+
+    def describe(self) -> str:
+        if self.failing:
+            return (f"audit {self.name}: failing since {self.since} ({self.error}); "
+                    f"{self.lost_in_outage} record(s) lost")
+        return f"audit {self.name}: ok" + (f" ({self.lost} lost earlier)" if self.lost else "")
+
+
+class FileSink:
+    """A size-rotated log file that only ever holds whole records.
+
+    A write that fails part way (a full disk) is cut back to where it started; the descriptor
+    is dropped and reopened on the next record, so a directory that went read-only, or a
+    file removed under us, is picked up again by itself. The first record after a failure is
+    preceded by a gap marker that says how many records this worker lost and since when,
+    which ``gpupool audit`` reports."""
+
+    def __init__(self, path: str, max_bytes: int, backups: int,
+                 health: SinkHealth | None = None) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
-        self.lock = _Lock(path + ".lock")
-        self._fd = self._open()
+        self.health = health or SinkHealth("file")
+        self.lock = _Lock(_lock_name("file", os.path.abspath(path)))
+        self._fd: int | None = None
 
     def _open(self) -> int:
         return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
 
-    def write(self, line: bytes) -> None:
-        with self.lock:
-            self._follow_rotation()
-            if self.max_bytes and os.fstat(self._fd).st_size + len(line) > self.max_bytes:
-                self._rotate()
-            _write_all(self._fd, line)
-
-    def _follow_rotation(self) -> None:
-        """Another process rotated the file: reopen so we write to the live one."""
+    def write(self, line: bytes) -> bool:
         try:
-            same = os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if not same:
-            os.close(self._fd)
-            self._fd = self._open()
+            with self.lock:
+                fd = self._live_fd()
+                if self.health.unmarked:
+                    self._append(fd, _gap_marker(self.health))
+                    self.health.unmarked = 0
+                if self.max_bytes and os.fstat(fd).st_size + len(line) > self.max_bytes:
+                    fd = self._rotate()
+                self._append(fd, line)
+        except OSError as exc:
+            self._drop_fd()
+            self.health.failed(exc)
+            return False
+        self.health.ok()
+        return True
 
-    def _rotate(self) -> None:
+    def _append(self, fd: int, data: bytes) -> None:
+        start = os.fstat(fd).st_size
+        try:
+            _write_all(fd, data)
+        except OSError:
+            with contextlib.suppress(OSError):  # no half record for the next to be glued to
+                os.ftruncate(fd, start)
+            raise
+
+    def _live_fd(self) -> int:
+        """Our descriptor, reopened if we had none or another process rotated the file."""
+        if self._fd is not None:
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                self._drop_fd()
+        if self._fd is None:
+            self._fd = self._open()
+        return self._fd
+
+    def _drop_fd(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def _rotate(self) -> int:
         for i in range(self.backups - 1, 0, -1):
             src = f"{self.path}.{i}"
             if os.path.exists(src):
@@ -105,28 +225,60 @@ class _FileSink:
             os.replace(self.path, f"{self.path}.1")
         else:
             os.truncate(self.path, 0)
-        os.close(self._fd)
+        self._drop_fd()
         self._fd = self._open()
+        return self._fd
 
     def close(self) -> None:
-        os.close(self._fd)
+        self._drop_fd()
+
+
+class StdoutSink:
+    """Standard output, shared by the workers: writes over PIPE_BUF (4 KiB) to a pipe may
+    interleave, so a lock shared by the workers (named after their master) serialises whole
+    records."""
+
+    def __init__(self, health: SinkHealth | None = None, fd: int = 1) -> None:
+        self.fd = fd
+        self.health = health or SinkHealth("stdout")
+        self.lock = _Lock(_lock_name("stdout", str(os.getppid())))
+
+    def write(self, line: bytes) -> bool:
+        try:
+            with self.lock:
+                _write_all(self.fd, line)
+        except OSError as exc:
+            self.health.failed(exc)
+            return False
+        self.health.ok()
+        return True
+
+
+def _gap_marker(health: SinkHealth) -> bytes:
+    rec = {"audit": GAP_MARKER, "time": _now(), "lost": health.unmarked,
+           "since": health.since, "error": health.error, "pid": os.getpid()}
+    return (json.dumps(rec, separators=(",", ":"), ensure_ascii=True) + "\n").encode()
 
 
 class AuditLog:
-    def __init__(self, stdout: bool = True, file_sink: _FileSink | None = None) -> None:
-        self.stdout = stdout
-        self.file = file_sink
+    """Every sink gets every record; a sink that fails never stops the others, and never
+    the admission reply: ``record`` does not raise."""
+
+    def __init__(self, sinks: list[FileSink | StdoutSink]) -> None:
+        self.sinks = sinks
         self.written = 0
-        # Workers share one stdout pipe, and writes over PIPE_BUF (4 KiB) to a pipe may
-        # interleave: a lock file shared by the workers (named after their master) serialises
-        # whole records.
-        self.stdout_lock = _Lock(os.path.join(tempfile.gettempdir(),
-                                              f"gpupool-audit-{os.getppid()}.lock"))
 
     @classmethod
     def from_config(cls, *, stdout: bool, path: str | None, max_bytes: int = 50 << 20,
-                    backups: int = 5) -> AuditLog:
-        return cls(stdout=stdout, file_sink=_FileSink(path, max_bytes, backups) if path else None)
+                    backups: int = 5, on_change: Callable[[str, bool], None] | None = None,
+                    on_lost: Callable[[str], None] | None = None) -> AuditLog:
+        sinks: list[FileSink | StdoutSink] = []
+        if stdout:
+            sinks.append(StdoutSink(SinkHealth("stdout", on_change, on_lost)))
+        if path:
+            sinks.append(FileSink(path, max_bytes, backups,
+                                  SinkHealth("file", on_change, on_lost)))
+        return cls(sinks)
 
     def wants(self, endpoint: str, decision: Decision, policy: Policy) -> bool:
         if not decision.allowed:
@@ -138,9 +290,13 @@ class AuditLog:
             return
         rec = {"audit": "gpupool", **make_record(endpoint, req, decision)}
         line = (json.dumps(rec, separators=(",", ":"), ensure_ascii=True) + "\n").encode()
-        if self.stdout:
-            with self.stdout_lock:
-                _write_all(1, line)
-        if self.file is not None:
-            self.file.write(line)
+        for sink in self.sinks:
+            try:
+                sink.write(line)
+            except Exception:  # a bug in a sink must not cost the reply either
+                log.exception("audit sink failed unexpectedly")
         self.written += 1
+
+    def ready(self) -> tuple[bool, str]:
+        """For /readyz's detail: never unready (denials still work without their record)."""
+        return True, "; ".join(s.health.describe() for s in self.sinks) or "audit: no sinks"

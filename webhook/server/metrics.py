@@ -17,6 +17,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -42,6 +43,27 @@ DENIALS = Counter("gpupool_admission_denials_total", "Admission denials by reaso
 DURATION = Histogram("gpupool_admission_duration_seconds",
                      "Time to decide one admission review", ["endpoint"],
                      buckets=APISERVER_WEBHOOK_BUCKETS)
+
+AUDIT_LOST = Counter("gpupool_audit_records_lost_total",
+                     "Audit records a sink could not write", ["sink"])
+AUDIT_FAILING = Gauge("gpupool_audit_sink_failing",
+                      "1 while an audit sink cannot write (in any worker)", ["sink"],
+                      multiprocess_mode="livemax")
+
+
+def audit_sink_state(sink: str, failing: bool) -> None:
+    AUDIT_FAILING.labels(sink).set(1 if failing else 0)
+
+
+def audit_record_lost(sink: str) -> None:
+    AUDIT_LOST.labels(sink).inc()
+
+
+def audit_sinks_declared(sinks: list[str]) -> None:
+    """Every sink's series exists from the start, so an alert on it has something to read."""
+    for sink in sinks:
+        AUDIT_LOST.labels(sink)
+        AUDIT_FAILING.labels(sink).set(0)
 
 
 class _StateCollector:
@@ -119,7 +141,7 @@ def render(metrics: Metrics, tls: ReloadingContext | None) -> bytes:
 
         multiprocess.MultiProcessCollector(registry)
     else:
-        for collector in (REQUESTS, DENIALS, DURATION):
+        for collector in (REQUESTS, DENIALS, DURATION, AUDIT_LOST, AUDIT_FAILING):
             registry.register(collector)
     registry.register(_StateCollector(metrics, tls))
     return generate_latest(registry)

@@ -16,7 +16,7 @@ import orjson
 
 from webhook.engine import objects
 from webhook.engine import patch as jsonpatch_ops
-from webhook.engine.decision import Decision, clean_warning
+from webhook.engine.decision import MESSAGE_LIMIT, Decision, clean_warning
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 #: The API server caps request bodies at 3 MiB; a review carries object and oldObject, so
@@ -152,7 +152,8 @@ def response(req: Request, decision: Decision, *, mutating: bool,
     resp: dict[str, Any] = {"uid": req.uid, "allowed": decision.allowed}
     if not decision.allowed:
         resp["status"] = {"code": 403, "reason": "Forbidden",
-                          "message": f"gpupool: {decision.reason}: {decision.message}"}
+                          "message": objects.clip(f"gpupool: {decision.reason}: "
+                                                  f"{decision.message}", MESSAGE_LIMIT)}
     elif mutating and decision.patch:
         resp["patchType"] = "JSONPatch"
         resp["patch"] = jsonpatch_ops.encode(decision.patch)

@@ -9,6 +9,7 @@ node watch), so no lock or socket is shared across processes.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import sys
@@ -20,7 +21,7 @@ from gunicorn.app.base import BaseApplication
 from webhook.engine.cluster import ClusterView
 from webhook.server.app import Webhook, create_app
 from webhook.server.policysource import PolicySource
-from webhook.server.tls import ReloadingContext
+from webhook.server.tls import ReloadingContext, configure_deadlines
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +33,15 @@ class ServeConfig:
     keyfile: str = ""
     policy: str | None = None
     cluster_file: str | None = None  # a static snapshot instead of a watch (demo, tests)
+    demo: bool = False  # the snapshot is the bundled demo: its inventories read as fresh
     kubeconfig: str | None = None
     in_cluster: bool = False
     workers: int = 2
     worker_class: str = "gevent"
     worker_connections: int = 2000
     threads: int = 4
+    handshake_deadline: float = 3.0
+    request_deadline: float = 10.0
     keepalive: int = 75
     timeout: int = 30
     graceful_timeout: int = 25
@@ -54,7 +58,7 @@ class ServeConfig:
 def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     """Everything one worker needs: the webhook, its metrics, and things to keep alive."""
     from webhook.engine import cluster as cluster_mod
-    from webhook.snapshot import load_cluster_file
+    from webhook.snapshot import load_cluster_file, restamp_inventories
 
     keep: list[Any] = []
     informer_ref = None
@@ -65,6 +69,8 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     webhook = Webhook(policies=policies, view=view)
     if cfg.cluster_file:
         nodes, namespaces = load_cluster_file(cfg.cluster_file)
+        if cfg.demo:
+            restamp_inventories(nodes, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
         nodes.reverse()
         # Convert and drop each raw node as we go: the raw dicts are many times larger.
         view.replace_nodes(cluster_mod.NodeInfo.from_object(nodes.pop()) for _ in range(len(nodes)))
@@ -95,12 +101,16 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
         return True, "policy ok"
 
     webhook.ready_checks.append(policy_ready)
+    from webhook.server import metrics as metrics_mod
     from webhook.server.audit import AuditLog
-    from webhook.server.metrics import Metrics
 
     audit = AuditLog.from_config(stdout=cfg.audit_stdout, path=cfg.audit_file,
-                                 max_bytes=cfg.audit_max_bytes, backups=cfg.audit_backups)
-    metrics = Metrics(policies=policies, view=view)
+                                 max_bytes=cfg.audit_max_bytes, backups=cfg.audit_backups,
+                                 on_change=metrics_mod.audit_sink_state,
+                                 on_lost=metrics_mod.audit_record_lost)
+    metrics_mod.audit_sinks_declared([sink.health.name for sink in audit.sinks])
+    webhook.ready_checks.append(audit.ready)
+    metrics = metrics_mod.Metrics(policies=policies, view=view)
     metrics.informer = informer_ref
     webhook.hooks.append(lambda ep, req, d, _s: audit.record(ep, req, d, policies.policy))
     webhook.hooks.append(metrics.observe)
@@ -125,6 +135,7 @@ class GunicornApp(BaseApplication):  # type: ignore[misc]
     def _context(self) -> ReloadingContext:
         """This worker's reloading TLS context (created after the fork, once)."""
         if "ctx" not in self._tls:
+            configure_deadlines(self.cfg_obj.handshake_deadline, self.cfg_obj.request_deadline)
             self._tls["ctx"] = ReloadingContext(self.cfg_obj.certfile, self.cfg_obj.keyfile)
         return self._tls["ctx"]
 

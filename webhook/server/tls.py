@@ -9,6 +9,7 @@ matching cert) keeps the previous context until the files settle.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import logging
 import os
 import ssl
@@ -34,6 +35,42 @@ HANDSHAKE_DEADLINE = 3.0
 REQUEST_DEADLINE = 10.0
 
 
+def configure_deadlines(handshake: float, request: float) -> None:
+    """Set this process's deadlines (``gpupool serve --handshake-deadline/--request-deadline``)."""
+    global HANDSHAKE_DEADLINE, REQUEST_DEADLINE
+    HANDSHAKE_DEADLINE, REQUEST_DEADLINE = handshake, request
+
+
+class _DroppedLog:
+    """One log line per burst of dropped slow clients, not one per connection: a stream of
+    them must not flood the log (the count of what was summed is in the next line)."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.every = every
+        self.counts: dict[str, int] = {}
+        self._next = 0.0
+
+    def note(self, stage: str) -> None:
+        self.counts[stage] = self.counts.get(stage, 0) + 1
+        now = time.monotonic()
+        if now >= self._next:
+            summary = ", ".join(f"{n} in {stage}" for stage, n in sorted(self.counts.items()))
+            log.warning("dropped slow client connection(s): %s (deadlines: handshake %.0fs, "
+                        "request %.0fs from its first byte); further drops are summed for %.0fs",
+                        summary, HANDSHAKE_DEADLINE, REQUEST_DEADLINE, self.every)
+            self.counts.clear()
+            self._next = now + self.every
+
+
+DROPPED = _DroppedLog()
+
+
+def _cut(stage: str) -> ConnectionResetError:
+    DROPPED.note(stage)
+    # ECONNRESET: the worker closes the connection without a traceback of its own.
+    return ConnectionResetError(errno.ECONNRESET, f"slow client: {stage} over its deadline")
+
+
 class _Deadlines:
     """Bounds how long one client can keep a connection busy without finishing a request.
 
@@ -41,7 +78,8 @@ class _Deadlines:
     clock) get a hard deadline, after which the connection is dropped. Under gevent workers a
     slow connection costs only a greenlet while it lasts, but without a bound a stream of them
     would still fill the worker's connection pool; under gthread a slow request holds a
-    thread. Idle keep-alive connections are not timed here (the worker's keepalive is).
+    thread. Waiting for a request's first byte is not timed here: the worker's keep-alive
+    timeout bounds an idle connection.
 
     Mixed into whichever ``SSLSocket`` class the context builds: the stdlib's, or gevent's
     once a gevent worker has patched ``ssl`` (see ``deadline_socket_class``).
@@ -51,8 +89,52 @@ class _Deadlines:
         self.settimeout(HANDSHAKE_DEADLINE)  # the stdlib applies it to the whole handshake
         try:
             super().do_handshake(*args)  # type: ignore[misc]
+        except TimeoutError:
+            raise _cut("handshake") from None
         finally:
             self.settimeout(None)
+
+    def _before_read(self) -> bool:
+        """Arm the request deadline; False while no byte of a request has arrived."""
+        start = self.__dict__.get("_request_started")
+        if start is None:
+            self.settimeout(None)
+            return False
+        left = start + REQUEST_DEADLINE - time.monotonic()
+        if left <= 0:
+            raise _cut("request")
+        self.settimeout(left)
+        return True
+
+    def _after_read(self, started: bool, got: int) -> None:
+        if not started and got:
+            self.__dict__["_request_started"] = time.monotonic()
+
+    def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
+        started = self._before_read()
+        try:
+            data = super().recv(buflen, flags)  # type: ignore[misc]
+        except TimeoutError:
+            raise _cut("request") from None
+        self._after_read(started, len(data))
+        return data
+
+    def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
+        started = self._before_read()
+        try:
+            if nbytes is None:
+                got = super().recv_into(buffer, flags=flags)  # type: ignore[misc]
+            else:
+                got = super().recv_into(buffer, nbytes, flags)  # type: ignore[misc]
+        except TimeoutError:
+            raise _cut("request") from None
+        self._after_read(started, got)
+        return got
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        self.__dict__.pop("_request_started", None)  # the request was read: clock off
+        self.settimeout(None)
+        super().sendall(data, flags)  # type: ignore[misc]
 
 
 class _GeventDeadlines(_Deadlines):
@@ -62,31 +144,11 @@ class _GeventDeadlines(_Deadlines):
     def do_handshake(self, *args: Any) -> None:
         import gevent  # only reached once a gevent worker has built the context
 
-        with gevent.Timeout(HANDSHAKE_DEADLINE, TimeoutError("TLS handshake too slow")):
-            super().do_handshake(*args)
-
-    def _arm(self) -> None:
-        now = time.monotonic()
-        start = self.__dict__.setdefault("_request_started", now)
-        left = start + REQUEST_DEADLINE - now
-        if left <= 0:
-            raise TimeoutError("request not received within the deadline")
-        self.settimeout(left)
-
-    def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
-        self._arm()
-        return super().recv(buflen, flags)  # type: ignore[misc]
-
-    def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
-        self._arm()
-        if nbytes is None:
-            return super().recv_into(buffer, flags=flags)  # type: ignore[misc]
-        return super().recv_into(buffer, nbytes, flags)  # type: ignore[misc]
-
-    def sendall(self, data: Any, flags: int = 0) -> None:
-        self.__dict__.pop("_request_started", None)  # the request was read: clock off
-        self.settimeout(None)
-        super().sendall(data, flags)  # type: ignore[misc]
+        try:
+            with gevent.Timeout(HANDSHAKE_DEADLINE, TimeoutError):
+                super().do_handshake(*args)
+        except TimeoutError:
+            raise _cut("handshake") from None
 
 
 _DEADLINE_CLASSES: dict[type, type] = {}
@@ -142,6 +204,9 @@ class ReloadingContext:
         """What both worker classes call: gthread asks gunicorn's hook for a context per
         connection, gevent's server asks once and keeps it; handing them this object instead
         of a context gives every new connection the current certificate either way."""
+        # The handshake then happens in the worker's own connection handler, whose error
+        # handling covers it (gevent's server would otherwise do it, and print tracebacks).
+        kwargs["do_handshake_on_connect"] = False
         return self.get().wrap_socket(sock, **kwargs)
 
     def _maybe_reload(self) -> None:

@@ -84,3 +84,23 @@ def test_bad_input_exits_2(tmp_path):
     assert r.returncode == 2 and "gpuResources" in r.stderr
     r = run("-f", str(UPSTREAM / "pods/hami/nvidia/default_use.yaml"), "--namespace-labels", "x")
     assert r.returncode == 2 and "not key=value" in r.stderr
+
+
+def test_file_without_any_kubernetes_object_is_bad_input(tmp_path):
+    """A CI gate over a values file, or the wrong YAML, must fail rather than pass."""
+    values = tmp_path / "values.yaml"
+    values.write_text("replicas: 3\nimage: {tag: v1}\n")
+    r = run("-f", str(values))
+    assert r.returncode == 2
+    assert f"{values}: no Kubernetes object in it" in r.stderr
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: Pod\nmetadata: [unclosed\n")
+    r = run("-f", str(broken))
+    assert r.returncode == 2 and "not valid YAML" in r.stderr
+
+
+def test_other_kinds_are_still_skipped_with_exit_0(tmp_path):
+    f = tmp_path / "cm.yaml"
+    f.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
+    r = run("-f", str(f))
+    assert r.returncode == 0 and "0 checked, 0 denied, 1 skipped" in r.stdout

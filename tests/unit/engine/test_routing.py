@@ -246,6 +246,26 @@ def test_validate_catches_hami_rewriting_scheduler(policy):
     assert "hami-webhook" in d.message and "pod default/p" in d.message
 
 
+def test_validate_without_scheduler_name_says_what_is_known(policy):
+    """A pod sent to /validate by hand (never through the API server) is not blamed on a
+    later webhook: nothing changed its scheduler, it never had one."""
+    pod = gpu_pod()
+    pod["spec"].pop("schedulerName", None)
+    pod["metadata"]["labels"] = {"gpupool.io/pool": "hami"}
+    d = engine.validate(pod, "default", None, policy)
+    assert d.reason == Reason.SCHEDULER_MISMATCH
+    assert "has no spec.schedulerName" in d.message and "/mutate" in d.message
+    assert "another mutating webhook changed" not in d.message
+
+
+def test_validate_with_default_scheduler_names_both_likely_causes(policy):
+    pod = gpu_pod()
+    pod["metadata"]["labels"] = {"gpupool.io/pool": "hami"}
+    pod["spec"]["schedulerName"] = "default-scheduler"
+    d = engine.validate(pod, "default", None, policy)
+    assert "did not run" in d.message and "reset the field" in d.message
+
+
 def test_validate_catches_hami_adding_gpucores(policy):
     out = _mutated(policy, gpu_pod())
     out["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] = 100

@@ -1,0 +1,101 @@
+"""Rough edges found by trying gpupool as an operator and a new user would: a stalled body,
+huge user values, the demo's freshness, the package metadata."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import ssl
+import time
+import tomllib
+
+import pytest
+import requests
+
+from tests.conftest import ROOT, body, gpu_pod, review
+from tests.integration.conftest import start_server, stop_server
+
+
+@pytest.fixture(scope="module")
+def quick_deadline_server(tmp_path_factory):
+    srv = start_server(tmp_path_factory.mktemp("edges"), "--request-deadline", "1",
+                       audit_stdout=True)
+    yield srv
+    stop_server(srv)
+
+
+def _tls(srv) -> ssl.SSLSocket:
+    host, port = srv.url.removeprefix("https://").split(":")
+    ctx = ssl.create_default_context(cafile=srv.ca)
+    return ctx.wrap_socket(socket.create_connection((host, int(port)), timeout=10),
+                           server_hostname="localhost")
+
+
+def test_stalled_body_gets_a_json_error_and_one_log_line(quick_deadline_server):
+    srv = quick_deadline_server
+    sent = body(gpu_pod())
+    with _tls(srv) as s:
+        s.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: " + str(len(sent)).encode() + b"\r\n\r\n" + sent[:20])
+        reply = b""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 10:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), reply[:200]
+    assert b"application/json" in head
+    assert "not received in time" in json.loads(payload)["message"]
+    log = srv.log.read_text()
+    assert "request body not received" in log
+    assert "Traceback" not in log and "<html" not in reply.decode(errors="replace").lower()
+    # The server is fine afterwards.
+    r = srv.post("mutate", body(gpu_pod()))
+    assert r.status_code == 200 and r.json()["response"]["allowed"] is True
+
+
+def test_stalled_headers_are_dropped_with_a_summary_line_not_a_traceback(quick_deadline_server):
+    srv = quick_deadline_server
+    for _ in range(3):
+        with _tls(srv) as s:
+            s.sendall(b"POST /mutate HTTP/1.1\r\nHost: local")
+            assert s.recv(100) == b""  # closed by the server after the deadline
+    log = srv.log.read_text()
+    assert "dropped slow client connection(s):" in log
+    assert "Traceback" not in log
+
+
+def test_huge_user_value_is_clipped_in_message_and_audit(quick_deadline_server):
+    srv = quick_deadline_server
+    pod = gpu_pod("huge")
+    pod["metadata"]["labels"] = {"gpupool.io/pool": "x" * (1 << 20)}
+    raw = review(pod, uid="u-huge")
+    raw["request"]["userInfo"] = {"username": "u" * 100_000, "groups": ["g" * 5_000] * 40}
+    r = srv.post("mutate", json.dumps(raw).encode())
+    resp = r.json()["response"]
+    assert resp["allowed"] is False
+    message = resp["status"]["message"]
+    assert len(message) < 1000 and "...(+" in message and "chars)" in message
+    time.sleep(0.3)
+    record = next(json.loads(line) for line in srv.audit.read_text().splitlines()
+                  if '"uid":"u-huge"' in line)
+    assert len(json.dumps(record)) < 4000
+
+
+def test_demo_inventories_read_as_fresh(tmp_path):
+    srv = start_server(tmp_path)  # start_server serves --demo by default
+    try:
+        text = requests.get(f"{srv.url}/metrics", verify=srv.ca, timeout=10).text
+    finally:
+        stop_server(srv)
+    age = float(re.search(r"^gpupool_inventory_oldest_observation_age_seconds (\S+)$", text,
+                          re.M).group(1))
+    assert 0 <= age < 120
+
+
+def test_package_licence_is_an_spdx_string():
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert meta["license"] == "Apache-2.0"
