@@ -23,7 +23,7 @@ import jsonpatch
 import requests
 
 from bench import agent as agent_bench
-from bench import cluster, load, soak
+from bench import cluster, load, slowclients, soak
 from tests.integration.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,14 +85,22 @@ def _median_run(runs: list[dict]) -> dict:
     return out
 
 
-def http_bench(tmp: Path, seconds: int, rate: float, rounds: int) -> dict:
+def _certs(tmp: Path) -> Path:
     certs = tmp / "certs"
-    subprocess.run([sys.executable, "-m", "webhook", "certs", "generate", "--out", str(certs),
-                    "--ip", "127.0.0.1"], check=True, capture_output=True)
+    if not (certs / "ca.crt").exists():
+        subprocess.run([sys.executable, "-m", "webhook", "certs", "generate", "--out",
+                        str(certs), "--ip", "127.0.0.1", "--dns", "localhost"],
+                       check=True, capture_output=True)
+    return certs
+
+
+def http_bench(tmp: Path, seconds: int, rate: float, rounds: int,
+               worker_class: str = "gevent") -> dict:
+    certs = _certs(tmp)
     nodes_file = cluster.write(tmp / "cluster-5000.json", 5000)
     ca = str(certs / "ca.crt")
     common = ["--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
-              "--workers", "2", "--threads", "4"]
+              "--workers", "2", "--threads", "4", "--worker-class", worker_class]
     servers = {}
     gp_port, base_port = free_port(), free_port()
     servers["gpupool"] = (start([sys.executable, "-m", "webhook", "serve", "--bind",
@@ -105,7 +113,7 @@ def http_bench(tmp: Path, seconds: int, rate: float, rounds: int) -> dict:
                                  f"https://127.0.0.1:{base_port}", ca, tmp / "baseline.log"),
                            base_port)
     out: dict = {"cluster_nodes": 5000, "seconds": seconds, "connections": 8, "workers": 2,
-                 "threads": 4, "fixed_rate": rate, "runs": {}}
+                 "threads": 4, "worker_class": worker_class, "fixed_rate": rate, "runs": {}}
     try:
         b = bodies()
         # Servers alternate, round after round, and medians are kept: this machine is shared
@@ -150,6 +158,31 @@ def http_bench(tmp: Path, seconds: int, rate: float, rounds: int) -> dict:
                                  for name, (proc, _) in servers.items()}
     finally:
         for proc, _ in servers.values():
+            stop(proc)
+    return out
+
+
+def slow_client_bench(tmp: Path, per_kind: int) -> dict:
+    """Good requests' latency without and with slow clients (bench/slowclients.py), for each
+    worker class: gthread shows what a stream of slow clients did before, gevent what it does
+    now."""
+    certs = _certs(tmp)
+    ca = str(certs / "ca.crt")
+    out = {}
+    # gevent first: the gthread server collapses under the same load, and what it leaves
+    # behind (connections draining, a busy CPU) must not count against gevent.
+    for worker_class in ("gevent", "gthread"):
+        port = free_port()
+        url = f"https://127.0.0.1:{port}"
+        proc = start([sys.executable, "-m", "webhook", "serve", "--bind", f"127.0.0.1:{port}",
+                      "--demo", "--no-audit-stdout", "--log-level", "error",
+                      "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
+                      "--workers", "2", "--threads", "4", "--worker-class", worker_class],
+                     url, ca, tmp / f"slow-{worker_class}.log")
+        try:
+            out[worker_class] = slowclients.scenario(url, ca, bodies()["mutate"],
+                                                     per_kind=per_kind)
+        finally:
             stop(proc)
     return out
 
@@ -205,6 +238,18 @@ def report(res: dict) -> str:
                 lines.append(f"{row['nodes']:>7} {shape:<13} {v['warm_us']:>8.1f} {ratio:>6.2f} "
                              f"{v['cold_us']:>9.0f} {row['view_mib']:>9.1f} {row['rss_mib']:>8.1f}")
         lines.append("")
+    sc = res.get("slow_clients")
+    if sc:
+        lines.append("4. Slow clients: good requests without / with slow connections (each kind "
+                     "reconnecting when cut)")
+        lines.append(f"{'workers':<8} {'slow conns':>10} {'p50 ms':>15} {'p99 ms':>17} "
+                     f"{'p99 ratio':>9} {'failed':>9}")
+        for wc, r in sc.items():
+            b, w = r["baseline"], r["with_slow"]
+            lines.append(f"{wc:<8} {r['slow_connections']:>10} {b['p50_ms']:>6.1f} / "
+                         f"{w['p50_ms']:>6.1f} {b['p99_ms']:>7.1f} / {w['p99_ms']:>7.1f} "
+                         f"{r['p99_ratio']:>9.2f} {b['failed']:>3} / {w['failed']:>3}")
+        lines.append("")
     a = res.get("agent")
     if a:
         lines.append("3. Agent: scan and publish")
@@ -223,18 +268,31 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="short runs, sizes up to 5,000")
     p.add_argument("--out", default=str(ROOT / "bench/results/results.json"))
     p.add_argument("--skip-http", action="store_true")
+    p.add_argument("--only", choices=("http", "slow", "decision", "agent"), action="append",
+                   help="run only these parts (repeatable)")
+    p.add_argument("--worker-class", default="gevent", choices=("gevent", "gthread"),
+                   help="worker class for the HTTPS throughput part")
     a = p.parse_args()
     res: dict = {"host": f"{platform.node()} ({os.cpu_count()} cores)",
                  "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-    res["agent"] = [agent_bench.measure(g) for g in (8, 64, 512)]
-    res["decision"] = decision_bench(SIZES[:3] if a.quick else SIZES)
-    if not a.skip_http:
+    parts = set(a.only or ("http", "slow", "decision", "agent"))
+    if a.skip_http:
+        parts -= {"http", "slow"}
+    if "agent" in parts:
+        res["agent"] = [agent_bench.measure(g) for g in (8, 64, 512)]
+    if "decision" in parts:
+        res["decision"] = decision_bench(SIZES[:3] if a.quick else SIZES)
+    if "slow" in parts:
+        with tempfile.TemporaryDirectory() as tmp:
+            res["slow_clients"] = slow_client_bench(Path(tmp), 50 if a.quick else 200)
+    if "http" in parts:
         if not load.have_wrk():
             print("wrk not found: `make bench` installs it (Debian package wrk)", file=sys.stderr)
             return 2
         with tempfile.TemporaryDirectory() as tmp:
             res["http"] = http_bench(Path(tmp), seconds=3 if a.quick else 5,
-                                     rate=50 if a.quick else 100, rounds=1 if a.quick else 7)
+                                     rate=50 if a.quick else 100, rounds=1 if a.quick else 7,
+                                     worker_class=a.worker_class)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(res, indent=2))
     print(report(res))

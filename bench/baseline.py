@@ -44,9 +44,11 @@ def main() -> None:
     p.add_argument("--key", required=True)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, default=4)
+    p.add_argument("--worker-class", default="gevent")
     a = p.parse_args()
     BaselineApp(ServeConfig(bind=a.bind, certfile=a.cert, keyfile=a.key, workers=a.workers,
-                            threads=a.threads, loglevel="warning")).run()
+                            threads=a.threads, worker_class=a.worker_class,
+                            loglevel="warning")).run()
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ async def _one(kind: str, host: str, port: int, ctx: ssl.SSLContext, stop: async
                 await _trickle(writer, _HELLO, stop)
             else:
                 _, writer = await asyncio.wait_for(asyncio.open_connection(
-                    host, port, ssl=ctx, server_hostname="localhost"), 30)
+                    host, port, ssl=ctx, server_hostname=host), 30)
                 stats["opened"] += 1
                 head = b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n"
                 if kind == "headers":

@@ -98,3 +98,11 @@ def k8s_bin() -> Path:
 @pytest.fixture(scope="session")
 def kubectl(k8s_bin: Path) -> Path:
     return k8s_bin / "kubectl"
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """helm built from the Go module proxy (cached)."""
+    from tests.tools.helm import binary
+
+    return binary()

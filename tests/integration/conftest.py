@@ -47,12 +47,13 @@ def generate_certs(out: Path) -> None:
 
 def start_server(tmp: Path, *extra: str, workers: int = 2, env: dict | None = None,
                  cert: Path | None = None, key: Path | None = None,
-                 ca: Path | None = None, audit_stdout: bool = False) -> Server:
+                 ca: Path | None = None, audit_stdout: bool = False,
+                 port: int | None = None) -> Server:
     certs = tmp / "certs"
     if cert is None and not (certs / "tls.crt").exists():
         generate_certs(certs)
     cert, key, ca = (cert or certs / "tls.crt", key or certs / "tls.key", ca or certs / "ca.crt")
-    port = free_port()
+    port = port or free_port()
     audit = tmp / "audit.log"
     log = tmp / f"server-{port}.log"
     cmd = [*gpupool_cmd(), "serve", "--bind", f"127.0.0.1:{port}",
