@@ -205,8 +205,8 @@ def report(res: dict) -> str:
     h = res.get("http")
     if h:
         lines.append(f"1. Admission over HTTPS ({h['cluster_nodes']}-node view, gunicorn "
-                     f"{h['workers']} workers x {h['threads']} threads, {h['connections']} "
-                     "connections)")
+                     f"{h['workers']} {h.get('worker_class', 'gevent')} workers, "
+                     f"{h['connections']} connections)")
         lines.append(f"{'endpoint':<10} {'server':<9} {'req/s':>8} {'ratio':>6} {'p50 ms':>7} "
                      f"{'p90 ms':>7} {'p99 ms':>7} | {'fixed-rate p99':>14} {'ratio':>6} | "
                      f"{'no-keepalive req/s':>18} {'ratio':>6}")

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
 import requests
 import yaml
 from cryptography import x509
@@ -23,8 +21,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from tests.conftest import IN_CI, ROOT
+from tests.conftest import ROOT
 from tests.integration.conftest import free_port
+from tests.tools.gobuild import built
 
 BUILD = ROOT / "tests" / "e2e" / "controlplane" / "build.sh"
 _bin_dir: Path | None = None
@@ -33,19 +32,8 @@ _bin_dir: Path | None = None
 def binaries() -> Path:
     """The directory holding kube-apiserver, kubectl and etcd; builds them on first use."""
     global _bin_dir
-    if _bin_dir is not None:
-        return _bin_dir
-    if shutil.which("go") is None:
-        msg = ("Go toolchain not found: the end-to-end layer (real kube-apiserver and kubectl) "
-               "cannot be built")
-        if IN_CI:
-            pytest.fail(msg)
-        print(f"\n{'!' * 78}\n!! SKIPPING END-TO-END TESTS: {msg}\n{'!' * 78}")
-        pytest.skip(msg)
-    r = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=3600)
-    if r.returncode != 0:
-        pytest.fail(f"control plane build failed:\n{r.stderr[-4000:]}")
-    _bin_dir = Path(r.stdout.strip().splitlines()[-1])
+    if _bin_dir is None:
+        _bin_dir = built(BUILD, "the end-to-end layer (kube-apiserver, kubectl)")
     return _bin_dir
 
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import IN_CI, ROOT
+from tests.conftest import ROOT
+from tests.tools.gobuild import built
 
 BUILD = ROOT / "tests" / "tools" / "build-helm.sh"
 CHART = ROOT / "manifests" / "helm" / "gpupool"
@@ -17,18 +15,8 @@ _bin: Path | None = None
 
 def binary() -> Path:
     global _bin
-    if _bin is not None:
-        return _bin
-    if shutil.which("go") is None:
-        msg = "Go toolchain not found: helm cannot be built, the chart is not tested"
-        if IN_CI:
-            pytest.fail(msg)
-        print(f"\n{'!' * 78}\n!! SKIPPING HELM TESTS: {msg}\n{'!' * 78}")
-        pytest.skip(msg)
-    r = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=3600)
-    if r.returncode != 0:
-        pytest.fail(f"helm build failed:\n{r.stderr[-4000:]}")
-    _bin = Path(r.stdout.strip().splitlines()[-1]) / "helm"
+    if _bin is None:
+        _bin = built(BUILD, "helm") / "helm"
     return _bin
 
 
