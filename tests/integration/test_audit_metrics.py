@@ -77,9 +77,10 @@ def test_stdout_records_over_pipe_buf_never_interleave(tmp_path):
     try:
         def send(i: int) -> None:
             req = json.loads(denial(20_000 + i))
-            # 300 groups make each record ~6 KiB, over the 4 KiB a pipe writes atomically.
+            # 60 long group names (kept whole: under the per-value clip and the group cap)
+            # make each record ~6 KiB, over the 4 KiB a pipe writes atomically.
             req["request"]["userInfo"] = {"username": "u", "groups": [
-                f"team-{i}-{g:03d}" for g in range(300)]}
+                f"oidc:platform-team-{i}-{g:03d}-" + "x" * 50 for g in range(60)]}
             assert srv.post("validate", json.dumps(req).encode()).status_code == 200
 
         with ThreadPoolExecutor(12) as pool:

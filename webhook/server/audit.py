@@ -32,11 +32,11 @@ log = logging.getLogger(__name__)
 #: The ``audit`` field of a gap marker: N records a worker could not write before this line.
 GAP_MARKER = "gpupool-gap"
 #: Groups kept per record: enough to tell who, bounded whatever the request carried.
-MAX_GROUPS = 20
+MAX_GROUPS = 64
 
 
 def make_record(endpoint: str, req: Request, decision: Decision) -> dict[str, Any]:
-    return {
+    record: dict[str, Any] = {
         "time": _now(),
         "uid": req.uid,
         "dryRun": req.dry_run,
@@ -55,6 +55,9 @@ def make_record(endpoint: str, req: Request, decision: Decision) -> dict[str, An
         "nodes": [n.to_json() for n in decision.nodes],
         "patch": decision.patch if decision.allowed else [],
     }
+    if len(req.groups) > MAX_GROUPS:
+        record["groupsOmitted"] = len(req.groups) - MAX_GROUPS
+    return record
 
 
 class _Lock:
