@@ -1,0 +1,90 @@
+"""The real-runtime oracle's own cases, and gpupool's decisions checked against it.
+
+The oracle (tests/runtime_oracle.py) is the real nvidia-container-runtime and the real CDI
+library. Each node layout is the one gpupool's own agent scans; gpupool must allow a pod
+exactly when the real stack would create its container with every GPU the device plugin could
+hand it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.layouts import UUIDS, hami_register, nvidia_config, per_uuid_spec, write_layout
+from tests.runtime_oracle import OracleNode
+from tests.unit.engine.test_cdi import HAMI_POD, OPERATOR_POD, check, inventory, node
+
+SEED_ERROR = f"unresolvable CDI devices management.nvidia.com/gpu={UUIDS[0]}"
+
+
+def oracle_for(tmp_path, layout: str, *, per_uuid: bool = False,
+               mode: str | None = None) -> tuple[OracleNode, dict]:
+    paths = write_layout(tmp_path / "node", layout)
+    if per_uuid:
+        (paths["run"] / "management.nvidia.com-gpu-uuid.yaml").write_text(per_uuid_spec())
+    if mode is not None:
+        paths["config"].write_text(nvidia_config(mode, "management.nvidia.com/gpu"))
+    return OracleNode(tmp_path / "oracle", [paths["etc"], paths["run"]], paths["config"],
+                      gpus=UUIDS), paths
+
+
+def test_seed_case_fails_with_the_real_error_text(tmp_path):
+    oracle, _ = oracle_for(tmp_path, "operator-management")
+    v = oracle.create(UUIDS[0])
+    assert not v.ok and v.by == "nvidia-container-runtime"
+    assert SEED_ERROR in v.error
+
+
+def test_per_uuid_management_spec_resolves(tmp_path):
+    oracle, _ = oracle_for(tmp_path, "operator-management", per_uuid=True)
+    for uuid in UUIDS:
+        v = oracle.create(uuid)
+        assert v.ok, v.error
+        assert v.spec["linux"]["devices"], "the CDI device's node was injected"
+
+
+def test_legacy_mode_touches_no_cdi(tmp_path):
+    oracle, _ = oracle_for(tmp_path, "operator-management", mode="legacy")
+    v = oracle.create(UUIDS[0])
+    assert v.ok, v.error
+    assert not v.spec["linux"].get("devices")  # no CDI device injected
+    assert [h["path"] for h in v.spec["hooks"]["prestart"]] == \
+        ["/usr/bin/nvidia-container-runtime-hook"]
+
+
+def test_device_plugin_cdi_names_are_resolved_by_the_library(tmp_path):
+    oracle, _ = oracle_for(tmp_path, "device-plugin")
+    assert oracle.inject(f"k8s.device-plugin.nvidia.com/gpu={UUIDS[0]}").ok
+    stale = "GPU-00000000-0000-0000-0000-000000000000"
+    v = oracle.inject(f"k8s.device-plugin.nvidia.com/gpu={stale}")
+    assert not v.ok
+    assert v.error == f"unresolvable CDI devices k8s.device-plugin.nvidia.com/gpu={stale}"
+
+
+def test_auto_mode_uses_the_written_down_rule(tmp_path):
+    oracle, _ = oracle_for(tmp_path, "operator-management", mode="auto")
+    assert oracle.create(UUIDS[0]).ok and oracle.create(UUIDS[0]).by.startswith("rule:")
+    assert not oracle.create("GPU-00000000-0000-0000-0000-000000000000").ok
+
+
+@pytest.mark.parametrize("layout,per_uuid", [("operator-management", False),
+                                             ("operator-management", True),
+                                             ("nvidia-ctk", False)])
+def test_gpupool_agrees_with_the_real_runtime_on_hami_pods(tmp_path, layout, per_uuid):
+    """A HAMi pod on a one-node HAMi pool: HAMi's plugin hands a GPU by UUID (envvar)."""
+    oracle, _ = oracle_for(tmp_path / "o", layout, per_uuid=per_uuid)
+    runs_everywhere = all(oracle.create(u).ok for u in UUIDS)
+    extra = per_uuid_spec() if per_uuid else None
+    inv = inventory(tmp_path / "g", layout, extra)
+    _, out = check(tmp_path, [node("hami-1", "hami", inv, register=hami_register())],
+                   HAMI_POD)
+    assert out[0]["pool"] == "hami"
+    assert out[0]["allowed"] == runs_everywhere, (layout, per_uuid, out[0]["message"])
+
+
+def test_gpupool_agrees_with_the_library_on_operator_pods(tmp_path):
+    """An operator-pool pod on a device-plugin node: the plugin hands CDI names."""
+    oracle, _ = oracle_for(tmp_path / "o", "device-plugin")
+    runs = all(oracle.inject(f"k8s.device-plugin.nvidia.com/gpu={u}").ok for u in UUIDS)
+    inv = inventory(tmp_path / "g", "device-plugin")
+    _, out = check(tmp_path, [node("op-1", None, inv)], OPERATOR_POD)
+    assert out[0]["pool"] == "operator" and out[0]["allowed"] == runs is True

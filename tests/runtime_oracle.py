@@ -1,0 +1,150 @@
+"""The real container stack as a test oracle: would this container be created on this node?
+
+Two real programs, built from their Go modules by ``tests/oracle/build.sh`` and cached outside
+the tree:
+
+- ``nvidia-container-runtime`` (nvidia-container-toolkit v1.20.2), driven as containerd drives
+  it: an OCI bundle whose process env holds what the device plugin hands the container
+  (``NVIDIA_VISIBLE_DEVICES``), the node's ``config.toml`` (mode, default kind, spec dirs)
+  found through ``XDG_CONFIG_HOME``, and a stub low-level runtime in place of runc. ``create``
+  then resolves CDI devices exactly as on a node, with the runtime's own error text;
+- ``cdi-inject``, a small program on the CDI library (v1.1.2): ``NewCache`` on the node's
+  spec dirs and ``InjectDevices``, which is what containerd runs for a device plugin's CDI
+  names (``cdi-annotations``, ``cdi-cri``) whatever the NVIDIA runtime's mode.
+
+This machine has no GPU, so the node's spec files are copied with every device node's host
+path pointed at ``/dev/null``: names and kinds, which decide resolution, are untouched; only
+the final stat of a real device file is spared.
+
+Where the real programs cannot answer here, the rule used instead is named in the verdict:
+``auto`` mode (and a config with no mode) sends bare GPU UUIDs to ``jit-cdi``, a spec generated
+from NVML at container creation; without a driver it cannot run, so a UUID is taken to
+resolve exactly when the node has that GPU (domain.md, "Runtime behaviour checked").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.conftest import ROOT
+from tests.tools.gobuild import built
+
+BUILD = ROOT / "tests" / "oracle" / "build.sh"
+_bin: Path | None = None
+STUB_RUNTIME = ("#!/bin/sh\n"
+                "# Stands in for runc: the question ends where runc would start.\n"
+                "exit 0\n")
+
+
+def binaries() -> Path:
+    global _bin
+    if _bin is None:
+        _bin = built(BUILD, "the runtime oracle (nvidia-container-runtime, CDI library)")
+    return _bin
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    error: str = ""
+    by: str = "nvidia-container-runtime"  # or "cdi library", or the rule used instead
+    spec: dict[str, Any] | None = None  # the OCI spec after the runtime modified it
+
+
+def _point_devices_at_null(doc: Any) -> Any:
+    if isinstance(doc, dict):
+        out = {}
+        for k, v in doc.items():
+            if k == "deviceNodes" and isinstance(v, list):
+                out[k] = [{**d, "hostPath": "/dev/null"} if isinstance(d, dict) else d
+                          for d in v]
+            else:
+                out[k] = _point_devices_at_null(v)
+        return out
+    if isinstance(doc, list):
+        return [_point_devices_at_null(x) for x in doc]
+    return doc
+
+
+class OracleNode:
+    """One node as the oracle sees it: its spec dirs (copied, in priority order), its
+    runtime config, and the GPUs it really has."""
+
+    def __init__(self, root: Path, spec_dirs: list[Path], config_toml: Path | None,
+                 gpus: tuple[str, ...] = ()) -> None:
+        self.root = root
+        self.gpus = gpus
+        self.spec_dirs = []
+        for i, src in enumerate(spec_dirs):
+            dst = root / f"cdi{i}"
+            dst.mkdir(parents=True, exist_ok=True)
+            for f in sorted(src.iterdir()) if src.is_dir() else []:
+                if f.is_file() and f.suffix in (".json", ".yaml"):
+                    text = f.read_text(errors="replace")
+                    try:
+                        doc = yaml.safe_load(text)
+                    except yaml.YAMLError:
+                        doc = None  # broken files are copied as they are: they must stay broken
+                    if isinstance(doc, dict):
+                        text = yaml.safe_dump(_point_devices_at_null(doc), sort_keys=False)
+                    (dst / (f.stem + ".yaml")).write_text(text)
+            self.spec_dirs.append(dst)
+        cfg = tomllib.loads(config_toml.read_text()) if config_toml else {}
+        rt = cfg.get("nvidia-container-runtime", {})
+        self.mode: str | None = rt.get("mode")
+        self.default_kind: str | None = rt.get("modes", {}).get("cdi", {}).get("default-kind")
+        stub = root / "stub-runc"
+        stub.write_text(STUB_RUNTIME)
+        stub.chmod(0o755)
+        xdg = root / "xdg" / "nvidia-container-runtime"
+        xdg.mkdir(parents=True, exist_ok=True)
+        lines = ["[nvidia-container-runtime]", 'log-level = "info"',
+                 f"runtimes = [{json.dumps(str(stub))}]"]
+        if self.mode:
+            lines.append(f"mode = {json.dumps(self.mode)}")
+        lines += ["[nvidia-container-runtime.modes.cdi]",
+                  f"spec-dirs = {json.dumps([str(d) for d in self.spec_dirs])}",
+                  'annotation-prefixes = ["cdi.k8s.io/"]']
+        if self.default_kind:
+            lines.append(f"default-kind = {json.dumps(self.default_kind)}")
+        (xdg / "config.toml").write_text("\n".join(lines) + "\n")
+        self._n = 0
+
+    def create(self, visible_devices: str) -> Verdict:
+        """A container whose device plugin set NVIDIA_VISIBLE_DEVICES (envvar strategy)."""
+        if self.mode in (None, "auto") and visible_devices.startswith("GPU-"):
+            wanted = visible_devices.split(",")
+            missing = [u for u in wanted if u not in self.gpus]
+            return Verdict(not missing, f"no GPU {', '.join(missing)} on the node" if missing
+                           else "", by="rule: jit-cdi resolves the GPUs the node has")
+        self._n += 1
+        bundle = self.root / f"bundle{self._n}"
+        (bundle / "rootfs").mkdir(parents=True)
+        spec = {"ociVersion": "1.0.2", "root": {"path": "rootfs"}, "linux": {},
+                "process": {"args": ["sh"], "cwd": "/",
+                            "env": ["PATH=/usr/bin",
+                                    f"NVIDIA_VISIBLE_DEVICES={visible_devices}"]}}
+        (bundle / "config.json").write_text(json.dumps(spec))
+        r = subprocess.run([str(binaries() / "nvidia-container-runtime"), "create", "--bundle",
+                            str(bundle), f"ctr{self._n}"], capture_output=True, text=True,
+                           timeout=60, env={**os.environ,
+                                            "XDG_CONFIG_HOME": str(self.root / "xdg")})
+        after = json.loads((bundle / "config.json").read_text())
+        return Verdict(r.returncode == 0, (r.stderr + r.stdout).strip(), spec=after)
+
+    def inject(self, *names: str) -> Verdict:
+        """A container a device plugin's CDI strategy handed these fully qualified names."""
+        args = [str(binaries() / "cdi-inject")]
+        for d in self.spec_dirs:
+            args += ["--spec-dir", str(d)]
+        r = subprocess.run([*args, *names], capture_output=True, text=True, timeout=60)
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        return Verdict(out["ok"], out.get("error", ""), by="cdi library")
