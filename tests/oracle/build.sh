@@ -4,23 +4,14 @@
 # directory. A second call with unchanged inputs returns at once.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-cache_root=${GPUPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpupool}
-key=$(cd "$here" && cat go.mod go.sum build.sh $(find cmd -name '*.go' | sort) | sha256sum | cut -c1-16)
-bin="$cache_root/oracle/$key/bin"
-if [[ -x "$bin/nvidia-container-runtime" && -x "$bin/cdi-inject" ]]; then
-  echo "$bin"
-  exit 0
-fi
-command -v go >/dev/null || { echo "build.sh: Go toolchain not found" >&2; exit 3; }
-tmp="$bin.tmp.$$"
-mkdir -p "$tmp"
-trap 'rm -rf "$tmp"' EXIT
+source "$here/../tools/gocache.sh"
+gocache_bin oracle "$(cd "$here" && cat go.mod go.sum build.sh $(find cmd -name '*.go' | sort) \
+  | sha256sum | cut -c1-16)"
+if gocache_have nvidia-container-runtime cdi-inject; then echo "$bin"; exit 0; fi
+gocache_start
 cd "$here"
 echo "build.sh: building the runtime oracle into $bin" >&2
 go build -trimpath -ldflags "-s -w" -o "$tmp/nvidia-container-runtime" \
   github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-container-runtime >&2
 go build -trimpath -ldflags "-s -w" -o "$tmp/cdi-inject" ./cmd/cdi-inject >&2
-rm -rf "$bin"
-mv "$tmp" "$bin"
-trap - EXIT
-echo "$bin"
+gocache_publish
