@@ -56,7 +56,7 @@ def _pod_uuids(meta: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...
 
 
 def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None,
-               use: tuple[str, ...], nouse: tuple[str, ...]) -> NodeAssessment:
+                use: tuple[str, ...], nouse: tuple[str, ...]) -> NodeAssessment:
     req = pool.cdi
     inv = node.inventory
     if req.require == "none":
@@ -75,8 +75,8 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None,
     if req.require == "anyDevice":
         if have:
             return NodeAssessment(node.name, OK, kind=kind, mode=mode)
-        return NodeAssessment(node.name, MISSING, missing=(f"{kind}=<any device>",), kind=kind,
-                         mode=mode, note=f"no device of kind {kind}")
+        return NodeAssessment(node.name, MISSING, missing=(f"{kind}=<any device>",),
+                              kind=kind, mode=mode, note=f"no device of kind {kind}")
     uuids = [u for u in node.gpu_uuids() if u not in nouse]
     if use:
         uuids = [u for u in uuids if u in use]
@@ -123,7 +123,7 @@ def fix_text(pool: Pool, checks: list[NodeAssessment], policy: Policy) -> str:
 
 
 def pod_decision(pod: Mapping[str, Any], who: str, pool_name: str, view: ClusterView,
-              policy: Policy) -> Decision | None:
+                 policy: Policy) -> Decision | None:
     """None: nothing to say. Otherwise a Decision carrying a denial or warnings and nodes."""
     pool = policy.by_name[pool_name]
     if pool.cdi.require == "none" or len(view) == 0:

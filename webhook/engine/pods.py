@@ -1,4 +1,4 @@
-"""The policy engine: a pod, a cluster view and a policy in, a Decision out. No I/O.
+"""Deciding one Pod, for one admission stage (``webhook.engine.admit`` picks the stage).
 
 ``mutate`` routes a GPU pod to its pool (scheduler, node affinity, HAMi opt-out label, pool
 annotation). ``validate`` checks the object as it stands after *every* mutating webhook ran,
@@ -49,8 +49,7 @@ def _prelude(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | 
     if scheduler != DEFAULT_SCHEDULER and scheduler not in policy.schedulers:
         d = allow(Reason.CUSTOM_SCHEDULER, gpu=True, scheduler_name=scheduler,
                   message=f"{describe(pod, namespace)} uses scheduler "
-                          f"{objects.clip(scheduler)}; "
-                          "gpupool leaves it alone")
+                          f"{objects.clip(scheduler)}; gpupool leaves it alone")
         d.warn(f"gpupool: scheduler {scheduler} is not a pool's; pod not routed to a GPU pool")
         return d, None, gpus
     r = routing.route(pod, namespace, view, policy, gpus)
