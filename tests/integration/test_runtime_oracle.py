@@ -88,3 +88,28 @@ def test_gpupool_agrees_with_the_library_on_operator_pods(tmp_path):
     inv = inventory(tmp_path / "g", "device-plugin")
     _, out = check(tmp_path, [node("op-1", None, inv)], OPERATOR_POD)
     assert out[0]["pool"] == "operator" and out[0]["allowed"] == runs is True
+
+
+def test_stale_per_uuid_spec_is_caught_with_the_driver_gpus(tmp_path):
+    """The spec names GPUs this node no longer has (a board was swapped) and HAMi's register
+    annotation is absent. Without the driver's list gpupool could only trust the spec's own
+    names and admitted the pod; the real runtime fails for every GPU the node really has."""
+    from tests.unit.node.test_driver import fake_driver
+    from webhook.node.agent import Observer
+
+    stale = ("GPU-11111111-2222-3333-4444-555555555555",
+             "GPU-66666666-7777-8888-9999-000000000000")
+    paths = write_layout(tmp_path / "node", "operator-management")
+    (paths["run"] / "management.nvidia.com-gpu-uuid.yaml").write_text(
+        per_uuid_spec(uuids=stale))
+    oracle = OracleNode(tmp_path / "oracle", [paths["etc"], paths["run"]], paths["config"],
+                        gpus=UUIDS)
+    verdicts = [oracle.create(u) for u in UUIDS]
+    assert not any(v.ok for v in verdicts)
+    assert "unresolvable CDI devices management.nvidia.com/gpu=GPU-59ab" in verdicts[0].error
+    inv = Observer([str(paths["etc"]), str(paths["run"])], str(paths["config"]),
+                   str(paths["containerd"]),
+                   driver_gpus_dir=str(fake_driver(tmp_path / "drv"))).observe().dumps()
+    _, out = check(tmp_path, [node("hami-1", "hami", inv)], HAMI_POD)
+    assert out[0]["allowed"] is False
+    assert f"management.nvidia.com/gpu={UUIDS[0]}" in out[0]["message"]

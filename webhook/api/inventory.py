@@ -81,9 +81,15 @@ class Inventory:
     errors: tuple[tuple[str, str], ...] = ()
     observed_at: str = ""
     schema_version: int = SCHEMA_VERSION
+    #: The GPUs the NVIDIA driver lists on the node (empty: the agent could not read them).
+    #: Added within schema version 1: readers that predate it ignore the field.
+    gpus: tuple[str, ...] = ()
 
     @property
     def gpu_uuids(self) -> tuple[str, ...]:
+        """The node's GPUs: as the driver lists them, else the UUIDs its CDI specs name."""
+        if self.gpus:
+            return self.gpus
         return tuple(sorted({d for devs in self.kinds.values() for d in devs if is_gpu_uuid(d)}))
 
     def has(self, kind: str, device: str) -> bool:
@@ -97,6 +103,9 @@ class Inventory:
             "runtime": self.runtime.to_json(),
             "kinds": {k: sorted(v) for k, v in sorted(self.kinds.items())},
             "errors": [{"path": p, "reason": r} for p, r in self.errors],
+            # Only when known, so a node whose driver list is unreadable publishes what it
+            # always did.
+            **({"gpus": list(self.gpus)} if self.gpus else {}),
         }
 
     def content(self) -> dict[str, Any]:
@@ -175,4 +184,6 @@ def parse_inventory(text: str) -> Inventory:
     errors = tuple((str(e.get("path", "")), str(e.get("reason", "")))
                    for e in errors_raw if isinstance(e, dict))
     observed = _opt(doc.get("observedAt", ""), str, "observedAt") or ""
-    return Inventory(kinds=kinds, runtime=runtime, errors=errors, observed_at=observed)
+    gpus = tuple(g for g in _str_list(doc.get("gpus") or [], "gpus") if is_gpu_uuid(g))
+    return Inventory(kinds=kinds, runtime=runtime, errors=errors, observed_at=observed,
+                     gpus=gpus)

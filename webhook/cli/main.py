@@ -194,6 +194,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     observer = Observer(spec_dirs=args.cdi_dir or None, nvidia_config=args.runtime_config,
                         containerd_config=args.containerd_config,
+                        driver_gpus_dir=args.driver_gpus_dir or None,
                         settle_seconds=args.settle_seconds)
     if args.print:
         print(observer.observe().dumps())
@@ -320,6 +321,8 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
                          " or containerd's cdi_spec_dirs)")
     ag.add_argument("--runtime-config", help="the NVIDIA runtime's config.toml")
     ag.add_argument("--containerd-config", help="containerd's config.toml")
+    ag.add_argument("--driver-gpus-dir", default="/proc/driver/nvidia/gpus",
+                    help="where the NVIDIA driver lists the node's GPUs ('' to not read it)")
     ag.add_argument("--once", action="store_true", help="observe (and publish) once, then exit")
     ag.add_argument("--print", action="store_true", help="print the annotation value")
     ag.add_argument("--poll-interval", type=float, default=30.0)

@@ -100,7 +100,10 @@ class NodeInfo:
                 or any(policy.is_gpu_resource(r) for r in self.extended_resources))
 
     def gpu_uuids(self) -> tuple[str, ...]:
-        """UUIDs HAMi registered, else those the CDI inventory saw on the node."""
+        """The node's GPUs: as its driver lists them (the agent reads them), else as HAMi
+        registered them, else the UUIDs its CDI specs name."""
+        if self.inventory is not None and self.inventory.gpus:
+            return self.inventory.gpus
         if self.gpus:
             return tuple(g.uuid for g in self.gpus)
         if self.inventory is not None:

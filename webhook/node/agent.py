@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
 from webhook.node import specdirs as registry
+from webhook.node.driver import DRIVER_GPUS_DIR, driver_gpus
 from webhook.node.runtime import (
     ContainerdConfig,
     NvidiaConfig,
@@ -52,6 +53,7 @@ class Observer:
     spec_dirs: Sequence[str] | None = None
     nvidia_config: str | None = None
     containerd_config: str | None = None
+    driver_gpus_dir: str | None = DRIVER_GPUS_DIR
     settle_seconds: float = 5.0
     clock: Callable[[], float] = time.time
     _last_good: dict[str, tuple[Spec, int]] = field(default_factory=dict)
@@ -99,8 +101,12 @@ class Observer:
             if path not in live:
                 del self._last_good[path]
         rt = runtime_info(nvidia, containerd, source=self.nvidia_config)
+        gpus: tuple[str, ...] = ()
+        if self.driver_gpus_dir:
+            gpus, gpu_errors = driver_gpus(self.driver_gpus_dir)
+            errors += gpu_errors
         return Inventory(kinds=reg.kinds(), runtime=rt, errors=tuple(errors + reg.error_list()),
-                         observed_at=_now())
+                         observed_at=_now(), gpus=gpus)
 
     def watch_paths(self) -> list[str]:
         paths = list(self.spec_dirs or registry.DEFAULT_SPEC_DIRS)
