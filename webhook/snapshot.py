@@ -79,8 +79,8 @@ def restamp_inventories(nodes: list[dict[str, Any]], observed_at: str) -> None:
     inventories were recorded once, and a days-old observation would read like a broken
     agent on a freshly started demo."""
     for node in nodes:
-        annotations = node.get("metadata", {}).get("annotations") or {}
-        raw = annotations.get(INVENTORY_ANNOTATION)
+        annotations = objects.meta_of(node).get("annotations")
+        raw = annotations.get(INVENTORY_ANNOTATION) if isinstance(annotations, dict) else None
         if not isinstance(raw, str):
             continue
         try:

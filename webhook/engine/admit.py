@@ -98,20 +98,21 @@ def decide(stage: Stage, subject: Subject, view: ClusterView | None, policy: Pol
 
 @dataclass
 class Review:
-    """Both stages of one object, as the API server runs them. ``None``: the stage's webhook
-    is not registered for the object's kind, so the API server would not call it."""
+    """Both stages of one object, as the API server runs them. ``validation`` is None when
+    it has nothing to add: its webhook is not registered for the kind, or the mutation
+    already decided (a denial, a pod gpupool leaves alone)."""
 
     mutation: Decision | None
     validation: Decision | None
 
     @property
     def final(self) -> Decision:
-        """What the user sees: the first denial, else the mutation's routing with the
-        validation's findings and both stages' warnings."""
+        """What the user sees: the mutation's decision when validation did not run, else the
+        mutation's routing with the validation's verdict, findings and both stages'
+        warnings."""
         m, v = self.mutation, self.validation
-        if v is None or (m is not None and (not m.allowed or not m.gpu
-                                            or m.reason == Reason.CUSTOM_SCHEDULER)):
-            assert m is not None
+        if v is None:
+            assert m is not None, "neither stage handles this kind"
             return m
         if m is None:
             return v
@@ -125,8 +126,8 @@ class Review:
 
 def review(subject: Subject, view: ClusterView | None, policy: Policy) -> Review:
     m = decide(Stage.MUTATE, subject, view, policy) if handles(Stage.MUTATE, subject) else None
-    if m is not None and not m.allowed:
-        return Review(m, None)
+    if m is not None and (not m.allowed or not m.gpu or m.reason == Reason.CUSTOM_SCHEDULER):
+        return Review(m, None)  # validation would only repeat it
     if m is not None and m.patch and isinstance(subject.object, Mapping):
         subject = replace(subject, object=patch.apply(dict(subject.object), m.patch))
     v = decide(Stage.VALIDATE, subject, view, policy) \

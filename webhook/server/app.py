@@ -129,6 +129,7 @@ def create_app(webhook: Webhook, extra_routes: Callable[[Flask], None] | None = 
 
     def serve_review(handler: Handler) -> Response:
         length = request.content_length
+        headers = None
         if length is not None and length > review.MAX_BODY_BYTES:
             err = BadRequest(413, f"body is {length} bytes, over the "
                                   f"{review.MAX_BODY_BYTES}-byte cap")
@@ -140,10 +141,12 @@ def create_app(webhook: Webhook, extra_routes: Callable[[Flask], None] | None = 
             except OSError as exc:  # the client stalled mid-body (deadline) or went away
                 log.info("/%s: request body not received: %s", handler.stage.value, exc)
                 err = BadRequest(408, "request body not received in time")
-                return Response(orjson.dumps(review.error_response(err)), status=408,
-                                mimetype="application/json", headers={"Connection": "close"})
-            status, payload = handler.handle(body, request.content_type)
-        return Response(orjson.dumps(payload), status=status, mimetype="application/json")
+                status, payload = err.status, review.error_response(err)
+                headers = {"Connection": "close"}
+            else:
+                status, payload = handler.handle(body, request.content_type)
+        return Response(orjson.dumps(payload), status=status, mimetype="application/json",
+                        headers=headers)
 
     for stage, handler in webhook.handlers.items():
         app.add_url_rule(f"/{stage.value}", stage.value,

@@ -153,7 +153,31 @@ class SinkHealth:
         return f"audit {self.name}: ok" + (f" ({self.lost} lost earlier)" if self.lost else "")
 
 
-class FileSink:
+class _Sink:
+    """One destination of audit records. A failure to write is never raised: it is counted
+    and logged by the sink's health, and the next record simply tries again."""
+
+    health: SinkHealth
+    lock: _Lock
+
+    def write(self, line: bytes) -> None:
+        try:
+            with self.lock:
+                self._write_locked(line)
+        except OSError as exc:
+            self._after_failure()
+            self.health.failed(exc)
+            return
+        self.health.ok()
+
+    def _write_locked(self, line: bytes) -> None:
+        raise NotImplementedError
+
+    def _after_failure(self) -> None:
+        """Undo what a failed write leaves behind (nothing, unless a sink says otherwise)."""
+
+
+class FileSink(_Sink):
     """A size-rotated log file that only ever holds whole records.
 
     A write that fails part way (a full disk) is cut back to where it started; the descriptor
@@ -174,22 +198,17 @@ class FileSink:
     def _open(self) -> int:
         return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
 
-    def write(self, line: bytes) -> bool:
-        try:
-            with self.lock:
-                fd = self._live_fd()
-                if self.health.unmarked:
-                    self._append(fd, _gap_marker(self.health))
-                    self.health.unmarked = 0
-                if self.max_bytes and os.fstat(fd).st_size + len(line) > self.max_bytes:
-                    fd = self._rotate()
-                self._append(fd, line)
-        except OSError as exc:
-            self._drop_fd()
-            self.health.failed(exc)
-            return False
-        self.health.ok()
-        return True
+    def _write_locked(self, line: bytes) -> None:
+        fd = self._live_fd()
+        if self.health.unmarked:
+            self._append(fd, _gap_marker(self.health))
+            self.health.unmarked = 0
+        if self.max_bytes and os.fstat(fd).st_size + len(line) > self.max_bytes:
+            fd = self._rotate()
+        self._append(fd, line)
+
+    def _after_failure(self) -> None:
+        self._drop_fd()  # reopened on the next record: a remounted volume is picked up
 
     def _append(self, fd: int, data: bytes) -> None:
         start = os.fstat(fd).st_size
@@ -236,7 +255,7 @@ class FileSink:
         self._drop_fd()
 
 
-class StdoutSink:
+class StdoutSink(_Sink):
     """Standard output, shared by the workers: writes over PIPE_BUF (4 KiB) to a pipe may
     interleave, so a lock shared by the workers (named after their master) serialises whole
     records."""
@@ -246,15 +265,8 @@ class StdoutSink:
         self.health = health or SinkHealth("stdout")
         self.lock = _Lock(_lock_name("stdout", str(os.getppid())))
 
-    def write(self, line: bytes) -> bool:
-        try:
-            with self.lock:
-                _write_all(self.fd, line)
-        except OSError as exc:
-            self.health.failed(exc)
-            return False
-        self.health.ok()
-        return True
+    def _write_locked(self, line: bytes) -> None:
+        _write_all(self.fd, line)
 
 
 def _gap_marker(health: SinkHealth) -> bytes:
@@ -267,15 +279,14 @@ class AuditLog:
     """Every sink gets every record; a sink that fails never stops the others, and never
     the admission reply: ``record`` does not raise."""
 
-    def __init__(self, sinks: list[FileSink | StdoutSink]) -> None:
+    def __init__(self, sinks: list[_Sink]) -> None:
         self.sinks = sinks
-        self.written = 0
 
     @classmethod
     def from_config(cls, *, stdout: bool, path: str | None, max_bytes: int = 50 << 20,
                     backups: int = 5, on_change: Callable[[str, bool], None] | None = None,
                     on_lost: Callable[[str], None] | None = None) -> AuditLog:
-        sinks: list[FileSink | StdoutSink] = []
+        sinks: list[_Sink] = []
         if stdout:
             sinks.append(StdoutSink(SinkHealth("stdout", on_change, on_lost)))
         if path:
@@ -298,7 +309,6 @@ class AuditLog:
                 sink.write(line)
             except Exception:  # a bug in a sink must not cost the reply either
                 log.exception("audit sink failed unexpectedly")
-        self.written += 1
 
     def ready(self) -> tuple[bool, str]:
         """For /readyz's detail: never unready (denials still work without their record)."""

@@ -144,11 +144,9 @@ class _GeventDeadlines(_Deadlines):
     def do_handshake(self, *args: Any) -> None:
         import gevent  # only reached once a gevent worker has built the context
 
-        try:
-            with gevent.Timeout(HANDSHAKE_DEADLINE, TimeoutError):
-                super().do_handshake(*args)
-        except TimeoutError:
-            raise _cut("handshake") from None
+        # The TimeoutError it raises is turned into the cut by _Deadlines.do_handshake.
+        with gevent.Timeout(HANDSHAKE_DEADLINE, TimeoutError):
+            super().do_handshake(*args)
 
 
 _DEADLINE_CLASSES: dict[type, type] = {}
