@@ -11,6 +11,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from webhook.engine import affinity
 from webhook.engine.cluster import ClusterView, NodeInfo
 from webhook.engine.policy import Policy
@@ -47,9 +49,16 @@ def schedulable(spec: Mapping[str, Any], node: NodeInfo) -> bool:
 
 
 def shape_key(spec: Mapping[str, Any], extra: Any = None) -> str:
-    """A cache key made of exactly the fields that decide candidacy."""
-    return json.dumps([spec.get("nodeName"), spec.get("nodeSelector"), spec.get("affinity"),
-                       spec.get("tolerations"), extra], sort_keys=True, default=str)
+    """A cache key made of exactly the fields that decide candidacy.
+
+    It is built on every review, so orjson (several times faster); the stdlib takes over for
+    what orjson refuses (integers past 64 bits in a hand-written spec)."""
+    fields = [spec.get("nodeName"), spec.get("nodeSelector"), spec.get("affinity"),
+              spec.get("tolerations"), extra]
+    try:
+        return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS, default=str).decode()
+    except TypeError:
+        return json.dumps(fields, sort_keys=True, default=str)
 
 
 def candidates(spec: Mapping[str, Any], pool: str, view: ClusterView, policy: Policy

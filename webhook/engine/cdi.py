@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from webhook.api.inventory import DEFAULT_KIND
@@ -37,6 +38,12 @@ class _Summary:
     missing: list[NodeAssessment]
     unknown: list[NodeAssessment]
     findings: list[NodeFinding]
+
+    @cached_property
+    def failing_text(self) -> str:
+        """The nodes that may fail, as messages quote them; memoised with the summary, since
+        every pod of one shape repeats it."""
+        return _summary(self.missing + self.unknown)
 
 
 @dataclass(frozen=True)
@@ -166,7 +173,7 @@ def pod_decision(pod: Mapping[str, Any], who: str, pool_name: str, view: Cluster
             return None
         d = allow(Reason.ROUTED, gpu=True, pool=pool_name, nodes=findings,
                   message=f"{who}: {len(missing) + len(unknown)} of {checks_total} candidate "
-                          f"nodes may fail it: {_summary(missing + unknown)}")
+                          f"nodes may fail it: {summary.failing_text}")
         d.warn(f"gpupool: {len(missing) + len(unknown)} of {checks_total} candidate nodes lack "
                f"CDI devices this pod needs; see gpupool doctor")
         return d

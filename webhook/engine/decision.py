@@ -7,6 +7,7 @@ Add codes; never rename one.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,8 +97,11 @@ MESSAGE_LIMIT = 8192
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
+@functools.lru_cache(maxsize=512)
 def clean_warning(text: str) -> str:
-    """Fit a warning to what the API server passes on: no control characters, < 120 chars."""
+    """Fit a warning to what the API server passes on: no control characters, < 120 chars.
+
+    Cached: the pods of one workload repeat the same few warnings on every review."""
     text = _CONTROL.sub(" ", text).strip()
     if len(text) >= WARNING_LIMIT:
         text = text[: WARNING_LIMIT - 4].rstrip() + "..."

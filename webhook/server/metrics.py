@@ -51,6 +51,21 @@ AUDIT_FAILING = Gauge("gpupool_audit_sink_failing",
                       multiprocess_mode="livemax")
 
 
+_CHILDREN: dict[tuple[Any, ...], Any] = {}
+
+
+def _child(metric: Any, *labels: str) -> Any:
+    """``metric.labels(...)`` costs several microseconds (validation, a lock); every review
+    pays it, so the children of the few label sets seen are kept."""
+    key = (metric, *labels)
+    child = _CHILDREN.get(key)
+    if child is None:
+        child = metric.labels(*labels)
+        if len(_CHILDREN) < 256:  # operation comes from the request: keep the cache bounded
+            _CHILDREN[key] = child
+    return child
+
+
 def audit_sink_state(sink: str, failing: bool) -> None:
     AUDIT_FAILING.labels(sink).set(1 if failing else 0)
 
@@ -128,8 +143,8 @@ class Metrics:
 
     def observe(self, endpoint: str, req: Request, decision: Decision, seconds: float) -> None:
         verdict = "allowed" if decision.allowed else "denied"
-        REQUESTS.labels(endpoint, req.operation, verdict).inc()
-        DURATION.labels(endpoint).observe(seconds)
+        _child(REQUESTS, endpoint, req.operation, verdict).inc()
+        _child(DURATION, endpoint).observe(seconds)
         if not decision.allowed:
             DENIALS.labels(decision.reason, decision.pool or "").inc()
 

@@ -113,7 +113,9 @@ def parse_review(body: bytes, content_type: str | None) -> Request:
     kind = req.get("kind")
     if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str):
         raise bad("request.kind must be an object with a string 'kind'")
-    resource = req.get("resource") if isinstance(req.get("resource"), dict) else {}
+    resource = req.get("resource")
+    if not isinstance(resource, dict):
+        resource = {}
     operation = req.get("operation")
     if not isinstance(operation, str):
         raise bad("request.operation must be a string")
@@ -125,20 +127,25 @@ def parse_review(body: bytes, content_type: str | None) -> Request:
         raise bad("request.oldObject must be an object")
     if operation in ("CREATE", "UPDATE") and obj is None:
         raise bad(f"request.object is required for {operation}")
-    for key in ("namespace", "name", "subResource"):
-        if req.get(key) is not None and not isinstance(req.get(key), str):
+    namespace, name, sub_resource = req.get("namespace"), req.get("name"), req.get("subResource")
+    for key, value in (("namespace", namespace), ("name", name), ("subResource", sub_resource)):
+        if value is not None and not isinstance(value, str):
             raise bad(f"request.{key} must be a string")
     dry_run = req.get("dryRun", False)
     if dry_run is None:
         dry_run = False
     if not isinstance(dry_run, bool):
         raise bad("request.dryRun must be a boolean")
-    user = req.get("userInfo") if isinstance(req.get("userInfo"), dict) else {}
-    groups = user.get("groups") if isinstance(user.get("groups"), list) else []
+    user = req.get("userInfo")
+    if not isinstance(user, dict):
+        user = {}
+    groups = user.get("groups")
+    if not isinstance(groups, list):
+        groups = []
     return Request(
         api_version=api_version, uid=uid, kind=kind["kind"], group=str(kind.get("group", "")),
-        resource=str(resource.get("resource", "")), sub_resource=req.get("subResource") or "",
-        operation=operation, namespace=req.get("namespace") or None, name=req.get("name"),
+        resource=str(resource.get("resource", "")), sub_resource=sub_resource or "",
+        operation=operation, namespace=namespace or None, name=name,
         object=obj, old_object=old, dry_run=dry_run,
         user=str(user.get("username", "")), groups=[str(g) for g in groups])
 
