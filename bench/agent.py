@@ -17,16 +17,18 @@ class CountingNodeClient:
 
     def __init__(self) -> None:
         self.value: str | None = None
+        self.labels: dict[str, str | None] = {}
         self.reads = 0
         self.writes = 0
 
-    def get_annotation(self) -> str | None:
+    def get_state(self) -> tuple[str | None, dict[str, str]]:
         self.reads += 1
-        return self.value
+        return self.value, {k: v for k, v in self.labels.items() if v is not None}
 
-    def set_annotation(self, value: str) -> None:
+    def set_state(self, value: str, labels: dict[str, str | None]) -> None:
         self.writes += 1
         self.value = value
+        self.labels.update(labels)
 
 
 def layout(root: Path, gpus: int) -> list[str]:

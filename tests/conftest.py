@@ -18,6 +18,18 @@ ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = ROOT / "tests" / "fixtures" / "upstream"
 DATA = ROOT / "tests" / "fixtures" / "data"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+_REPORTS: list[tuple[str, str]] = []
+
+
+def report(title: str, text: str) -> None:
+    """Print ``text`` under ``title`` at the end of the run (tables a test measured)."""
+    _REPORTS.append((title, text))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for title, text in _REPORTS:
+        terminalreporter.section(title)
+        terminalreporter.write_line(text)
 
 
 def load_docs(path: Path | str) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from tests.controlplane import ControlPlane
 from tests.e2e.hami_standin import HamiStandIn
 from tests.integration.conftest import generate_certs, start_server, stop_server
 from tests.layouts import UUIDS, hami_register, per_uuid_spec, write_layout
+from tests.unit.node.test_driver import fake_driver
 
 pytestmark = pytest.mark.e2e
 RESULTS = ROOT / "bench" / "results"
@@ -30,6 +31,7 @@ class Env:
     certs: Path
     hami: HamiStandIn
     layouts: dict[str, dict[str, Path]]
+    driver: Path
     tmp: Path
 
     def kubectl(self, *args: str, **kw) -> subprocess.CompletedProcess:
@@ -45,7 +47,9 @@ class Env:
         subprocess.run([sys.executable, "-m", "webhook", "agent", "--once", "--node-name", node,
                         "--kubeconfig", str(self.cp.kubeconfig), "--cdi-dir", str(p["etc"]),
                         "--cdi-dir", str(p["run"]), "--runtime-config", str(p["config"]),
-                        "--containerd-config", str(p["containerd"])], check=True,
+                        "--containerd-config", str(p["containerd"]),
+                        # The node's GPUs as the NVIDIA driver lists them (played by files).
+                        "--driver-gpus-dir", str(self.driver)], check=True,
                        capture_output=True, timeout=60)
 
 
@@ -88,6 +92,7 @@ def env(k8s_bin, tmp_path_factory):
         fixed = write_layout(e.tmp / "layouts" / "fixed", "operator-management")
         (fixed["run"] / "management.nvidia.com-gpu-uuid.yaml").write_text(per_uuid_spec())
         e.layouts["fixed"] = fixed
+        e.driver = fake_driver(e.tmp / "driver")
         nodes = [
             {"apiVersion": "v1", "kind": "Node", "metadata": {
                 "name": "hami-1", "labels": {"gpupool.io/pool": "hami", "gpu": "on",
@@ -268,10 +273,74 @@ def test_agent_identity_limited_to_own_node_and_inventory(env):
     assert key.returncode != 0 and "only change the gpupool.io/cdi-inventory" in key.stderr
     label = env.kubectl("label", "node", "hami-1", "gpupool.io/pool=operator", "--overwrite",
                         *_as_agent_on("hami-1"), check=False)
-    assert label.returncode != 0 and "labels or spec" in label.stderr
+    assert label.returncode != 0 and "only set its resolve.gpupool.io/" in label.stderr
+    odd = env.kubectl("label", "node", "hami-1", f"{STEER}=maybe", "--overwrite",
+                      *_as_agent_on("hami-1"), check=False)
+    assert odd.returncode != 0 and "true or false" in odd.stderr
+    steer = env.kubectl("label", "node", "hami-1", f"{STEER}=true", "--overwrite",
+                        *_as_agent_on("hami-1"), check=False)
+    assert steer.returncode == 0, steer.stderr
+    foreign = env.kubectl("label", "node", "op-1", f"{STEER}=true", "--overwrite",
+                          *_as_agent_on("hami-1"), check=False)
+    assert foreign.returncode != 0 and "only update the node it runs on" in foreign.stderr
+    spec = env.kubectl("taint", "node", "hami-1", "x=y:NoSchedule", *_as_agent_on("hami-1"),
+                       check=False)
+    assert spec.returncode != 0 and "spec" in spec.stderr
     delete = env.kubectl("delete", "node", "op-1", *_as_agent_on("op-1"), check=False)
     assert delete.returncode != 0 and "forbidden" in delete.stderr.lower()
     env.agent("hami-1", "operator-management")  # restore the published inventory
+
+
+STEER = "resolve.gpupool.io/detected"
+HAMI_LIMITS = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000}  # routed to the HAMi pool
+
+
+def _nodes_matching(env, term: dict) -> set[str]:
+    """The nodes a required node-affinity term selects, evaluated by the API server itself."""
+    selector = ",".join(f"{e['key']} {e['operator'].lower()} ({','.join(e['values'])})"
+                        for e in term["matchExpressions"])
+    out = env.kubectl("get", "nodes", "-l", selector, "-o", "name").stdout.split()
+    return {n.removeprefix("node/") for n in out}
+
+
+def test_steering_keeps_pods_off_a_broken_node_until_it_is_fixed(env):
+    """One broken and one fixed node in the HAMi pool: the routed pod's stored affinity
+    excludes the broken node; when that node's agent sees a per-UUID spec, its label flips
+    and a new pod's affinity no longer excludes it."""
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": "hami-2", "labels": {"gpupool.io/pool": "hami", "gpu": "on",
+                                     "nvidia.com/gpu.present": "true"},
+        "annotations": {"hami.io/node-nvidia-register": hami_register()}}}
+    assert env.apply(node).returncode == 0
+    env.kubectl("taint", "node", "hami-2", "node.kubernetes.io/not-ready:NoSchedule-",
+                check=False)
+    try:
+        env.agent("hami-2", "fixed")
+        env.agent("hami-1", "operator-management")
+        labels = {n: _get(env, "node", n)["metadata"]["labels"].get(STEER)
+                  for n in ("hami-1", "hami-2")}
+        assert labels == {"hami-1": "false", "hami-2": "true"}
+        deadline = time.monotonic() + 30
+        while True:  # the webhook's node cache follows through its watch
+            r = env.apply(_pod("steered-1", HAMI_LIMITS))
+            if r.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert r.returncode == 0, r.stderr
+        term = _terms(_get(env, "pod", "steered-1"))[0]
+        assert {"key": STEER, "operator": "NotIn", "values": ["false"]} in \
+            term["matchExpressions"]
+        assert _nodes_matching(env, term) == {"hami-2"}
+        env.agent("hami-1", "fixed")
+        assert _get(env, "node", "hami-1")["metadata"]["labels"][STEER] == "true"
+        assert env.apply(_pod("steered-2", HAMI_LIMITS)).returncode == 0
+        assert _nodes_matching(env, _terms(_get(env, "pod", "steered-2"))[0]) == \
+            {"hami-1", "hami-2"}
+    finally:
+        env.agent("hami-1", "operator-management")
+        env.kubectl("delete", "node", "hami-2", "--wait=false", check=False)
+        env.kubectl("delete", "pod", "steered-1", "steered-2", "-n", "ml", "--wait=false",
+                    check=False)
 
 
 def test_apiserver_webhook_latency_recorded(env):

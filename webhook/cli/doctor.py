@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from webhook.api.delivery import LABEL_PREFIX
+from webhook.engine.candidates import Demand
 from webhook.engine.cdi import MISSING, OK, UNKNOWN, assess_node, fix_text
 from webhook.engine.cluster import ClusterView
 from webhook.engine.policy import Policy
@@ -28,6 +30,8 @@ class Row:
     missing: list[str]
     fix: str
     errors: list[str]
+    #: the steering labels the node's agent set (what the scheduler sees)
+    steering: dict[str, str]
 
 
 def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
@@ -36,7 +40,7 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
         if not node.is_gpu_node(policy):
             continue
         pool = policy.by_name[policy.pool_for_label_value(node.labels.get(policy.pool_label))]
-        check = assess_node(node, pool, None, (), ())
+        check = assess_node(node, pool, None, Demand(), policy)
         inv = node.inventory
         errors = [f"{p}: {r}" for p, r in inv.errors] if inv else []
         for e in (node.inventory_error, node.register_error):
@@ -56,7 +60,9 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
             mode=(inv.runtime.mode or "unknown") if inv else "unknown",
             default_kind=(inv.runtime.default_kind or "-") if inv else "-",
             state=check.state if check.state != UNKNOWN else f"unknown: {check.note}",
-            missing=list(check.missing), fix=fix, errors=errors))
+            missing=list(check.missing), fix=fix, errors=errors,
+            steering={k.removeprefix(LABEL_PREFIX): v for k, v in sorted(node.labels.items())
+                      if k.startswith(LABEL_PREFIX)}))
     return rows
 
 
@@ -71,6 +77,9 @@ def format_table(rows: list[Row]) -> str:
             f"{' ...' if len(r.missing) > 2 else ''}" if r.state == MISSING else r.state)
         lines.append(f"{r.node:<24} {r.pool:<10} {r.scheduler:<18} {r.hami_gpus:<9} "
                      f"{r.mode:<7} {r.default_kind:<28} {kinds:<48} {status}")
+        if r.steering:
+            lines.append(f"{'':<24} steering labels: "
+                         + ", ".join(f"{k}={v}" for k, v in r.steering.items()))
         if r.fix:
             lines.append(f"{'':<24} fix: {r.fix}")
         for e in r.errors:

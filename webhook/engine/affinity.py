@@ -8,14 +8,16 @@ land anywhere.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from webhook.api.delivery import LABEL_PREFIX
 from webhook.engine import patch
 from webhook.engine.patch import Op
 from webhook.engine.policy import Policy
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+NAME_FIELD = "metadata.name"
 _AFFINITY_PATH = ("spec", "affinity", "nodeAffinity", REQUIRED, "nodeSelectorTerms")
 
 
@@ -136,19 +138,30 @@ def _same_expression(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
             and isinstance(a.get("values"), list))
 
 
-def term_has(term: Any, expr: Mapping[str, Any]) -> bool:
-    return any(_same_expression(e, expr) for e in expressions(term))
+def term_has(term: Any, expr: Mapping[str, Any], field: str = "matchExpressions") -> bool:
+    return any(_same_expression(e, expr) for e in expressions(term, field))
 
 
-def affinity_patch(pod: Mapping[str, Any], expr: Mapping[str, Any]) -> list[Op]:
-    """Ops adding ``expr`` to every required nodeSelectorTerm, creating what is missing.
+#: A requirement to add to every required term: the term field and the requirement itself.
+Requirement = tuple[str, Mapping[str, Any]]
 
-    Preferred terms are never touched. Terms that already hold the expression are left as
-    they are, which is what makes a second pass produce no operations.
+
+def affinity_patch(pod: Mapping[str, Any], expr: Mapping[str, Any] | None = None,
+                   extra: Sequence[Requirement] = ()) -> list[Op]:
+    """Ops adding ``expr`` (a label expression) and ``extra`` requirements to every required
+    nodeSelectorTerm, creating what is missing.
+
+    Preferred terms are never touched. Requirements a term already holds are left as they
+    are, which is what makes a second pass produce no operations.
     """
+    reqs: list[Requirement] = ([("matchExpressions", expr)] if expr is not None else [])
+    reqs += list(extra)
+    if not reqs:
+        return []
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    value = dict(expr)
-    new_term = {"matchExpressions": [value]}
+    new_term: dict[str, list[Any]] = {}
+    for fieldname, req in reqs:
+        new_term.setdefault(fieldname, []).append(dict(req))
     levels = _AFFINITY_PATH[1:]
     cur: Any = spec
     for depth, token in enumerate(levels):
@@ -166,15 +179,59 @@ def affinity_patch(pod: Mapping[str, Any], expr: Mapping[str, Any]) -> list[Op]:
         return [patch.replace(base, [new_term])]
     ops: list[Op] = []
     for i, term in enumerate(terms):
-        if term_has(term, expr):
-            continue
         if not isinstance(term, dict):
             ops.append(patch.replace(f"{base}/{i}", new_term))
-        elif isinstance(term.get("matchExpressions"), list):
-            ops.append(patch.add(f"{base}/{i}/matchExpressions/-", value))
-        else:
-            ops.append(patch.add(f"{base}/{i}/matchExpressions", [value]))
+            continue
+        for fieldname, req in reqs:
+            if term_has(term, req, fieldname):
+                continue
+            if isinstance(term.get(fieldname), list):
+                ops.append(patch.add(f"{base}/{i}/{fieldname}/-", dict(req)))
+            else:
+                ops.append(patch.add(f"{base}/{i}/{fieldname}", [dict(req)]))
+                # Later requirements of the same field now append to the list just made.
+                term = {**term, fieldname: []}
     return ops
+
+
+# ------------------------------------------------------------------ steering
+
+
+def is_steering(fieldname: str, req: Mapping[str, Any]) -> bool:
+    key = req.get("key")
+    if fieldname == "matchFields":
+        return key == NAME_FIELD and req.get("operator") == "NotIn"
+    return isinstance(key, str) and key.startswith(LABEL_PREFIX)
+
+
+def without_steering(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The spec as it was before gpupool steered it: where the pod could go at all."""
+    terms = required_terms(spec)
+    if not terms:
+        return spec
+    kept = []
+    changed = False
+    for term in terms:
+        if not isinstance(term, dict):
+            kept.append(term)
+            continue
+        new = dict(term)
+        for fieldname in ("matchExpressions", "matchFields"):
+            reqs = term.get(fieldname)
+            if isinstance(reqs, list):
+                left = [r for r in reqs if not (isinstance(r, dict)
+                                                and is_steering(fieldname, r))]
+                if len(left) != len(reqs):
+                    changed = True
+                    new[fieldname] = left
+        kept.append(new)
+    if not changed:
+        return spec
+    aff = dict(spec.get("affinity") or {})
+    node_aff = dict(aff.get("nodeAffinity") or {})
+    node_aff[REQUIRED] = {**node_aff[REQUIRED], "nodeSelectorTerms": kept}
+    aff["nodeAffinity"] = node_aff
+    return {**spec, "affinity": aff}
 
 
 # ------------------------------------------------------------------ node matching

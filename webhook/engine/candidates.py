@@ -1,5 +1,7 @@
 """The nodes a pod could be scheduled to: its pool, nodeName, nodeSelector, required node
-affinity, and the NoSchedule/NoExecute taints it does not tolerate.
+affinity, and the NoSchedule/NoExecute taints it does not tolerate; then, per node, whether
+its GPUs can serve the pod (``Demand``): the count one container asks for, allocatable GPU
+resources, and HAMi's ``use-``/``nouse-gpuuuid`` and ``-gputype`` annotations.
 
 Computed from the pool index and memoised per pod shape on the cluster view, so the pods of
 one workload cost one scan per cluster change, not one per admission request.
@@ -9,13 +11,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from webhook.engine import affinity
+from webhook.engine import affinity, hami, objects
 from webhook.engine.cluster import ClusterView, NodeInfo
 from webhook.engine.policy import Policy
+from webhook.engine.resources import gpu_resources, most_per_container, pod_requests
 
 _HARD_EFFECTS = ("NoSchedule", "NoExecute")
 
@@ -108,3 +112,75 @@ def _indexed_names(spec: Mapping[str, Any], view: ClusterView) -> frozenset[str]
             union |= term_names
         names = frozenset(union) if names is None else names & union
     return names
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a pod asks of one node's GPUs, as its scheduler and device plugin see it."""
+
+    hami: bool = False  # HAMi's scheduler counts physical GPUs and reads the annotations
+    per_container: int = 0
+    requests: tuple[tuple[str, int], ...] = ()
+    use_uuids: tuple[str, ...] = ()
+    nouse_uuids: tuple[str, ...] = ()
+    use_types: tuple[str, ...] = ()
+    nouse_types: tuple[str, ...] = ()
+
+    @property
+    def narrows(self) -> bool:
+        """Does the pod pick among a node's GPUs (so a node is judged by some of them)?"""
+        return bool(self.use_uuids or self.nouse_uuids or self.use_types or self.nouse_types)
+
+
+def demand_of(pod: Mapping[str, Any], policy: Policy, hami_pool: bool) -> Demand:
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    names = gpu_resources(spec, policy)
+    requests = tuple(sorted(pod_requests(spec, names).items()))
+    if not hami_pool:
+        return Demand(requests=requests)
+    meta = objects.meta_of(pod)
+    ann = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    return Demand(
+        hami=True, requests=requests,
+        per_container=most_per_container(spec, hami.COUNT_RESOURCE, set(hami.IMPLIES_ONE_GPU)),
+        use_uuids=hami.uuid_list(ann.get(hami.USE_UUID_ANNOTATION)),
+        nouse_uuids=hami.uuid_list(ann.get(hami.NOUSE_UUID_ANNOTATION)),
+        use_types=hami.uuid_list(ann.get(hami.USE_TYPE_ANNOTATION)),
+        nouse_types=hami.uuid_list(ann.get(hami.NOUSE_TYPE_ANNOTATION)))
+
+
+def eligible_gpus(node: NodeInfo, demand: Demand) -> tuple[str, ...]:
+    """The GPUs the device plugin could hand this pod on this node: all the node has, or, for
+    HAMi, those its annotations allow (a model HAMi did not register is not filtered out)."""
+    gpus = node.gpu_uuids()
+    if not demand.narrows:
+        return gpus
+    types = node.gpu_types() if (demand.use_types or demand.nouse_types) else {}
+    return tuple(u for u in gpus
+                 if u not in demand.nouse_uuids
+                 and (not demand.use_uuids or u in demand.use_uuids)
+                 and (u not in types
+                      or hami.type_allowed(types[u], demand.use_types, demand.nouse_types)))
+
+
+def unfit_reason(node: NodeInfo, demand: Demand) -> str | None:
+    """Why the pod's scheduler would not place the pod on this node's GPUs (None: it could).
+
+    Only what the node itself reports is held against it: a node whose GPUs or allocatable
+    are unknown stays a candidate."""
+    if demand.hami:
+        known = node.gpu_uuids()
+        if known:
+            eligible = eligible_gpus(node, demand)
+            if not eligible and demand.narrows:
+                return "none of its GPUs is allowed by the pod's HAMi annotations"
+            if demand.per_container > len(eligible):
+                return (f"a container asks for {demand.per_container} GPUs, the node has "
+                        f"{len(eligible)} it may use")
+        return None
+    if node.allocatable is not None:
+        for name, n in demand.requests:
+            have = node.allocatable.get(name, 0)
+            if have < n:
+                return f"the pod asks for {n} {name}, the node has {have} allocatable"
+    return None

@@ -21,6 +21,7 @@ from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryErro
 from webhook.engine import hami, objects
 from webhook.engine.labels import NodeLabels
 from webhook.engine.policy import Policy
+from webhook.engine.resources import whole_number
 
 T = TypeVar("T")
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
@@ -42,6 +43,8 @@ class NodeInfo:
     labels: Mapping[str, str]
     taints: tuple[Mapping[str, Any], ...] = ()
     extended_resources: frozenset[str] = frozenset()
+    #: Extended resources' allocatable counts (None: the node reported no allocatable).
+    allocatable: Mapping[str, int] | None = None
     gpus: tuple[hami.RegisteredGPU, ...] = ()
     register_error: str | None = None
     inventory: Inventory | None = None
@@ -81,15 +84,22 @@ class NodeInfo:
             res = status.get(part)
             if isinstance(res, Mapping):
                 extended.update(sys.intern(k) for k in res if isinstance(k, str) and "/" in k)
+        allocatable = None
+        raw_alloc = status.get("allocatable")
+        if isinstance(raw_alloc, Mapping):
+            allocatable = {sys.intern(k): n for k, v in raw_alloc.items()
+                           if isinstance(k, str) and "/" in k
+                           and (n := whole_number(v)) is not None}
         taints = tuple(t for t in spec.get("taints") or () if isinstance(t, Mapping))
         labels = NodeLabels.build(meta.get("labels"), name)
         # A digest of exactly what decisions read: status heartbeats leave it unchanged, so
         # they never invalidate the view's memo.
         fingerprint = hashlib.blake2b(repr((sorted(labels.items()), taints, raw_register,
-                                            raw_inventory, sorted(extended))).encode(),
+                                            raw_inventory, sorted(extended),
+                                            sorted((allocatable or {}).items()))).encode(),
                                       digest_size=16).digest()
         return cls(name=sys.intern(name), labels=labels, taints=taints,
-                   extended_resources=frozenset(extended), gpus=gpus,
+                   extended_resources=frozenset(extended), allocatable=allocatable, gpus=gpus,
                    register_error=register_error, inventory=inventory,
                    inventory_error=inventory_error,
                    fingerprint=fingerprint)
@@ -98,6 +108,10 @@ class NodeInfo:
         return (self.labels.get(GPU_PRESENT_LABEL) == "true" or bool(self.gpus)
                 or self.inventory is not None or policy.pool_label in self.labels
                 or any(policy.is_gpu_resource(r) for r in self.extended_resources))
+
+    def gpu_types(self) -> Mapping[str, str]:
+        """GPU UUID -> model, as HAMi's register annotation names them (empty: unknown)."""
+        return {g.uuid: g.type for g in self.gpus if g.type}
 
     def gpu_uuids(self) -> tuple[str, ...]:
         """The node's GPUs: as its driver lists them (the agent reads them), else as HAMi

@@ -14,6 +14,13 @@ from dataclasses import dataclass
 REGISTER_ANNOTATION = "hami.io/node-nvidia-register"
 USE_UUID_ANNOTATION = "nvidia.com/use-gpuuuid"
 NOUSE_UUID_ANNOTATION = "nvidia.com/nouse-gpuuuid"
+USE_TYPE_ANNOTATION = "nvidia.com/use-gputype"
+NOUSE_TYPE_ANNOTATION = "nvidia.com/nouse-gputype"
+#: HAMi counts physical GPUs in this resource; a container asking only for a memory or core
+#: share gets one added by HAMi's webhook.
+COUNT_RESOURCE = "nvidia.com/gpu"
+IMPLIES_ONE_GPU = frozenset({"nvidia.com/gpumem", "nvidia.com/gpumem-percentage",
+                             "nvidia.com/gpucores"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +68,12 @@ def uuid_list(value: object) -> tuple[str, ...]:
     if not isinstance(value, str):
         return ()
     return tuple(u.strip() for u in value.split(",") if u.strip())
+
+
+def type_allowed(card_type: str, use: tuple[str, ...], nouse: tuple[str, ...]) -> bool:
+    """HAMi's ``CheckType``: case-insensitive substring match of the GPU model against
+    ``nvidia.com/use-gputype`` (must match one) and ``nouse-gputype`` (must match none)."""
+    card = card_type.upper()
+    if use and not any(t.upper() in card for t in use):
+        return False
+    return not any(t.upper() in card for t in nouse)

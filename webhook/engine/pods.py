@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.engine import affinity, objects, patch, routing
+from webhook.engine import affinity, objects, patch, routing, steering
 from webhook.engine import cdi as cdi_needs
 from webhook.engine.cluster import ClusterView
 from webhook.engine.decision import Decision, Reason, allow, deny
@@ -89,9 +89,11 @@ def mutate(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | No
                    f"for pool {pool.name}")
         op = patch.replace if "schedulerName" in spec else patch.add
         ops.append(op("/spec/schedulerName", pool.scheduler_name))
-    expr = affinity.pool_expression(policy, pool.name)
-    if expr is not None:
-        ops += affinity.affinity_patch({"spec": spec}, expr)
+    steer, warnings = steering.requirements(pod, pool.name, view, policy)
+    for w in warnings:
+        d.warn(w)
+    ops += affinity.affinity_patch({"spec": spec}, affinity.pool_expression(policy, pool.name),
+                                   steer)
     d.patch = ops
     return d
 

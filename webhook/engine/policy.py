@@ -16,6 +16,15 @@ from typing import Any
 
 import yaml
 
+from webhook.api.delivery import (
+    CDI_DEVICES,
+    DETECT,
+    DEVICE_PLUGIN_KIND,
+    NONE,
+    VISIBLE_DEVICES,
+    WAYS,
+)
+
 API_VERSION = "gpupool.io/v1alpha1"
 KIND = "PoolPolicy"
 
@@ -26,6 +35,7 @@ POOL_ANNOTATION = "gpupool.io/pool"
 HAMI_IGNORE_LABEL = "hami.io/webhook"
 HAMI_IGNORE_VALUE = "ignore"
 
+#: Fields of the first policy version, still read (docs/policy.md, "Deprecated fields").
 CDI_REQUIRE = ("perGPU", "anyDevice", "none")
 CDI_WHEN = ("runtimeUsesCDI", "always")
 ON_FINDING = ("warn", "deny")
@@ -56,17 +66,23 @@ def is_label_value(value: str) -> bool:
 
 @dataclass(frozen=True)
 class CDIRequirement:
-    """What a pool's pods need from a node's CDI inventory.
+    """What a pool's pods need from their node's CDI specs (``webhook.api.delivery``).
 
-    ``require``: ``perGPU`` (a device of ``kind`` named after every GPU UUID the pod may get),
-    ``anyDevice`` (at least one device of ``kind``) or ``none``. ``kind`` is a CDI kind or
-    ``runtimeDefault`` (the kind the NVIDIA runtime qualifies bare names with).
-    ``when``: ``runtimeUsesCDI`` checks only nodes whose runtime resolves devices through CDI.
+    ``delivery``: how the pool's device plugin hands GPUs to containers: ``visibleDevices``
+    (UUIDs in NVIDIA_VISIBLE_DEVICES, resolved by the NVIDIA runtime as its mode says),
+    ``cdiDevices`` (the plugin's CDI names, resolved by containerd), ``detect`` (per node,
+    from whether the plugin's spec is there) or ``none`` (no check). ``device_kind``: the kind
+    of the plugin's CDI spec. ``steer``: the mutating webhook keeps the pool's pods off nodes
+    whose agent says their GPUs will not resolve.
     """
 
-    require: str = "none"
-    kind: str = "runtimeDefault"
-    when: str = "runtimeUsesCDI"
+    delivery: str = "none"
+    device_kind: str = DEVICE_PLUGIN_KIND
+    steer: bool = True
+
+    @property
+    def checked(self) -> bool:
+        return self.delivery != NONE
 
 
 @dataclass(frozen=True)
@@ -89,6 +105,7 @@ class Policy:
     non_cdi_runtime_classes: tuple[str, ...] = ("nvidia-legacy",)
     on_no_candidates: str = "warn"
     on_missing_inventory: str = "warn"
+    require_inventory: bool = False
     workload_templates: str = "deny"
     audit_mutations: bool = False
 
@@ -97,7 +114,8 @@ class Policy:
         """Stable per policy content; memo keys use it instead of hashing the whole policy."""
         return hash((self.pool_label, self.default_pool, self.gpu_resources, self.pools,
                      self.non_cdi_runtime_classes, self.on_no_candidates,
-                     self.on_missing_inventory, self.hami_scheduler_name))
+                     self.on_missing_inventory, self.hami_scheduler_name,
+                     self.require_inventory))
 
     @cached_property
     def by_name(self) -> dict[str, Pool]:
@@ -217,14 +235,28 @@ def _resource_name(name: str) -> bool:
 
 def _parse_cdi(data: Any, path: str) -> CDIRequirement:
     f = _Fields(data, path)
-    require = f.choice("require", CDI_REQUIRE, "none")
-    kind = f.get("kind", str, "runtimeDefault")
-    if kind != "runtimeDefault" and not _CDI_KIND.match(kind):
-        raise PolicyError(f"{path}.kind: {kind!r} is neither runtimeDefault nor a CDI kind "
-                          "(vendor/class, e.g. nvidia.com/gpu)")
-    when = f.choice("when", CDI_WHEN, "runtimeUsesCDI")
+    delivery = f.choice("delivery", WAYS, DETECT) if "delivery" in f.data else None
+    device_kind = f.get("deviceKind", str, DEVICE_PLUGIN_KIND)
+    steer = f.get("steer", bool, True)
+    # The first version's fields, mapped onto the delivery ways they meant.
+    require = f.choice("require", CDI_REQUIRE, "none") if "require" in f.data else ""
+    kind = f.get("kind", str, "")
+    f.choice("when", CDI_WHEN, "runtimeUsesCDI")
     f.done()
-    return CDIRequirement(require=require, kind=kind, when=when)
+    for name, value in (("deviceKind", device_kind), ("kind", kind)):
+        if value and value != "runtimeDefault" and not _CDI_KIND.match(value):
+            raise PolicyError(f"{path}.{name}: {value!r} is not a CDI kind "
+                              "(vendor/class, e.g. k8s.device-plugin.nvidia.com/gpu)")
+    if delivery is not None and (require or kind):
+        raise PolicyError(f"{path}: delivery replaces require/kind/when; drop those")
+    if delivery is None:
+        if require in ("", "none"):
+            delivery = NONE
+        elif kind in ("", "runtimeDefault"):
+            delivery = VISIBLE_DEVICES
+        else:
+            delivery, device_kind = CDI_DEVICES, kind
+    return CDIRequirement(delivery=delivery, device_kind=device_kind, steer=steer)
 
 
 def _parse_pool(data: Any, path: str) -> Pool:
@@ -298,6 +330,7 @@ def parse_policy(data: Any) -> Policy:
                         check=lambda v: bool(_DNS_SUBDOMAIN.match(v)), what="RuntimeClass name")
     on_no_candidates = f.choice("onNoCandidates", ON_FINDING, "warn")
     on_missing_inventory = f.choice("onMissingInventory", ON_FINDING, "warn")
+    require_inventory = f.get("requireInventory", bool, False)
     workload_templates = f.choice("workloadTemplates", WORKLOAD_TEMPLATES, "deny")
     audit_raw = f.get("audit", dict, None)
     audit_mutations = False
@@ -310,7 +343,8 @@ def parse_policy(data: Any) -> Policy:
                   pools=pools, hami_scheduler_name=hami_scheduler,
                   non_cdi_runtime_classes=non_cdi, on_no_candidates=on_no_candidates,
                   on_missing_inventory=on_missing_inventory,
-                  workload_templates=workload_templates, audit_mutations=audit_mutations)
+                  require_inventory=require_inventory, workload_templates=workload_templates,
+                  audit_mutations=audit_mutations)
 
 
 def load_policy_text(text: str, source: str = "policy") -> Policy:

@@ -28,6 +28,15 @@ def is_zero_quantity(value: Any) -> bool:
     return False
 
 
+def whole_number(value: Any) -> int | None:
+    """An extended resource's quantity as the whole number it must be (None: not one)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
 def containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, int, Mapping[str, Any]]]:
     """Yield (field, index, container) for init and regular containers that are mappings."""
     for fieldname in ("initContainers", "containers"):
@@ -56,3 +65,51 @@ def resource_names(spec: Mapping[str, Any]) -> set[str]:
 
 def gpu_resources(spec: Mapping[str, Any], policy: Policy) -> set[str]:
     return {r for r in resource_names(spec) if policy.is_gpu_resource(r)}
+
+
+def _amount(c: Mapping[str, Any], name: str) -> int:
+    """A container's request for an extended resource (requests equal limits for those; a
+    limit alone stands for both)."""
+    res = c.get("resources")
+    if not isinstance(res, dict):
+        return 0
+    for part in ("limits", "requests"):
+        values = res.get(part)
+        if isinstance(values, dict) and name in values:
+            n = whole_number(values[name])
+            if n is not None:
+                return n
+    return 0
+
+
+def pod_requests(spec: Mapping[str, Any], names: set[str]) -> dict[str, int]:
+    """What the scheduler counts against a node's allocatable: the sum over containers, or
+    the largest init container's request if that is more."""
+    out: dict[str, int] = {}
+    for name in names:
+        regular = sum(_amount(c, name) for f, _, c in containers(spec) if f == "containers")
+        init = max((_amount(c, name) for f, _, c in containers(spec) if f == "initContainers"),
+                   default=0)
+        if max(regular, init):
+            out[name] = max(regular, init)
+    return out
+
+
+def most_per_container(spec: Mapping[str, Any], count_resource: str,
+                       implied_by: set[str]) -> int:
+    """The most devices of ``count_resource`` one container asks for; a container that asks
+    only for ``implied_by`` resources (HAMi's memory and core shares) gets one."""
+    most = 0
+    for _, _, c in containers(spec):
+        n = _amount(c, count_resource)
+        if not n and any(_amount(c, r) or _named(c, r) for r in implied_by):
+            n = 1
+        most = max(most, n)
+    return most
+
+
+def _named(c: Mapping[str, Any], name: str) -> bool:
+    res = c.get("resources")
+    return isinstance(res, dict) and any(
+        isinstance(res.get(part), dict) and name in res[part] and not is_zero_quantity(
+            res[part][name]) for part in ("limits", "requests"))

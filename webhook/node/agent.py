@@ -1,4 +1,5 @@
-"""``gpupool agent``: publishes a node's CDI inventory on its own Node object.
+"""``gpupool agent``: publishes a node's CDI inventory on its own Node object, and the
+steering labels (``webhook.api.delivery``) that keep pods off it while its GPUs won't resolve.
 
 Runs as a DaemonSet on GPU nodes with the CDI spec directories and runtime configs mounted
 read-only. It rescans when the directories change (inotify, with a polling fallback) and
@@ -20,10 +21,11 @@ import random
 import select
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from webhook.api import delivery
 from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
 from webhook.node import specdirs as registry
 from webhook.node.driver import DRIVER_GPUS_DIR, driver_gpus
@@ -119,13 +121,17 @@ class Observer:
 # ------------------------------------------------------------------ publishing
 
 
+#: What the agent keeps on its Node: the inventory annotation and the steering labels.
+NodeState = tuple[str | None, dict[str, str]]
+
+
 class NodeClient(Protocol):
-    def get_annotation(self) -> str | None: ...
-    def set_annotation(self, value: str) -> None: ...
+    def get_state(self) -> NodeState: ...
+    def set_state(self, annotation: str, labels: Mapping[str, str | None]) -> None: ...
 
 
 class KubeNodeClient:
-    """Reads and patches one annotation of one Node, and nothing else."""
+    """Reads and patches one annotation and the steering labels of one Node, nothing else."""
 
     def __init__(self, api: Any, node_name: str) -> None:
         from kubernetes import client
@@ -133,20 +139,34 @@ class KubeNodeClient:
         self.core = client.CoreV1Api(api)
         self.node_name = node_name
 
-    def get_annotation(self) -> str | None:
-        node = self.core.read_node(self.node_name)
-        return (node.metadata.annotations or {}).get(INVENTORY_ANNOTATION)
+    def get_state(self) -> NodeState:
+        meta = self.core.read_node(self.node_name).metadata
+        labels = {k: v for k, v in (meta.labels or {}).items() if k in STEERING_KEYS}
+        return (meta.annotations or {}).get(INVENTORY_ANNOTATION), labels
 
-    def set_annotation(self, value: str) -> None:
-        body = {"metadata": {"annotations": {INVENTORY_ANNOTATION: value}}}
+    def set_state(self, annotation: str, labels: Mapping[str, str | None]) -> None:
+        # A merge patch: a label set to None is removed.
+        body = {"metadata": {"annotations": {INVENTORY_ANNOTATION: annotation},
+                             "labels": dict(labels)}}
         self.core.patch_node(self.node_name, body)
 
 
-def same_content(current: str | None, inv: Inventory) -> bool:
-    if current is None:
+STEERING_KEYS = frozenset(delivery.LABELS.values())
+
+
+def node_labels(inv: Inventory) -> dict[str, str | None]:
+    """The steering labels for this inventory, with None for those to remove."""
+    found = delivery.steering_labels(inv, inv.gpu_uuids)
+    return {k: found.get(k) for k in sorted(STEERING_KEYS)}
+
+
+def same_content(current: NodeState, inv: Inventory) -> bool:
+    annotation, labels = current
+    if annotation is None:
         return False
+    want = {k: v for k, v in node_labels(inv).items() if v is not None}
     try:
-        return parse_inventory(current).content() == inv.content()
+        return parse_inventory(annotation).content() == inv.content() and labels == want
     except InventoryError:
         return False
 
@@ -160,19 +180,22 @@ class Publisher:
     _published: dict[str, Any] | None = None
 
     def publish(self, inv: Inventory, stop: threading.Event | None = None) -> bool:
-        """Write the inventory if it changed; retry API errors with backoff. True if written."""
+        """Write the inventory and the labels it implies if they changed; retry API errors
+        with backoff. True if written."""
         if self._published is not None and self._published == inv.content():
             return False
         backoff = 1.0
         while True:
             try:
-                if self._published is None and same_content(self.client.get_annotation(), inv):
+                if self._published is None and same_content(self.client.get_state(), inv):
                     self._published = inv.content()
                     return False
-                self.client.set_annotation(inv.dumps())
+                labels = node_labels(inv)
+                self.client.set_state(inv.dumps(), labels)
                 self.writes += 1
                 self._published = inv.content()
-                log.info("published CDI inventory: %s", _brief(inv))
+                log.info("published CDI inventory: %s; labels %s", _brief(inv),
+                         ", ".join(f"{k}={v}" for k, v in labels.items() if v) or "none")
                 return True
             except InventoryError:
                 raise

@@ -89,19 +89,21 @@ class RecordingNodeClient:
 
     def __init__(self, fail: int = 0) -> None:
         self.value: str | None = None
+        self.labels: dict[str, str | None] = {}
         self.writes: list[str] = []
         self.fail = fail
         self.lock = threading.Lock()
 
-    def get_annotation(self):
+    def get_state(self):
         if self.fail:
             self.fail -= 1
             raise ConnectionError("apiserver unavailable")
-        return self.value
+        return self.value, {k: v for k, v in self.labels.items() if v is not None}
 
-    def set_annotation(self, value):
+    def set_state(self, value, labels):
         with self.lock:
             self.value = value
+            self.labels.update(labels)
             self.writes.append(value)
 
 

@@ -1,0 +1,505 @@
+"""A seeded corpus of clusters and GPU pods, judged by the real container stack.
+
+Each cluster is a handful of GPU nodes drawn from the setups platform teams really run (the
+operator's management-only spec, fixed per-UUID specs, the full ``nvidia.com/gpu`` spec,
+device-plugin specs present, missing, partial or stale, specs in ``/etc/cdi`` or
+``/var/run/cdi``, broken files, one device in two files of a directory; runtime modes cdi,
+auto, legacy or none; NVIDIA's and HAMi's device plugins with their envvar and CDI strategies;
+taints; nodes without gpupool's agent). Every node's inventory and steering labels come from
+gpupool's own agent code scanning that node's files.
+
+Every pod goes through gpupool (``admit.review``: mutate, apply, validate). Then, on every
+node the pod can land on (this module's own model of the scheduler: nodeName, nodeSelector,
+required affinity, taints, GPU count or allocatable, HAMi's annotations) and for every GPU the
+device plugin could hand it there, the real runtime or CDI library says whether the container
+would be created (``tests.runtime_oracle``). ``classify`` turns that into the table issue #12
+asks for.
+
+Run a bigger corpus by hand: ``python -m tests.corpus --pods 3000 --seed 7``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import uuid as uuidlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+
+from tests.layouts import (
+    CONTAINERD_SRC,
+    device_plugin_spec,
+    management_spec,
+    nvidia_config,
+    nvidia_ctk_spec,
+    per_uuid_spec,
+)
+from tests.runtime_oracle import OracleNode, Verdict
+from tests.unit.node.test_driver import fake_driver
+from webhook.engine import admit
+from webhook.engine.cluster import view_from_objects
+from webhook.engine.decision import Reason
+from webhook.engine.policy import Policy, load_policy_text
+from webhook.node.agent import Observer, node_labels
+
+DP_KIND = "k8s.device-plugin.nvidia.com/gpu"
+MGMT_KIND = "management.nvidia.com/gpu"
+TYPES = ("NVIDIA-Tesla T4", "NVIDIA-A100-SXM4-40GB", "NVIDIA-H100-80GB-HBM3")
+TAINT = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+CDI_REASONS = {Reason.CDI_DEVICE_MISSING, Reason.INVENTORY_MISSING,
+               Reason.GPU_UUID_UNAVAILABLE, Reason.NO_CANDIDATE_NODES}
+OUTCOMES = ("fine", "potential late failure", "certain late failure", "false denial",
+            "denied correctly")
+
+
+# ------------------------------------------------------------------ nodes
+
+
+@dataclass
+class NodeSetup:
+    name: str
+    pool: str  # hami | operator
+    plugin: str  # envvar | cdi (the device plugin's DEVICE_LIST_STRATEGY)
+    mode: str | None  # the NVIDIA runtime's mode; None: the key is absent
+    default_kind: str | None
+    gpus: tuple[str, ...]
+    types: tuple[str, ...]
+    specs: list[tuple[str, str, str]]  # (etc|run, file name, text)
+    agent: bool
+    tainted: bool
+    what: list[str] = field(default_factory=list)  # the setup, in words, for failure reports
+
+
+def _uuid(rng: random.Random) -> str:
+    return f"GPU-{uuidlib.UUID(int=rng.getrandbits(128), version=4)}"
+
+
+def make_node(rng: random.Random, name: str, pool: str, plugin: str) -> NodeSetup:
+    gpus = tuple(_uuid(rng) for _ in range(rng.choice((1, 2, 2, 4))))
+    types = tuple(rng.choice(TYPES) for _ in gpus)
+    mode = rng.choice(("cdi", "cdi", "cdi", "auto", "legacy", None))
+    kind = rng.choice((MGMT_KIND, MGMT_KIND, None))
+    what = [f"pool {pool}", f"plugin {plugin}", f"mode {mode}", f"default kind {kind}"]
+    specs: list[tuple[str, str, str]] = [("run", "management.nvidia.com-gpu.yaml",
+                                          management_spec())]
+    # What defines the GPUs by UUID for NVIDIA_VISIBLE_DEVICES in cdi mode.
+    uuid_spec = rng.choice(("none", "none", "management", "management", "nvidia-ctk",
+                            "partial", "stale", "etc", "broken", "duplicate"))
+    what.append(f"uuid spec {uuid_spec}")
+    target = kind or "nvidia.com/gpu"
+    if uuid_spec == "management":
+        specs.append(("run", "per-uuid.yaml", per_uuid_spec(target, gpus)))
+    elif uuid_spec == "nvidia-ctk":
+        specs.append(("run", "nvidia.yaml", nvidia_ctk_spec(gpus)))
+    elif uuid_spec == "partial":
+        specs.append(("run", "per-uuid.yaml", per_uuid_spec(target, gpus[:1])))
+    elif uuid_spec == "stale":
+        specs.append(("run", "per-uuid.yaml", per_uuid_spec(target, (_uuid(rng),))))
+    elif uuid_spec == "etc":
+        specs.append(("etc", "per-uuid.yaml", per_uuid_spec(target, gpus)))
+    elif uuid_spec == "broken":  # the right content, cut off mid-file
+        specs.append(("run", "per-uuid.yaml", per_uuid_spec(target, gpus)[:-40] + ": ]["))
+    elif uuid_spec == "duplicate":  # the first GPU in two files of one directory
+        specs.append(("run", "per-uuid.yaml", per_uuid_spec(target, gpus)))
+        specs.append(("run", "per-uuid-copy.yaml", per_uuid_spec(target, gpus[:1])))
+    # What the device plugin's CDI strategies write.
+    dp = rng.choice(("present", "present", "missing", "partial", "stale")) \
+        if plugin == "cdi" else rng.choice(("absent", "absent", "absent", "present"))
+    what.append(f"device-plugin spec {dp}")
+    if dp == "present":
+        specs.append(("run", "k8s.device-plugin.nvidia.com-gpu.json", device_plugin_spec(gpus)))
+    elif dp == "partial":
+        specs.append(("run", "k8s.device-plugin.nvidia.com-gpu.json",
+                      device_plugin_spec(gpus[:1])))
+    elif dp == "stale":
+        specs.append(("run", "k8s.device-plugin.nvidia.com-gpu.json",
+                      device_plugin_spec((_uuid(rng),))))
+    agent = rng.random() > 0.12
+    tainted = rng.random() < 0.15
+    if not agent:
+        what.append("no agent")
+    if tainted:
+        what.append("tainted")
+    return NodeSetup(name, pool, plugin, mode, kind, gpus, types, specs, agent, tainted, what)
+
+
+def _config(mode: str | None, kind: str | None) -> str:
+    text = nvidia_config(mode or "auto", kind)
+    if mode is None:
+        text = text.replace('mode = "auto"', "")
+    return text
+
+
+def write_node(root: Path, n: NodeSetup) -> dict[str, Path]:
+    etc, run, cfg = root / "etc/cdi", root / "var/run/cdi", root / "config"
+    for d in (etc, run, cfg):
+        d.mkdir(parents=True, exist_ok=True)
+    for where, fname, text in n.specs:
+        ((etc if where == "etc" else run) / fname).write_text(text)
+    (cfg / "config.toml").write_text(_config(n.mode, n.default_kind))
+    (cfg / "containerd.toml").write_text(
+        CONTAINERD_SRC.read_text().replace("{{ .toolkitRoot }}", "/usr/local/nvidia"))
+    return {"etc": etc, "run": run, "config": cfg / "config.toml",
+            "containerd": cfg / "containerd.toml",
+            "driver": fake_driver(root / "driver", n.gpus)}
+
+
+def node_object(n: NodeSetup, paths: dict[str, Path]) -> dict[str, Any]:
+    labels = {"kubernetes.io/hostname": n.name, "nvidia.com/gpu.present": "true"}
+    if n.pool == "hami":
+        labels["gpupool.io/pool"] = "hami"
+    annotations = {}
+    if n.pool == "hami":
+        annotations["hami.io/node-nvidia-register"] = json.dumps(
+            [{"id": u, "count": 10, "devmem": 40960, "devcore": 100, "type": t, "numa": 0,
+              "health": True, "index": i, "mode": "hami-core"}
+             for i, (u, t) in enumerate(zip(n.gpus, n.types, strict=True))])
+    if n.agent:
+        inv = Observer([str(paths["etc"]), str(paths["run"])], str(paths["config"]),
+                       str(paths["containerd"]), driver_gpus_dir=str(paths["driver"])).observe()
+        annotations["gpupool.io/cdi-inventory"] = inv.dumps()
+        labels.update({k: v for k, v in node_labels(inv).items() if v is not None})
+    count = len(n.gpus) * (10 if n.pool == "hami" else 1)
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": n.name, "labels": labels, "annotations": annotations},
+            "spec": {"taints": [TAINT] if n.tainted else []},
+            "status": {"allocatable": {"nvidia.com/gpu": str(count), "cpu": "64"}}}
+
+
+# ------------------------------------------------------------------ pods
+
+
+def make_pod(rng: random.Random, i: int, nodes: list[NodeSetup]) -> dict[str, Any]:
+    hami = rng.random() < 0.6
+    k = rng.choice((1, 1, 1, 2, 3))
+    limits: dict[str, Any] = {"nvidia.com/gpu": k}
+    if hami and rng.random() < 0.7:
+        limits["nvidia.com/gpumem"] = 4000
+    containers = [{"name": "main", "image": "cuda", "resources": {"limits": limits}}]
+    if rng.random() < 0.2:
+        containers.append({"name": "side", "image": "cuda",
+                           "resources": {"limits": {"nvidia.com/gpu": 1}}})
+    spec: dict[str, Any] = {"containers": containers}
+    meta: dict[str, Any] = {"name": f"p{i}", "namespace": "ml", "annotations": {},
+                            "labels": {}}
+    pool_nodes = [n for n in nodes if (n.pool == "hami") == hami] or nodes
+    target = rng.choice(pool_nodes)
+    pin = rng.choice(("none", "none", "none", "nodeName", "selector", "affinity", "label"))
+    if pin == "nodeName":
+        spec["nodeName"] = target.name
+    elif pin == "selector":
+        spec["nodeSelector"] = {"kubernetes.io/hostname": target.name}
+    elif pin == "affinity":
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In",
+                 "values": sorted({target.name, rng.choice(pool_nodes).name})}]}]}}}
+    elif pin == "label":
+        meta["labels"]["gpupool.io/pool"] = "hami" if hami else "operator"
+    if hami:
+        roll = rng.random()
+        if roll < 0.12:
+            meta["annotations"]["nvidia.com/use-gpuuuid"] = rng.choice(
+                [*target.gpus, _uuid(rng)])
+        elif roll < 0.2:
+            meta["annotations"]["nvidia.com/nouse-gpuuuid"] = target.gpus[0]
+        elif roll < 0.3:
+            meta["annotations"]["nvidia.com/use-gputype"] = rng.choice(("A100", "H100", "T4"))
+        elif roll < 0.36:
+            meta["annotations"]["nvidia.com/nouse-gputype"] = rng.choice(("T4", "A100"))
+    rc = rng.choice((None, None, None, None, "nvidia-cdi", "nvidia-legacy"))
+    if rc:
+        spec["runtimeClassName"] = rc
+    if rng.random() < 0.3:
+        spec["tolerations"] = [{"key": "dedicated", "operator": "Exists",
+                                "effect": "NoSchedule"}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+# ------------------------------------------------------------------ the scheduler, as a model
+
+
+def _expr_ok(e: dict, labels: dict[str, str]) -> bool:
+    key, op, values = e["key"], e["operator"], e.get("values") or []
+    if op == "In":
+        return labels.get(key) in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    raise AssertionError(f"operator {op} not generated")
+
+
+def _type_ok(t: str, ann: dict[str, str]) -> bool:
+    """HAMi's CheckType (pkg/device/devices.go): case-insensitive substring match."""
+    def hit(value: str) -> bool:
+        return any(x.strip() and x.strip().upper() in t.upper() for x in value.split(","))
+    if ann.get("nvidia.com/use-gputype") and not hit(ann["nvidia.com/use-gputype"]):
+        return False
+    return not (ann.get("nvidia.com/nouse-gputype") and hit(ann["nvidia.com/nouse-gputype"]))
+
+
+def plugin_gpus(pod: dict, n: NodeSetup) -> tuple[str, ...]:
+    """The GPUs this node's device plugin could hand the pod."""
+    if n.pool != "hami":
+        return n.gpus
+    ann = pod["metadata"].get("annotations") or {}
+    use = [u for u in (ann.get("nvidia.com/use-gpuuuid") or "").split(",") if u]
+    nouse = [u for u in (ann.get("nvidia.com/nouse-gpuuuid") or "").split(",") if u]
+    return tuple(u for u, t in zip(n.gpus, n.types, strict=True)
+                 if (not use or u in use) and u not in nouse and _type_ok(t, ann))
+
+
+def reachable(pod: dict, n: NodeSetup, labels: dict[str, str]) -> bool:
+    spec = pod["spec"]
+    hami_sched = spec.get("schedulerName") == "hami-scheduler"
+    if spec.get("nodeName"):
+        if spec["nodeName"] != n.name:
+            return False
+    elif n.tainted and not any(t.get("key") == "dedicated" for t in spec.get("tolerations", [])):
+        return False
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+        "nodeSelectorTerms")
+    if terms and not any(
+            all(_expr_ok(e, labels) for e in t.get("matchExpressions", []))
+            and all(_expr_ok(e, {"metadata.name": n.name}) for e in t.get("matchFields", []))
+            for t in terms):
+        return False
+    counts = [c["resources"]["limits"].get("nvidia.com/gpu", 0) for c in spec["containers"]]
+    if n.pool == "hami" and (hami_sched or spec.get("nodeName")):
+        # HAMi's filter picks enough GPUs its annotations allow per container; a pod bound by
+        # nodeName without them never gets its devices (not a CDI failure).
+        return (hami_sched or bool(spec.get("nodeName"))) and \
+            max(counts) <= len(plugin_gpus(pod, n))
+    if hami_sched:
+        return False
+    # The kubelet and the default scheduler count the resource against allocatable.
+    return sum(counts) <= len(n.gpus) * (10 if n.pool == "hami" else 1)
+
+
+# ------------------------------------------------------------------ the corpus
+
+
+@dataclass
+class Cluster:
+    policy: Policy
+    policy_name: str
+    nodes: list[NodeSetup]
+    objects: list[dict]
+    oracles: dict[tuple[str, str | None], OracleNode]
+    root: Path
+
+    def labels(self, name: str) -> dict[str, str]:
+        return next(o["metadata"]["labels"] for o in self.objects
+                    if o["metadata"]["name"] == name)
+
+
+POLICY = """apiVersion: gpupool.io/v1alpha1
+kind: PoolPolicy
+defaultPool: operator
+gpuResources: [nvidia.com/gpu, nvidia.com/gpumem]
+requireInventory: {require}
+pools:
+  - name: hami
+    labelValues: [hami]
+    schedulerName: hami-scheduler
+    exclusiveResources: [nvidia.com/gpumem]
+    exclusiveAnnotations: [nvidia.com/use-gpuuuid, nvidia.com/nouse-gpuuuid,
+                           nvidia.com/use-gputype, nvidia.com/nouse-gputype]
+    cdi: {{delivery: {hami}}}
+  - name: operator
+    schedulerName: default-scheduler
+    cdi: {{delivery: {operator}}}
+"""
+
+
+def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
+    plugins = {"hami": rng.choice(("envvar", "envvar", "cdi")),
+               "operator": rng.choice(("cdi", "cdi", "envvar"))}
+    pinned = rng.random() < 0.5
+    require = rng.random() < 0.25
+    way = {"envvar": "visibleDevices", "cdi": "cdiDevices"}
+    text = POLICY.format(require=str(require).lower(),
+                         hami=way[plugins["hami"]] if pinned else "detect",
+                         operator=way[plugins["operator"]] if pinned else "detect")
+    nodes = [make_node(rng, f"c{index}-{pool}-{i}", pool, plugins[pool])
+             for pool in ("hami", "operator") for i in range(rng.choice((2, 3, 4)))]
+    objects, oracles = [], {}
+    for n in nodes:
+        paths = write_node(root / n.name / "node", n)
+        objects.append(node_object(n, paths))
+        for handler, mode in (("", n.mode), ("nvidia-cdi", "cdi"), ("nvidia-legacy", "legacy")):
+            cfg = root / n.name / f"config-{handler or 'default'}.toml"
+            cfg.write_text(_config(mode, n.default_kind))
+            oracles[(n.name, handler or None)] = OracleNode(
+                root / n.name / f"oracle-{handler or 'default'}", [paths["etc"], paths["run"]],
+                cfg, gpus=n.gpus)
+    name = f"{'pinned' if pinned else 'detect'}{', requireInventory' if require else ''}"
+    return Cluster(load_policy_text(text), name, nodes, objects, oracles, root)
+
+
+_verdicts: dict[tuple[str, str | None, str, str], Verdict] = {}
+
+
+def runs(cluster: Cluster, n: NodeSetup, rc: str | None, gpu: str) -> Verdict:
+    """Would a container handed this GPU by the node's device plugin be created?"""
+    key = (str(cluster.root / n.name), rc, n.plugin, gpu)
+    if key not in _verdicts:
+        if n.plugin == "cdi":
+            # containerd injects the plugin's CDI names whatever the runtime handler.
+            _verdicts[key] = cluster.oracles[(n.name, None)].inject(f"{DP_KIND}={gpu}")
+        else:
+            handler = rc if rc in ("nvidia-cdi", "nvidia-legacy") else None
+            _verdicts[key] = cluster.oracles[(n.name, handler)].create(gpu)
+    return _verdicts[key]
+
+
+@dataclass
+class Judged:
+    pod: dict
+    cluster: Cluster
+    allowed: bool
+    reason: str
+    message: str
+    outcome: str
+    nodes: dict[str, bool] = field(default_factory=dict)  # reachable node -> would run
+    admitted: dict | None = None  # the pod as stored, after gpupool's mutation
+    apart: str = ""  # counted apart: why
+
+
+def node_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
+    rc = pod["spec"].get("runtimeClassName")
+    gpus = plugin_gpus(pod, n)
+    # No GPU the plugin may hand it: the container does not get its devices at all.
+    return bool(gpus) and all(runs(cluster, n, rc, g).ok for g in gpus)
+
+
+def judge(cluster: Cluster, pod: dict) -> Judged:
+    view = view_from_objects(cluster.objects, cluster.policy, {"ml": {}})
+    subject = admit.Subject(kind="Pod", group="", operation="CREATE", object=pod,
+                            namespace="ml")
+    rv = admit.review(subject, view, cluster.policy)
+    final = rv.final
+    mutated = pod
+    if rv.mutation.patch:
+        mutated = jsonpatch.apply_patch(pod, rv.mutation.patch)
+    j = Judged(pod, cluster, final.allowed, str(final.reason), final.message, "",
+               admitted=mutated)
+    if final.allowed:
+        where = {n.name: node_runs(cluster, mutated, n) for n in cluster.nodes
+                 if reachable(mutated, n, cluster.labels(n.name))}
+        j.nodes = where
+        failing = [name for name, ok in where.items() if not ok]
+        if not where:
+            routed = _without_steering(mutated)
+            before = {n.name: node_runs(cluster, routed, n) for n in cluster.nodes
+                      if reachable(routed, n, cluster.labels(n.name))}
+            j.nodes = before
+            if any(before.values()):
+                j.outcome = "false denial"  # steered off every node, one of which would run
+            elif before:
+                j.outcome, j.apart = "fine", "allowed, steered off every node (pending)"
+            else:
+                j.outcome, j.apart = "fine", "allowed, no node can take it (pending)"
+        elif not failing:
+            j.outcome = "fine"
+        else:
+            j.outcome = ("certain late failure" if len(failing) == len(where)
+                         else "potential late failure")
+            if all(not _setup(cluster, f).agent for f in failing):
+                j.apart = "fails only on nodes without inventory"
+            elif cluster.policy_name.startswith("detect") and all(
+                    _misdetected(_setup(cluster, f)) or not _setup(cluster, f).agent
+                    for f in failing):
+                j.apart = "delivery: detect misreads the plugin's strategy there"
+        return j
+    if final.reason not in CDI_REASONS:
+        j.outcome, j.apart = "denied correctly", f"denied for routing ({final.reason})"
+        return j
+    # Where would it have gone, routed but not steered?
+    routed = _without_steering(mutated)
+    where = {n.name: node_runs(cluster, routed, n) for n in cluster.nodes
+             if reachable(routed, n, cluster.labels(n.name))}
+    j.nodes = where
+    good = [name for name, ok in where.items() if ok]
+    j.outcome = "false denial" if good else "denied correctly"
+    if good and all(not _setup(cluster, g).agent for g in good):
+        j.apart = "would run only on nodes without inventory"
+    return j
+
+
+def _setup(cluster: Cluster, name: str) -> NodeSetup:
+    return next(n for n in cluster.nodes if n.name == name)
+
+
+def _misdetected(n: NodeSetup) -> bool:
+    """What ``delivery: detect`` cannot see: a plugin in a CDI strategy that wrote no spec,
+    or one in envvar that left a spec from an earlier configuration behind."""
+    has_spec = any(f.startswith("k8s.device-plugin") for _, f, _ in n.specs)
+    return (n.plugin == "cdi") != has_spec
+
+
+def _without_steering(pod: dict) -> dict:
+    from webhook.engine.affinity import without_steering
+    return {**pod, "spec": dict(without_steering(pod["spec"]))}
+
+
+def run(root: Path, seed: int, pods: int, clusters: int = 6) -> list[Judged]:
+    rng = random.Random(seed)
+    made = [make_cluster(rng, root / f"cluster{i}", i) for i in range(clusters)]
+    out = []
+    for i in range(pods):
+        c = made[i % clusters]
+        out.append(judge(c, make_pod(rng, i, c.nodes)))
+    return out
+
+
+def table(judged: list[Judged]) -> str:
+    counted = Counter(j.outcome for j in judged if not j.apart)
+    apart = Counter(f"{j.outcome}: {j.apart}" for j in judged if j.apart)
+    width = max(len(x) for x in (*OUTCOMES, *apart)) + 2
+    lines = [f"{'outcome':<{width}} pods", *(f"{o:<{width}} {counted.get(o, 0)}"
+                                           for o in OUTCOMES)]
+    if apart:
+        lines.append("counted apart:")
+        lines += [f"  {k:<{width - 2}} {v}" for k, v in sorted(apart.items())]
+    lines.append(f"{'total':<{width}} {len(judged)}")
+    return "\n".join(lines)
+
+
+def explain(j: Judged) -> str:
+    nodes = "; ".join(f"{name} ({', '.join(_setup(j.cluster, name).what)}): "
+                      f"{'runs' if ok else 'fails'}" for name, ok in j.nodes.items())
+    return (f"{j.outcome} [{j.cluster.policy_name}] {json.dumps(j.pod)}\n"
+            f"  gpupool: {'allowed' if j.allowed else 'denied'} {j.reason}: {j.message}\n"
+            f"  nodes: {nodes}")
+
+
+def main() -> None:
+    import tempfile
+
+    p = argparse.ArgumentParser(prog="python -m tests.corpus")
+    p.add_argument("--seed", type=int, default=12)
+    p.add_argument("--pods", type=int, default=2000)
+    p.add_argument("--clusters", type=int, default=20)
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        judged = run(Path(tmp), a.seed, a.pods, a.clusters)
+        print(table(judged))
+        for j in judged:
+            if j.outcome in OUTCOMES[1:4] and not j.apart:
+                print(explain(j))
+
+
+if __name__ == "__main__":
+    main()

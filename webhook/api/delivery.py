@@ -1,0 +1,98 @@
+"""How a GPU reaches a container on a node, and whether the node's GPUs resolve that way.
+
+Two ways exist, and which one a node uses is a property of its device plugin (NVIDIA's or
+HAMi's), not of the runtime:
+
+- ``visibleDevices``: the plugin's ``envvar`` strategy puts GPU UUIDs in
+  ``NVIDIA_VISIBLE_DEVICES``. The NVIDIA runtime then decides: in ``cdi`` mode each UUID becomes
+  the CDI device ``<default-kind>=<uuid>``, which some spec must define; in ``auto`` mode (and
+  with no mode set) bare UUIDs go to a spec generated just in time from the driver, so the
+  GPUs the node has resolve; ``legacy`` and ``csv`` modes never use CDI.
+- ``cdiDevices``: the plugin's ``cdi-annotations``/``cdi-cri`` strategies hand containerd fully
+  qualified names (``k8s.device-plugin.nvidia.com/gpu=<uuid>``). containerd resolves them with
+  the CDI library whatever the NVIDIA runtime's mode, so the RuntimeClass does not matter.
+
+The agent publishes one node label per way (and one for the way it detects) computed here; the
+engine checks candidate nodes with the same functions, so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from webhook.api.inventory import DEFAULT_KIND, Inventory
+
+VISIBLE_DEVICES = "visibleDevices"
+CDI_DEVICES = "cdiDevices"
+DETECT = "detect"
+NONE = "none"
+WAYS = (DETECT, VISIBLE_DEVICES, CDI_DEVICES, NONE)
+#: The kind the NVIDIA and HAMi device plugins' CDI specs use.
+DEVICE_PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"
+#: Runtime modes in which NVIDIA_VISIBLE_DEVICES never goes through CDI.
+NON_CDI_MODES = ("legacy", "csv")
+
+#: Steering labels the agent keeps on its own node: "true" when every GPU the node has
+#: resolves when delivered that way, "false" when one does not, absent when unknown.
+LABEL_PREFIX = "resolve.gpupool.io/"
+LABELS = {DETECT: LABEL_PREFIX + "detected", VISIBLE_DEVICES: LABEL_PREFIX + "visible-devices",
+          CDI_DEVICES: LABEL_PREFIX + "cdi-devices"}
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Whether a set of GPUs resolves on one node delivered one way."""
+
+    way: str
+    ok: bool | None  # None: cannot tell (runtime mode unknown)
+    missing: tuple[str, ...] = ()  # qualified CDI names no spec defines
+    mode: str | None = None
+    kind: str = ""
+    note: str = ""
+
+
+def detected_way(inv: Inventory, device_kind: str = DEVICE_PLUGIN_KIND) -> str:
+    """A node whose device plugin writes its CDI spec hands out CDI names; otherwise UUIDs.
+
+    The one case this cannot see is a plugin set to a CDI strategy whose spec is missing
+    altogether: pin the pool's way in the policy (``cdi.delivery``) to catch it."""
+    return CDI_DEVICES if inv.kinds.get(device_kind) else VISIBLE_DEVICES
+
+
+def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | None = None,
+            device_kind: str = DEVICE_PLUGIN_KIND) -> Resolution:
+    """Would these GPUs, delivered ``way`` (detect: the node's own), resolve on this node?"""
+    if way == DETECT:
+        way = detected_way(inv, device_kind)
+    if way == CDI_DEVICES:
+        have = inv.kinds.get(device_kind, frozenset())
+        missing = tuple(f"{device_kind}={u}" for u in gpus if u not in have)
+        return Resolution(way, not missing, missing, kind=device_kind,
+                          note="resolved by containerd whatever the runtime mode")
+    mode = inv.runtime.effective_mode(runtime_class)
+    if mode is None:
+        return Resolution(way, None, mode=mode, note="runtime mode unknown")
+    if mode != "cdi":
+        why = ("no CDI" if mode in NON_CDI_MODES
+               else "the runtime generates a spec for the node's own GPUs")
+        return Resolution(way, True, mode=mode, note=f"runtime mode {mode}: {why}")
+    kind = inv.runtime.default_kind or DEFAULT_KIND
+    have = inv.kinds.get(kind, frozenset())
+    missing = tuple(f"{kind}={u}" for u in gpus if u not in have)
+    return Resolution(way, not missing, missing, mode=mode, kind=kind)
+
+
+def steering_labels(inv: Inventory, gpus: tuple[str, ...],
+                    device_kind: str = DEVICE_PLUGIN_KIND) -> dict[str, str]:
+    """The labels the agent sets on its node (default runtime handler, every GPU it has).
+
+    No GPUs known means nothing to say: the labels are left off rather than claim "true"."""
+    if not gpus:
+        return {}
+    out = {}
+    for way, key in LABELS.items():
+        r = resolve(inv, way, gpus, None, device_kind)
+        if r.ok is not None:
+            out[key] = "true" if r.ok else "false"
+    return out

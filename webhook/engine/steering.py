@@ -1,0 +1,65 @@
+"""Keeping a pod off the nodes where its GPUs would not resolve, at scheduling time.
+
+Allowing a pod because one candidate node works still lets the scheduler pick a broken one.
+So the mutating webhook adds a required node-affinity requirement, in every term, on the
+labels gpupool's agent keeps on its node (``webhook.api.delivery.LABELS``): ``NotIn
+["false"]`` for the pool's delivery way, which leaves nodes without the agent alone, or
+``In ["true"]`` when the policy says ``requireInventory``. The labels follow the node: when
+it breaks after admission, pods created afterwards avoid it; when it is fixed, they use it.
+
+A label speaks for every GPU of a node under its default runtime. A pod that picks among a
+node's GPUs (HAMi's ``use-``/``nouse-`` annotations) or names a RuntimeClass is judged per
+node instead, and the nodes that would fail it are excluded by name (``matchFields``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.api import delivery
+from webhook.engine import candidates as cand
+from webhook.engine.affinity import NAME_FIELD, Requirement, without_steering
+from webhook.engine.cdi import MISSING, UNKNOWN, assess_node
+from webhook.engine.cluster import ClusterView
+from webhook.engine.policy import Policy
+
+#: More nodes than this to exclude by name and the requirement is left off (with a warning):
+#: a pod object is no place for a node list the size of a cluster.
+MAX_EXCLUDED_NAMES = 100
+
+
+def label_requirement(way: str, policy: Policy) -> Requirement:
+    if policy.require_inventory:
+        return ("matchExpressions", {"key": delivery.LABELS[way], "operator": "In",
+                                     "values": ["true"]})
+    return ("matchExpressions", {"key": delivery.LABELS[way], "operator": "NotIn",
+                                 "values": ["false"]})
+
+
+def requirements(pod: Mapping[str, Any], pool_name: str, view: ClusterView | None,
+                 policy: Policy) -> tuple[list[Requirement], list[str]]:
+    """The requirements to add to every required term, and warnings."""
+    pool = policy.by_name[pool_name]
+    if not pool.cdi.checked or not pool.cdi.steer:
+        return [], []
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    rc = spec.get("runtimeClassName") if isinstance(spec.get("runtimeClassName"), str) else None
+    way = pool.cdi.delivery
+    if rc and way == delivery.VISIBLE_DEVICES and rc in policy.non_cdi_runtime_classes:
+        return [], []
+    demand = cand.demand_of(pod, policy, policy.is_hami_pool(pool_name))
+    if not demand.narrows and not (rc and way != delivery.CDI_DEVICES):
+        return [label_requirement(way, policy)], []
+    if view is None or len(view) == 0:
+        return [], []
+    bad_states = (MISSING, UNKNOWN) if policy.require_inventory else (MISSING,)
+    bad = sorted(n.name for n in cand.candidates(without_steering(spec), pool_name, view, policy)
+                 if cand.unfit_reason(n, demand) is None
+                 and assess_node(n, pool, rc, demand, policy).state in bad_states)
+    if not bad:
+        return [], []
+    if len(bad) > MAX_EXCLUDED_NAMES:
+        return [], [f"gpupool: {len(bad)} nodes of pool {pool_name} would fail this pod, too "
+                    "many to exclude by name; see gpupool doctor"]
+    return [("matchFields", {"key": NAME_FIELD, "operator": "NotIn", "values": bad})], []
