@@ -231,12 +231,13 @@ def report(res: dict) -> str:
         base = d[0]
         lines.append("2. Decision time per review (mutate + validate, in process, microseconds)")
         lines.append(f"{'nodes':>7} {'shape':<13} {'warm us':>8} {'x100':>6} {'cold us':>9} "
-                     f"{'view MiB':>9} {'RSS MiB':>8}")
+                     f"{'update us':>9} {'view MiB':>9} {'RSS MiB':>8}")
         for row in d:
             for shape, v in row["shapes"].items():
                 ratio = v["warm_us"] / base["shapes"][shape]["warm_us"]
                 lines.append(f"{row['nodes']:>7} {shape:<13} {v['warm_us']:>8.1f} {ratio:>6.2f} "
-                             f"{v['cold_us']:>9.0f} {row['view_mib']:>9.1f} {row['rss_mib']:>8.1f}")
+                             f"{v['cold_us']:>9.0f} {v['node_update_us']:>9.0f} "
+                             f"{row['view_mib']:>9.1f} {row['rss_mib']:>8.1f}")
         lines.append("")
     sc = res.get("slow_clients")
     if sc:

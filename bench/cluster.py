@@ -2,8 +2,8 @@
 
 Every node carries the 158 labels GPU feature discovery and NFD put on a real H100 node
 (tests/fixtures/upstream/nodes/, from NVIDIA's GPU Operator docs) with its own hostname,
-8 GPUs, and a CDI inventory as gpupool's agent publishes it. One node in five is in HAMi's
-pool with HAMi's register annotation; a few of those lack per-UUID specs.
+8 GPUs, and a CDI inventory and steering labels as gpupool's agent publishes them. One node in
+five is in HAMi's pool with HAMi's register annotation; a few of those lack per-UUID specs.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from webhook.api.delivery import steering_labels
 from webhook.api.inventory import Inventory, RuntimeInfo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,8 +48,10 @@ def node(i: int) -> dict[str, Any]:
             for g, u in enumerate(uuids)])
     else:
         kinds["k8s.device-plugin.nvidia.com/gpu"] = frozenset(uuids)
-    inv = Inventory(kinds=kinds, runtime=RUNTIME, observed_at="2026-12-01T09:00:00Z")
+    inv = Inventory(kinds=kinds, runtime=RUNTIME, observed_at="2026-12-01T09:00:00Z",
+                    gpus=tuple(uuids))
     annotations["gpupool.io/cdi-inventory"] = inv.dumps()
+    labels.update(steering_labels(inv, inv.gpus))  # as the node's agent publishes them
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": labels, "annotations": annotations},
             "status": {"capacity": {"nvidia.com/gpu": str(GPUS * (10 if hami else 1)),

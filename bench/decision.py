@@ -61,6 +61,7 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict:
     shapes = pods()
     warm: dict = {(n, s): [] for n in sizes for s in shapes}
     cold: dict = {(n, s): [] for n in sizes for s in shapes}
+    update: dict = {(n, s): [] for n in sizes for s in shapes}
     for r in range(rounds):
         for n in sizes:
             for s, pod in shapes.items():
@@ -69,15 +70,22 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict:
                 for _ in range(per_round):
                     admit.review_pod(pod, "ml", views[n], policy)
                 warm[(n, s)].append((time.perf_counter() - t) / per_round * 1e6)
-                # Cold: the first review of this shape after the cluster changed.
-                churn = node(n + r)
-                churn["metadata"] = {**churn["metadata"], "name": f"churn-{r}"}
-                views[n].upsert_node(NodeInfo.from_object(churn))
+                # Cold: the first review of this shape after a node of its pool changed (a
+                # label flips, as when the node's agent republishes), and what the node
+                # update itself cost the watch.
+                churn = node(5 * r)
+                churn["metadata"]["labels"] = {**churn["metadata"]["labels"],
+                                               "bench/round": f"{r}-{n}-{s}"}
+                changed = NodeInfo.from_object(churn)
+                t = time.perf_counter()
+                views[n].upsert_node(changed)
+                update[(n, s)].append((time.perf_counter() - t) * 1e6)
                 t = time.perf_counter()
                 admit.review_pod(pod, "ml", views[n], policy)
                 cold[(n, s)].append((time.perf_counter() - t) * 1e6)
     return {str(n): {s: {"warm_us": round(statistics.median(warm[(n, s)]), 1),
-                         "cold_us": round(statistics.median(cold[(n, s)]), 1)}
+                         "cold_us": round(statistics.median(cold[(n, s)]), 1),
+                         "node_update_us": round(statistics.median(update[(n, s)]), 1)}
                      for s in shapes} for n in sizes}
 
 

@@ -433,8 +433,9 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
     j.nodes = where
     good = [name for name, ok in where.items() if ok]
     j.outcome = "false denial" if good else "denied correctly"
-    if good and all(not _setup(cluster, g).agent for g in good):
-        j.apart = "would run only on nodes without inventory"
+    if good and cluster.policy.require_inventory and all(not _setup(cluster, g).agent
+                                                         for g in good):
+        j.apart = "would run only on nodes without inventory (requireInventory)"
     return j
 
 

@@ -19,7 +19,12 @@ import orjson
 from webhook.engine import affinity, hami, objects
 from webhook.engine.cluster import ClusterView, NodeInfo
 from webhook.engine.policy import Policy
-from webhook.engine.resources import gpu_resources, most_per_container, pod_requests
+from webhook.engine.resources import (
+    containers,
+    gpu_resources,
+    most_per_container,
+    pod_requests,
+)
 
 _HARD_EFFECTS = ("NoSchedule", "NoExecute")
 
@@ -130,6 +135,28 @@ class Demand:
     def narrows(self) -> bool:
         """Does the pod pick among a node's GPUs (so a node is judged by some of them)?"""
         return bool(self.use_uuids or self.nouse_uuids or self.use_types or self.nouse_types)
+
+
+_NARROWING = (hami.USE_UUID_ANNOTATION, hami.NOUSE_UUID_ANNOTATION, hami.USE_TYPE_ANNOTATION,
+              hami.NOUSE_TYPE_ANNOTATION)
+
+
+def demand_key(pod: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Everything ``demand_of`` reads, cheaply: a cache key for what the demand decides."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    meta = objects.meta_of(pod)
+    ann = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    resources = [c.get("resources") for _, _, c in containers(spec)]
+    return (resources, [ann.get(k) for k in _NARROWING])
+
+
+def narrows(pod: Mapping[str, Any], hami_pool: bool) -> bool:
+    """``demand_of(...).narrows`` without working out the rest of the demand."""
+    if not hami_pool:
+        return False
+    meta = objects.meta_of(pod)
+    ann = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    return any(hami.uuid_list(ann.get(k)) for k in _NARROWING)
 
 
 def demand_of(pod: Mapping[str, Any], policy: Policy, hami_pool: bool) -> Demand:

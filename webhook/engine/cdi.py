@@ -13,6 +13,7 @@ count as "unknown", which the policy turns into a warning by default.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -123,6 +124,30 @@ def fix_text(pool: Pool, checks: list[NodeAssessment], policy: Policy) -> str:
             f"GPU is replaced)")
 
 
+#: (why the pod's GPU demand rules the node out, whether its node affinity as it stands
+#: reaches the node, the assessment when not OK)
+_NodeVerdict = tuple[str | None, bool, NodeAssessment | None]
+_FIT_OK_REACHABLE: _NodeVerdict = (None, True, None)
+_FIT_OK_UNREACHABLE: _NodeVerdict = (None, False, None)
+
+
+def _summarise(verdicts: dict[str, _NodeVerdict]) -> _Summary:
+    """Judged on the nodes the pod can reach as it stands. When gpupool's own steering left it
+    none, on the nodes it was kept off: a pool whose every node is broken is denied, not left
+    pending."""
+    unfit = sorted((name, why) for name, (why, _, _) in verdicts.items() if why)
+    fit = [v for v in verdicts.values() if not v[0]]
+    placed = [v for v in fit if v[1]]
+    judged = placed or fit
+    failing = sorted((c for _, _, c in judged if c is not None), key=lambda c: c.node)
+    return _Summary(
+        total=len(verdicts), unfit=unfit, ok=len(judged) - len(failing),
+        missing=[c for c in failing if c.state == MISSING],
+        unknown=[c for c in failing if c.state == UNKNOWN],
+        findings=[NodeFinding(c.node, c.missing, c.note) for c in failing][:MAX_FINDINGS],
+        reachable=bool(placed) or not fit)
+
+
 def _why(pool: Pool, missing: list[NodeAssessment]) -> str:
     kind = next((c.kind for c in missing if c.kind), "")
     mode = next((c.mode for c in missing if c.mode), None)
@@ -143,37 +168,43 @@ def pod_decision(pod: Mapping[str, Any], who: str, pool_name: str, view: Cluster
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     runtime_class = spec.get("runtimeClassName") if isinstance(spec.get("runtimeClassName"),
                                                                str) else None
-    demand = cand.demand_of(pod, policy, policy.is_hami_pool(pool_name))
+    hami_pool = policy.is_hami_pool(pool_name)
 
-    def compute() -> _Summary:
-        # Judged on the nodes the pod can reach as it stands. When gpupool's own steering left
-        # it none, on the nodes it was kept off: a pool whose every node is broken is denied,
-        # not left pending.
-        unsteered = cand.candidates(affinity.without_steering(spec), pool_name, view, policy)
-        unfit: list[tuple[str, str]] = []
-        fit = []
-        for n in unsteered:
-            why = cand.unfit_reason(n, demand)
-            if why:
-                unfit.append((n.name, why))
-            else:
-                fit.append(n)
-        placed = [n for n in fit if affinity.node_matches(spec, n.labels, n.name)]
-        reachable = bool(placed) or not fit
-        checks = [assess_node(n, pool, runtime_class, demand, policy)
-                  for n in (placed or fit)]
-        return _Summary(
-            total=len(unsteered), unfit=unfit, ok=sum(1 for c in checks if c.state == OK),
-            missing=[c for c in checks if c.state == MISSING],
-            unknown=[c for c in checks if c.state == UNKNOWN],
-            findings=[NodeFinding(c.node, c.missing, c.note) for c in checks
-                      if c.state != OK][:MAX_FINDINGS],
-            reachable=reachable)
+    @functools.cache
+    def demand() -> cand.Demand:  # worked out only when the fold is made or a node changes
+        return cand.demand_of(pod, policy, hami_pool)
 
-    # Memoised per pod shape and cluster version: the pods of one workload pay for the scan
-    # of their candidates once, not once per admission request.
-    key = ("cdi", policy.cache_key, pool_name, cand.shape_key(spec, (runtime_class, demand)))
-    summary = view.memo(key, compute)
+    @functools.cache
+    def unsteered() -> Mapping[str, Any]:
+        return affinity.without_steering(spec)
+
+    node_name = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) else None
+
+    def per_node(n: NodeInfo) -> _NodeVerdict | None:
+        """This node's part in the decision (None: not a candidate at all)."""
+        if node_name:
+            if n.name != node_name or not affinity.node_matches(unsteered(), n.labels, n.name):
+                return None
+        elif not (n.is_gpu_node(policy) and policy.pool_for_label_value(
+                n.labels.get(policy.pool_label)) == pool_name
+                and cand.schedulable(unsteered(), n)):
+            return None
+        why = cand.unfit_reason(n, demand())
+        if why:
+            return (why, False, None)
+        matches = affinity.node_matches(spec, n.labels, n.name)
+        check = assess_node(n, pool, runtime_class, demand(), policy)
+        if check.state == OK:
+            return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
+        return (None, matches, check)
+
+    # Kept per pod shape as nodes change (ClusterView.fold): the pods of one workload pay for
+    # the scan of their candidates once, and a node change costs that node alone.
+    key = ("cdi", policy.cache_key, pool_name,
+           cand.shape_key(spec, (runtime_class, cand.demand_key(pod))))
+    fold = view.fold(key, per_node,
+                     lambda: cand.candidates(unsteered(), pool_name, view, policy))
+    summary: _Summary = fold.derive(_summarise)
     findings = list(summary.findings)
     missing, unknown = summary.missing, summary.unknown
     if not summary.total:
@@ -187,7 +218,7 @@ def pod_decision(pod: Mapping[str, Any], who: str, pool_name: str, view: Cluster
     checked = summary.ok + len(missing) + len(unknown)
     if not checked:
         shown = "; ".join(f"{n}: {why}" for n, why in summary.unfit[:_SHOW_NODES])
-        if demand.narrows:
+        if demand().narrows:
             return deny(Reason.GPU_UUID_UNAVAILABLE,
                         f"{who} asks for GPUs its HAMi annotations allow, but no candidate "
                         f"node in pool {pool_name} has them: {shown}", gpu=True,

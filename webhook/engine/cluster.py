@@ -15,7 +15,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
 from webhook.engine import hami, objects
@@ -26,6 +26,8 @@ from webhook.engine.resources import whole_number
 T = TypeVar("T")
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 _MEMO_SIZE = 4096
+#: Folds kept (per pod shape): each holds one small entry per node of its candidate set.
+_FOLDS = 16
 
 
 def _intern_map(m: Any) -> dict[str, str]:
@@ -125,6 +127,52 @@ class NodeInfo:
         return ()
 
 
+class NodeFold(Generic[T]):
+    """A value per node over a set of nodes, kept current node by node as the view changes.
+
+    The memo is wiped by any change; a fold is not: a node that changes is re-evaluated alone,
+    so the first decision after a node change costs that node rather than a rescan of its
+    pool. ``fn`` returns None for a node outside the set.
+    """
+
+    def __init__(self, fn: Callable[[NodeInfo], T | None], nodes: Iterable[NodeInfo],
+                 lock: threading.RLock | None = None) -> None:
+        self.fn = fn
+        #: the view's lock: updates come from the watch while requests derive
+        self.lock = lock or threading.RLock()
+        self.values: dict[str, T] = {}
+        for n in nodes:
+            v = fn(n)
+            if v is not None:
+                self.values[n.name] = v
+        self.generation = 0
+        #: what the caller derived from ``values``, and the generation it was derived at
+        self.derived: tuple[int, Any] | None = None
+
+    def update(self, node: NodeInfo) -> None:
+        v = self.fn(node)
+        if v is None:
+            if self.values.pop(node.name, None) is None:
+                return
+        else:
+            self.values[node.name] = v
+        self.generation += 1
+
+    def remove(self, name: str) -> None:
+        if self.values.pop(name, None) is not None:
+            self.generation += 1
+
+    def derive(self, compute: Callable[[dict[str, T]], Any]) -> Any:
+        """``compute(values)``, recomputed only after the values changed."""
+        with self.lock:
+            got = self.derived
+            if got is not None and got[0] == self.generation:
+                return got[1]
+            value = compute(self.values)
+            self.derived = (self.generation, value)
+            return value
+
+
 class ClusterView:
     """Thread-safe node and namespace cache with a pool-label index and a memo per version.
 
@@ -143,6 +191,7 @@ class ClusterView:
         self._by_shared: dict[int, tuple[Mapping[str, str], set[str]]] = {}
         self._pool_label = pool_label
         self._memo: OrderedDict[Any, Any] = OrderedDict()
+        self._folds: OrderedDict[Any, NodeFold[Any]] = OrderedDict()
         self.version = 0
 
     # ---------------------------------------------------------------- writes
@@ -159,6 +208,7 @@ class ClusterView:
             self._by_pool_value = {}
             for n in self._nodes.values():
                 self._by_pool_value.setdefault(n.labels.get(pool_label), set()).add(n.name)
+            self._folds.clear()
             self._bump()
 
     def upsert_node(self, node: NodeInfo) -> bool:
@@ -171,6 +221,8 @@ class ClusterView:
                 self._unindex(old)
             self._nodes[node.name] = node
             self._index(node)
+            for fold in self._folds.values():
+                fold.update(node)
             self._bump()
             return True
 
@@ -212,6 +264,8 @@ class ClusterView:
             old = self._nodes.pop(name, None)
             if old is not None:
                 self._unindex(old)
+                for fold in self._folds.values():
+                    fold.remove(name)
                 self._bump()
 
     def replace_nodes(self, nodes: Iterable[NodeInfo]) -> None:
@@ -224,6 +278,7 @@ class ClusterView:
             for n in nodes:
                 self._nodes[n.name] = n
                 self._index(n)
+            self._folds.clear()
             self._bump()
 
     def set_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
@@ -281,6 +336,25 @@ class ClusterView:
                 found = (self._nodes[n] for n in sorted(names))
                 return tuple(n for n in found if n.is_gpu_node(policy))
         return self.memo(("pool-nodes", policy.cache_key, pool), compute)
+
+    def fold(self, key: Any, fn: Callable[[NodeInfo], T | None],
+             initial: Callable[[], Iterable[NodeInfo]]) -> NodeFold[T]:
+        """The fold under ``key``, made from ``initial()`` nodes the first time (bounded, LRU).
+
+        ``fn`` must depend on nothing but the node and what ``key`` names."""
+        with self._lock:
+            fold = self._folds.get(key)
+            if fold is not None:
+                self._folds.move_to_end(key)
+                return fold
+            version = self.version
+        fold = NodeFold(fn, initial(), self._lock)
+        with self._lock:
+            if self.version == version:  # no node changed meanwhile: keep it current
+                self._folds[key] = fold
+                if len(self._folds) > _FOLDS:
+                    self._folds.popitem(last=False)
+        return fold
 
     def memo(self, key: Any, compute: Callable[[], T]) -> T:
         """Cache ``compute()`` under ``key`` until the view next changes (bounded, LRU)."""

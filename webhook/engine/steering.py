@@ -48,11 +48,12 @@ def requirements(pod: Mapping[str, Any], pool_name: str, view: ClusterView | Non
     way = pool.cdi.delivery
     if rc and way == delivery.VISIBLE_DEVICES and rc in policy.non_cdi_runtime_classes:
         return [], []
-    demand = cand.demand_of(pod, policy, policy.is_hami_pool(pool_name))
-    if not demand.narrows and not (rc and way != delivery.CDI_DEVICES):
+    hami_pool = policy.is_hami_pool(pool_name)
+    if not cand.narrows(pod, hami_pool) and not (rc and way != delivery.CDI_DEVICES):
         return [label_requirement(way, policy)], []
     if view is None or len(view) == 0:
         return [], []
+    demand = cand.demand_of(pod, policy, hami_pool)
     bad_states = (MISSING, UNKNOWN) if policy.require_inventory else (MISSING,)
     bad = sorted(n.name for n in cand.candidates(without_steering(spec), pool_name, view, policy)
                  if cand.unfit_reason(n, demand) is None

@@ -155,8 +155,11 @@ STEERING_KEYS = frozenset(delivery.LABELS.values())
 
 
 def node_labels(inv: Inventory) -> dict[str, str | None]:
-    """The steering labels for this inventory, with None for those to remove."""
-    found = delivery.steering_labels(inv, inv.gpu_uuids)
+    """The steering labels for this inventory, with None for those to remove.
+
+    Only the driver's list of the node's GPUs counts: UUIDs read back from the specs would
+    always resolve against the spec that names them, so a stale spec would say "true"."""
+    found = delivery.steering_labels(inv, inv.gpus)
     return {k: found.get(k) for k in sorted(STEERING_KEYS)}
 
 

@@ -123,6 +123,32 @@ def test_publish_only_on_change_and_retry_with_backoff(tmp_path):
     assert not fresh.publish(obs.observe()) and len(client.writes) == 1
 
 
+def test_steering_labels_published_with_the_inventory_and_flip_when_fixed(tmp_path):
+    from tests.unit.node.test_driver import fake_driver
+
+    paths = write_layout(tmp_path, "operator-management")
+    client = RecordingNodeClient()
+    obs = observer_for(paths, driver_gpus_dir=str(fake_driver(tmp_path / "drv")))
+    pub = Publisher(client)
+    assert pub.publish(obs.observe())
+    assert client.labels == {"resolve.gpupool.io/detected": "false",
+                             "resolve.gpupool.io/visible-devices": "false",
+                             "resolve.gpupool.io/cdi-devices": "false"}
+    (paths["run"] / "per-uuid.yaml").write_text(per_uuid_spec())
+    assert pub.publish(obs.observe())
+    assert client.labels["resolve.gpupool.io/detected"] == "true"
+    assert client.labels["resolve.gpupool.io/visible-devices"] == "true"
+    # An agent that finds the annotation current but its labels missing (an upgrade from a
+    # release without them) writes once.
+    client.labels.clear()
+    assert Publisher(client).publish(obs.observe()) and len(client.writes) == 3
+    # Without the driver's list the node's GPUs are unknown: the labels are removed, not
+    # left claiming what is no longer known.
+    blind = observer_for(paths, driver_gpus_dir=str(tmp_path / "absent"))
+    assert pub.publish(blind.observe())
+    assert {k: v for k, v in client.labels.items() if v is not None} == {}
+
+
 def test_watched_directory_replaced_file_republishes(tmp_path):
     paths = write_layout(tmp_path, "operator-management")
     client = RecordingNodeClient()

@@ -1,0 +1,295 @@
+"""Delivery ways, steering labels and the affinity that keeps pods off nodes where their GPUs
+won't resolve; candidates narrowed by what a node's GPUs can serve; folds kept current."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import jsonpatch
+import pytest
+
+from tests.conftest import gpu_pod
+from tests.layouts import UUIDS, device_plugin_spec, hami_register, per_uuid_spec, write_layout
+from tests.unit.node.test_driver import fake_driver
+from webhook.api import delivery
+from webhook.api.inventory import Inventory, RuntimeInfo
+from webhook.engine import admit
+from webhook.engine.cluster import NodeInfo, view_from_objects
+from webhook.engine.decision import Reason
+from webhook.engine.policy import PolicyError, load_policy_text
+from webhook.node.agent import Observer, node_labels
+from webhook.policyfile import default_policy_text
+
+DETECTED = delivery.LABELS[delivery.DETECT]
+
+
+def agent_node(tmp_path, name: str, pool: str | None, layout: str, *, per_uuid: bool = False,
+               register: bool = True, agent: bool = True, allocatable: int | None = None,
+               types: tuple[str, ...] = ()) -> dict:
+    """A node as gpupool's agent publishes it (inventory annotation and steering labels)."""
+    labels = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": name}
+    if pool:
+        labels["gpupool.io/pool"] = pool
+    ann = {}
+    if register:
+        reg = json.loads(hami_register())
+        for i, t in enumerate(types):
+            reg[i]["type"] = t
+        ann["hami.io/node-nvidia-register"] = json.dumps(reg)
+    if agent:
+        paths = write_layout(tmp_path / name, layout)
+        if per_uuid:
+            (paths["run"] / "per-uuid.yaml").write_text(per_uuid_spec())
+        inv = Observer([str(paths["etc"]), str(paths["run"])], str(paths["config"]),
+                       str(paths["containerd"]),
+                       driver_gpus_dir=str(fake_driver(tmp_path / name / "drv"))).observe()
+        ann["gpupool.io/cdi-inventory"] = inv.dumps()
+        labels.update({k: v for k, v in node_labels(inv).items() if v})
+    out = {"apiVersion": "v1", "kind": "Node",
+           "metadata": {"name": name, "labels": labels, "annotations": ann}, "spec": {}}
+    if allocatable is not None:
+        out["status"] = {"allocatable": {"nvidia.com/gpu": str(allocatable)}}
+    return out
+
+
+def decide(nodes, pod, policy_text: str | None = None):
+    policy = load_policy_text(policy_text or default_policy_text())
+    view = view_from_objects(nodes, policy)
+    subject = admit.Subject(kind="Pod", object=pod, namespace="default")
+    return admit.review(subject, view, policy), view, policy
+
+
+def hami_pod(**spec):
+    return gpu_pod("h", limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}, **spec)
+
+
+def terms(pod: dict, patch: list) -> list[dict]:
+    out = jsonpatch.apply_patch(pod, patch)
+    return out["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+
+# ------------------------------------------------------------------ the ways
+
+
+def _inv(mode: str | None, kinds: dict, default_kind: str | None = None) -> Inventory:
+    return Inventory(kinds={k: frozenset(v) for k, v in kinds.items()},
+                     runtime=RuntimeInfo(mode=mode, default_kind=default_kind,
+                                         handlers={"nvidia-cdi": "cdi",
+                                                   "nvidia-legacy": "legacy"}))
+
+
+MGMT = "management.nvidia.com/gpu"
+
+
+@pytest.mark.parametrize("mode,kinds,rc,way,ok", [
+    ("cdi", {MGMT: ["all"]}, None, delivery.VISIBLE_DEVICES, False),  # the seed's failure
+    ("cdi", {MGMT: ["all", *UUIDS]}, None, delivery.VISIBLE_DEVICES, True),
+    ("auto", {MGMT: ["all"]}, None, delivery.VISIBLE_DEVICES, True),  # jit-cdi
+    ("legacy", {}, None, delivery.VISIBLE_DEVICES, True),
+    (None, {}, None, delivery.VISIBLE_DEVICES, None),  # mode unknown: cannot tell
+    ("auto", {MGMT: ["all"]}, "nvidia-cdi", delivery.VISIBLE_DEVICES, False),
+    ("cdi", {MGMT: ["all"]}, "nvidia-legacy", delivery.VISIBLE_DEVICES, True),
+    # The device plugin's names go through containerd whatever the mode or RuntimeClass.
+    ("auto", {}, None, delivery.CDI_DEVICES, False),
+    ("legacy", {delivery.DEVICE_PLUGIN_KIND: UUIDS}, "nvidia-legacy", delivery.CDI_DEVICES,
+     True),
+    ("auto", {delivery.DEVICE_PLUGIN_KIND: UUIDS[:1]}, None, delivery.CDI_DEVICES, False),
+    # detect: the plugin's spec is there, so its names are what the container gets.
+    ("cdi", {MGMT: ["all"], delivery.DEVICE_PLUGIN_KIND: UUIDS}, None, delivery.DETECT, True),
+    ("cdi", {MGMT: ["all"]}, None, delivery.DETECT, False),
+])
+def test_resolve_follows_the_way_mode_and_runtime_class(mode, kinds, rc, way, ok):
+    r = delivery.resolve(_inv(mode, kinds, MGMT), way, UUIDS, rc)
+    assert r.ok is ok
+    if ok is False:
+        assert r.missing and all("=GPU-" in m for m in r.missing)
+
+
+def test_steering_labels_say_true_false_or_nothing():
+    broken = _inv("cdi", {MGMT: ["all"], delivery.DEVICE_PLUGIN_KIND: UUIDS}, MGMT)
+    assert delivery.steering_labels(broken, UUIDS) == {
+        DETECTED: "true", delivery.LABELS[delivery.CDI_DEVICES]: "true",
+        delivery.LABELS[delivery.VISIBLE_DEVICES]: "false"}
+    assert delivery.steering_labels(broken, ()) == {}  # GPUs unknown: no claim
+    assert delivery.steering_labels(_inv(None, {}), UUIDS) == {
+        delivery.LABELS[delivery.CDI_DEVICES]: "false"}  # the visible way cannot be told
+
+
+# ------------------------------------------------------------------ steering
+
+
+@pytest.fixture
+def pool(tmp_path):
+    return [agent_node(tmp_path, "hami-broken", "hami", "operator-management"),
+            agent_node(tmp_path, "hami-fixed", "hami", "operator-management", per_uuid=True)]
+
+
+def test_routed_pod_is_steered_off_the_broken_node_and_reinvocation_is_idempotent(pool):
+    assert pool[0]["metadata"]["labels"][DETECTED] == "false"
+    assert pool[1]["metadata"]["labels"][DETECTED] == "true"
+    pod = hami_pod(affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                   "values": ["hami-broken"]}]},
+            {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In",
+                                   "values": ["true"]}]}]}}})
+    rv, view, policy = decide(pool, pod)
+    assert rv.final.allowed and not rv.final.warnings  # steered: nothing left to warn about
+    steer = {"key": DETECTED, "operator": "NotIn", "values": ["false"]}
+    got = terms(pod, rv.mutation.patch)
+    assert all(steer in t["matchExpressions"] for t in got)  # in every term
+    again = admit.decide(admit.Stage.MUTATE, admit.Subject(
+        kind="Pod", object=jsonpatch.apply_patch(pod, rv.mutation.patch),
+        namespace="default"), view, policy)
+    assert again.patch == []
+
+
+def test_require_inventory_admits_only_nodes_that_said_true(pool, tmp_path):
+    text = default_policy_text() + "requireInventory: true\n"
+    nodes = [*pool, agent_node(tmp_path, "hami-silent", "hami", "x", agent=False)]
+    rv, _, _ = decide(nodes, hami_pod(), text)
+    assert {"key": DETECTED, "operator": "In", "values": ["true"]} in \
+        terms(hami_pod(), rv.mutation.patch)[0]["matchExpressions"]
+    rv, _, _ = decide(nodes[2:], hami_pod(), text)  # only the silent node is left
+    assert not rv.final.allowed and rv.final.reason == Reason.INVENTORY_MISSING
+
+
+def test_a_pool_whose_every_node_is_broken_is_denied_not_left_pending(pool):
+    rv, _, _ = decide(pool[:1], hami_pod())
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
+    assert "hami-broken" in rv.final.message
+
+
+def test_a_pod_picking_its_gpus_is_steered_by_node_name(pool):
+    pod = hami_pod()
+    pod["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": UUIDS[0]}
+    rv, _, _ = decide(pool, pod)
+    assert rv.final.allowed
+    got = terms(pod, rv.mutation.patch)[0]
+    assert got["matchFields"] == [{"key": "metadata.name", "operator": "NotIn",
+                                   "values": ["hami-broken"]}]
+    assert not any(e["key"].startswith(delivery.LABEL_PREFIX) for e in got["matchExpressions"])
+
+
+def test_runtime_class_without_cdi_and_steer_off_add_nothing(pool):
+    rv, _, _ = decide(pool, hami_pod(runtimeClassName="nvidia-legacy"))
+    assert not any(e["key"].startswith(delivery.LABEL_PREFIX)
+                   for e in terms(hami_pod(), rv.mutation.patch)[0]["matchExpressions"])
+    text = default_policy_text().replace("    cdi:\n      delivery: detect\n",
+                                         "    cdi:\n      delivery: detect\n      steer: false\n")
+    rv, _, _ = decide(pool, hami_pod(), text)
+    assert not any(e["key"].startswith(delivery.LABEL_PREFIX)
+                   for e in terms(hami_pod(), rv.mutation.patch)[0]["matchExpressions"])
+    assert rv.final.allowed and rv.final.warnings  # unsteered: the broken node is a risk
+
+
+# ------------------------------------------------------------------ candidates
+
+
+def test_nodes_without_enough_gpus_or_allocatable_are_not_candidates(tmp_path):
+    # The only node with enough GPUs is broken: the small fixed one cannot take the pod.
+    small = agent_node(tmp_path, "op-small", None, "device-plugin", register=False,
+                       allocatable=1)
+    big = agent_node(tmp_path, "op-big", None, "operator-management", register=False,
+                     allocatable=8)
+    pod = gpu_pod("g", limits={"nvidia.com/gpu": 2})
+    rv, _, _ = decide([small, big], pod)
+    assert not rv.final.allowed and "op-big" in rv.final.message
+    rv, _, _ = decide([small], pod)  # nothing can take it: a warning, as for autoscaling
+    assert rv.final.allowed and any("has the GPUs" in w for w in rv.final.warnings)
+
+
+def test_gpu_type_annotations_narrow_like_hami(tmp_path):
+    t4 = agent_node(tmp_path, "hami-t4", "hami", "operator-management",
+                    types=("NVIDIA-Tesla T4", "NVIDIA-Tesla T4"))
+    a100 = agent_node(tmp_path, "hami-a100", "hami", "operator-management", per_uuid=True,
+                      types=("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-40GB"))
+    pod = hami_pod()
+    pod["metadata"]["annotations"] = {"nvidia.com/use-gputype": "a100"}  # case-insensitive
+    rv, _, _ = decide([t4, a100], pod)
+    assert rv.final.allowed and not rv.final.warnings
+    pod["metadata"]["annotations"] = {"nvidia.com/use-gputype": "T4"}
+    rv, _, _ = decide([t4, a100], pod)
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
+    pod["metadata"]["annotations"] = {"nvidia.com/use-gputype": "H100"}
+    rv, _, _ = decide([t4, a100], pod)
+    assert not rv.final.allowed and rv.final.reason == Reason.GPU_UUID_UNAVAILABLE
+
+
+def test_device_plugin_names_checked_in_auto_mode(tmp_path):
+    """containerd resolves the plugin's CDI names whatever the runtime's mode: a node in auto
+    mode whose plugin spec is stale fails, and is caught."""
+    paths = write_layout(tmp_path / "n", "device-plugin")
+    (paths["run"] / "k8s.device-plugin.nvidia.com-gpu.json").write_text(
+        device_plugin_spec(("GPU-00000000-0000-0000-0000-000000000009",)))
+    paths["config"].write_text(paths["config"].read_text().replace('mode = "cdi"',
+                                                                   'mode = "auto"'))
+    inv = Observer([str(paths["etc"]), str(paths["run"])], str(paths["config"]),
+                   str(paths["containerd"]),
+                   driver_gpus_dir=str(fake_driver(tmp_path / "drv"))).observe()
+    assert inv.runtime.mode == "auto"
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": "op-1", "labels": {"nvidia.com/gpu.present": "true"},
+        "annotations": {"gpupool.io/cdi-inventory": inv.dumps()}}}
+    text = default_policy_text().replace(
+        "  - name: operator\n    schedulerName: default-scheduler\n",
+        "  - name: operator\n    schedulerName: default-scheduler\n").replace(
+        "UUIDs in NVIDIA_VISIBLE_DEVICES without.\n    cdi:\n      delivery: detect",
+        "UUIDs in NVIDIA_VISIBLE_DEVICES without.\n    cdi:\n      delivery: cdiDevices")
+    rv, _, _ = decide([node], gpu_pod("g", limits={"nvidia.com/gpu": 1}), text)
+    assert not rv.final.allowed
+    assert f"k8s.device-plugin.nvidia.com/gpu={UUIDS[0]}" in rv.final.message
+    assert "whatever the runtime's mode" in rv.final.message
+
+
+# ------------------------------------------------------------------ folds
+
+
+def test_kept_decisions_follow_node_changes_exactly(pool, tmp_path):
+    """The per-shape folds are updated node by node: after every change the decision equals
+    the one a fresh view gives."""
+    policy = load_policy_text(default_policy_text())
+    view = view_from_objects(pool, policy)
+    pod = hami_pod()
+    states = [pool,
+              [pool[0], agent_node(tmp_path / "b", "hami-fixed", "hami",
+                                   "operator-management")],  # the good node breaks
+              [agent_node(tmp_path / "c", "hami-broken", "hami", "operator-management",
+                          per_uuid=True), pool[1]],  # and is fixed; the other back
+              [pool[1]]]  # a node leaves
+    admit.review_pod(pod, "default", view, policy)
+    current = {n["metadata"]["name"] for n in pool}
+    for nodes in states[1:]:
+        names = {n["metadata"]["name"] for n in nodes}
+        for gone in current - names:
+            view.delete_node(gone)
+        for n in nodes:
+            view.upsert_node(NodeInfo.from_object(copy.deepcopy(n)))
+        current = names
+        kept = admit.review_pod(pod, "default", view, policy)
+        fresh = admit.review_pod(pod, "default", view_from_objects(nodes, policy), policy)
+        assert (kept.allowed, kept.reason, kept.message, kept.warnings) == \
+            (fresh.allowed, fresh.reason, fresh.message, fresh.warnings)
+
+
+# ------------------------------------------------------------------ policy
+
+
+def test_policy_delivery_and_the_first_version_fields():
+    base = default_policy_text()
+    p = load_policy_text(base)
+    assert p.by_name["hami"].cdi.delivery == delivery.DETECT and not p.require_inventory
+    old = base.replace("    cdi:\n      delivery: detect\n", "    cdi:\n      require: perGPU\n"
+                       "      kind: runtimeDefault\n      when: runtimeUsesCDI\n", 1)
+    assert load_policy_text(old).by_name["hami"].cdi.delivery == delivery.VISIBLE_DEVICES
+    old = base.replace("    cdi:\n      delivery: detect\n", "    cdi:\n      require: anyDevice\n"
+                       "      kind: k8s.device-plugin.nvidia.com/gpu\n", 1)
+    assert load_policy_text(old).by_name["hami"].cdi.delivery == delivery.CDI_DEVICES
+    mixed = base.replace("      delivery: detect\n", "      delivery: detect\n"
+                         "      require: perGPU\n", 1)
+    with pytest.raises(PolicyError, match="delivery replaces require"):
+        load_policy_text(mixed)
+    with pytest.raises(PolicyError, match="delivery: 'sometimes' is not one of"):
+        load_policy_text(base.replace("delivery: detect", "delivery: sometimes", 1))
