@@ -96,3 +96,13 @@ def steering_labels(inv: Inventory, gpus: tuple[str, ...],
         if r.ok is not None:
             out[key] = "true" if r.ok else "false"
     return out
+
+
+def resolving_gpus(inv: Inventory, gpus: tuple[str, ...],
+                   device_kind: str = DEVICE_PLUGIN_KIND) -> dict[str, tuple[str, ...]]:
+    """Per way, which of the node's GPUs resolve (the inventory's ``resolves`` field)."""
+    out = {}
+    for way in (VISIBLE_DEVICES, CDI_DEVICES):
+        if gpus and resolve(inv, way, (), None, device_kind).ok is not None:
+            out[way] = tuple(u for u in gpus if resolve(inv, way, (u,), None, device_kind).ok)
+    return out

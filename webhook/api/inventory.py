@@ -84,6 +84,10 @@ class Inventory:
     #: The GPUs the NVIDIA driver lists on the node (empty: the agent could not read them).
     #: Added within schema version 1: readers that predate it ignore the field.
     gpus: tuple[str, ...] = ()
+    #: Per delivery way (webhook.api.delivery), which of ``gpus`` resolve delivered that way
+    #: under the default runtime handler; a way the agent could not judge is absent. Written
+    #: for people and tools: admission works it out from ``kinds`` and ``runtime`` itself.
+    resolves: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def gpu_uuids(self) -> tuple[str, ...]:
@@ -106,6 +110,8 @@ class Inventory:
             # Only when known, so a node whose driver list is unreadable publishes what it
             # always did.
             **({"gpus": list(self.gpus)} if self.gpus else {}),
+            **({"resolves": {k: list(v) for k, v in sorted(self.resolves.items())}}
+               if self.resolves else {}),
         }
 
     def content(self) -> dict[str, Any]:
@@ -185,5 +191,9 @@ def parse_inventory(text: str) -> Inventory:
                    for e in errors_raw if isinstance(e, dict))
     observed = _opt(doc.get("observedAt", ""), str, "observedAt") or ""
     gpus = tuple(g for g in _str_list(doc.get("gpus") or [], "gpus") if is_gpu_uuid(g))
+    resolves_raw = doc.get("resolves") or {}
+    if not isinstance(resolves_raw, dict):
+        raise InventoryError("resolves: expected an object of way -> GPU UUIDs")
+    resolves = {str(k): _str_list(v, f"resolves[{k}]") for k, v in resolves_raw.items()}
     return Inventory(kinds=kinds, runtime=runtime, errors=errors, observed_at=observed,
-                     gpus=gpus)
+                     gpus=gpus, resolves=resolves)

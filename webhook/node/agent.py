@@ -14,6 +14,7 @@ spec never makes devices flicker out of the inventory.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -107,8 +108,9 @@ class Observer:
         if self.driver_gpus_dir:
             gpus, gpu_errors = driver_gpus(self.driver_gpus_dir)
             errors += gpu_errors
-        return Inventory(kinds=reg.kinds(), runtime=rt, errors=tuple(errors + reg.error_list()),
-                         observed_at=_now(), gpus=gpus)
+        inv = Inventory(kinds=reg.kinds(), runtime=rt, errors=tuple(errors + reg.error_list()),
+                        observed_at=_now(), gpus=gpus)
+        return dataclasses.replace(inv, resolves=delivery.resolving_gpus(inv, gpus))
 
     def watch_paths(self) -> list[str]:
         paths = list(self.spec_dirs or registry.DEFAULT_SPEC_DIRS)

@@ -134,6 +134,12 @@ def test_steering_labels_published_with_the_inventory_and_flip_when_fixed(tmp_pa
     assert client.labels == {"resolve.gpupool.io/detected": "false",
                              "resolve.gpupool.io/visible-devices": "false",
                              "resolve.gpupool.io/cdi-devices": "false"}
+    broken = parse_inventory(client.value)
+    assert broken.resolves == {"visibleDevices": (), "cdiDevices": ()}
+    (paths["run"] / "per-uuid.yaml").write_text(per_uuid_spec(uuids=UUIDS[:1]))
+    assert pub.publish(obs.observe())  # a partial spec: one GPU resolves, the node is unready
+    assert parse_inventory(client.value).resolves["visibleDevices"] == UUIDS[:1]
+    assert client.labels["resolve.gpupool.io/visible-devices"] == "false"
     (paths["run"] / "per-uuid.yaml").write_text(per_uuid_spec())
     assert pub.publish(obs.observe())
     assert client.labels["resolve.gpupool.io/detected"] == "true"
@@ -141,7 +147,7 @@ def test_steering_labels_published_with_the_inventory_and_flip_when_fixed(tmp_pa
     # An agent that finds the annotation current but its labels missing (an upgrade from a
     # release without them) writes once.
     client.labels.clear()
-    assert Publisher(client).publish(obs.observe()) and len(client.writes) == 3
+    assert Publisher(client).publish(obs.observe()) and len(client.writes) == 4
     # Without the driver's list the node's GPUs are unknown: the labels are removed, not
     # left claiming what is no longer known.
     blind = observer_for(paths, driver_gpus_dir=str(tmp_path / "absent"))
