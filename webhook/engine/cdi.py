@@ -13,7 +13,6 @@ count as "unknown", which the policy turns into a warning by default.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -170,13 +169,18 @@ def pod_decision(pod: Mapping[str, Any], who: str, pool_name: str, view: Cluster
                                                                str) else None
     hami_pool = policy.is_hami_pool(pool_name)
 
-    @functools.cache
-    def demand() -> cand.Demand:  # worked out only when the fold is made or a node changes
-        return cand.demand_of(pod, policy, hami_pool)
+    # Worked out only when the fold is made or a node changes, not on every review.
+    lazy: dict[str, Any] = {}
 
-    @functools.cache
+    def demand() -> cand.Demand:
+        if "demand" not in lazy:
+            lazy["demand"] = cand.demand_of(pod, policy, hami_pool)
+        return lazy["demand"]  # type: ignore[no-any-return]
+
     def unsteered() -> Mapping[str, Any]:
-        return affinity.without_steering(spec)
+        if "unsteered" not in lazy:
+            lazy["unsteered"] = affinity.without_steering(spec)
+        return lazy["unsteered"]  # type: ignore[no-any-return]
 
     node_name = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) else None
 

@@ -51,7 +51,6 @@ def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | Non
     meta = objects.meta_of(pod)
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     out = Route()
-    known = ", ".join(policy.pool_names)
 
     def bind(pool: str, source: str) -> bool:
         """Take the first evidence; later evidence must agree or the pod is denied."""
@@ -72,7 +71,7 @@ def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | Non
         if label not in policy.by_name:
             out.denial = (Reason.UNKNOWN_POOL,
                           f"label {POOL_LABEL}={objects.clip(label)} names no pool; known "
-                          f"pools: {known}")
+                          f"pools: {', '.join(policy.pool_names)}")
             return out
         bind(label, f"label {POOL_LABEL}={label}")
 
@@ -108,7 +107,8 @@ def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | Non
     elif not admitted:
         out.denial = (Reason.POOL_CONFLICT,
                       f"the pod's nodeSelector and required node affinity on "
-                      f"{policy.pool_label} admit no node of any pool ({known})")
+                      f"{policy.pool_label} admit no node of any pool "
+                      f"({', '.join(policy.pool_names)})")
         return out
     elif out.pool is not None and out.pool not in admitted:
         out.denial = (Reason.POOL_CONFLICT,

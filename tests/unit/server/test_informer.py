@@ -93,10 +93,11 @@ def test_events_apply_and_expired_watch_relists_at_once():
     inf, view = _informer(api)
     inf.start()
     try:
-        _wait(lambda: view.node("c") is not None)
+        # The relist counter moves just after the view is replaced: wait for both.
+        _wait(lambda: view.node("c") is not None and inf.nodes.relists == 2)
         assert view.node("a").labels.get("gpupool.io/pool") is None  # from the relist
         assert view.node("b") is None
-        assert inf.nodes.relists == 2 and inf.ready(60)[0]
+        assert inf.ready(60)[0]
         assert api.calls[:3] == ["list", "watch@10", "list"]  # no backoff pause between
     finally:
         api.idle.set()
