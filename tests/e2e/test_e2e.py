@@ -1,6 +1,7 @@
 """End to end: a real kube-apiserver, real kubectl, gpupool's webhook configurations rendered
 from manifests/, gpupool under gunicorn on loopback, nodes whose CDI inventory a real
-`gpupool agent` published, and a stand-in for HAMi's webhook registered as `hami-webhook`."""
+`gpupool agent` published, and HAMi's real webhook (v2.10.0, built from its sources) registered
+by HAMi's own chart as `hami-webhook`."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import yaml
 
 from tests.conftest import ROOT, UPSTREAM
 from tests.controlplane import ControlPlane
-from tests.e2e.hami_standin import HamiStandIn
+from tests.e2e.hami_webhook import HamiWebhook
 from tests.integration.conftest import generate_certs, start_server, stop_server
 from tests.layouts import UUIDS, hami_register, per_uuid_spec, write_layout
 from tests.unit.node.test_driver import fake_driver
@@ -29,7 +30,7 @@ class Env:
     cp: ControlPlane
     server: object
     certs: Path
-    hami: HamiStandIn
+    hami: HamiWebhook
     layouts: dict[str, dict[str, Path]]
     driver: Path
     tmp: Path
@@ -73,7 +74,7 @@ def _webhook_token_kubeconfig(cp: ControlPlane, path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def env(k8s_bin, tmp_path_factory):
+def env(k8s_bin, helm, tmp_path_factory):
     e = Env()
     e.tmp = tmp_path_factory.mktemp("e2e")
     e.cp = ControlPlane(e.tmp / "cp", k8s_bin).start()
@@ -117,9 +118,11 @@ def env(k8s_bin, tmp_path_factory):
                     wh["clientConfig"]["url"] = f"https://127.0.0.1:{port}{path}"
                 r = e.apply(cfg)
                 assert r.returncode == 0, r.stderr
-        e.hami = HamiStandIn(e.certs / "tls.crt", e.certs / "tls.key").start()
+        e.hami = HamiWebhook(e.certs / "tls.crt", e.certs / "tls.key",
+                             e.tmp / "hami-webhook.log").start()
         ca_bundle = (e.certs / "caBundle").read_text().strip()
-        assert e.apply(e.hami.configuration(ca_bundle)).returncode == 0
+        r = e.apply(e.hami.configuration(helm, ca_bundle, e.tmp))
+        assert r.returncode == 0, r.stderr
         e.kubectl("create", "namespace", "ml")
         _wait_for_webhooks(e)
         yield e
@@ -170,7 +173,7 @@ def test_operator_pod_routed_despite_hami_webhook(env):
     assert stored["metadata"]["annotations"]["gpupool.io/pool"] == "operator"
     assert {"key": "gpupool.io/pool", "operator": "NotIn", "values": ["hami"]} in \
         _terms(stored)[0]["matchExpressions"]
-    # HAMi's stand-in never even saw it: its objectSelector skipped the labelled pod.
+    # HAMi's webhook never even saw it: its objectSelector skipped the labelled pod.
     assert pod["metadata"]["name"] not in env.hami.seen
 
 
@@ -238,6 +241,52 @@ def test_hami_pod_admitted_once_per_uuid_spec_published(env):
         _terms(stored)[0]["matchExpressions"]
     assert "vllm-2" in env.hami.seen  # HAMi's webhook did see its own pool's pod
     env.agent("hami-1", "operator-management")  # back to broken for later tests
+
+
+def _pool_expressions(pod: dict) -> list:
+    return [x for t in _terms(pod) for x in t.get("matchExpressions", [])
+            if x["key"] == "gpupool.io/pool"]
+
+
+def test_hami_webhook_mutations_kept_and_checked_on_the_final_pod(env):
+    """Webhook order with HAMi's real webhook: gpupool routes first, HAMi mutates its own
+    pool's pods (a default GPU count, exclusive cores), gpupool is called again and changes
+    nothing twice, and its validation judges the pod as HAMi left it."""
+    env.agent("hami-1", "fixed")
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            r = env.apply(_pod("share", {"nvidia.com/gpumem": 2000}))
+            if r.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert r.returncode == 0, r.stderr
+        share = _get(env, "pod", "share")
+        limits = share["spec"]["containers"][0]["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == "1"  # HAMi's defaultGPUNum, added by HAMi
+        assert share["spec"]["schedulerName"] == "hami-scheduler"
+        assert _pool_expressions(share) == [
+            {"key": "gpupool.io/pool", "operator": "In", "values": ["hami"]}]  # once
+        r = env.apply(_pod("whole", {"nvidia.com/gpu": 1},
+                           nodeSelector={"gpupool.io/pool": "hami"}))
+        assert r.returncode == 0, r.stderr
+        whole = _get(env, "pod", "whole")
+        assert whole["spec"]["containers"][0]["resources"]["limits"][
+            "nvidia.com/gpucores"] == "100"  # HAMi: a whole GPU gets exclusive cores
+        assert len(_pool_expressions(whole)) == 1
+        assert {"share", "whole"} <= env.hami.seen
+    finally:
+        env.agent("hami-1", "operator-management")
+    # The same HAMi-mutated shape on the broken node: gpupool's validation still holds.
+    deadline = time.monotonic() + 30
+    while True:
+        r = env.apply(_pod("share-2", {"nvidia.com/gpumem": 2000}))
+        if r.returncode != 0 or time.monotonic() > deadline:
+            break
+        env.kubectl("delete", "pod", "share-2", "-n", "ml", "--wait=false", check=False)
+        time.sleep(0.5)
+    assert r.returncode != 0 and "validate-pods.gpupool.io" in r.stderr
+    assert f"management.nvidia.com/gpu={UUIDS[0]}" in r.stderr
 
 
 def test_doctor_against_the_live_cluster(env):
