@@ -145,6 +145,36 @@ class ControlPlane:
         self._wait_ready()
         return self
 
+    def start_scheduler(self, name: str, config: dict) -> None:
+        """A real kube-scheduler (same module as the API server) with this
+        KubeSchedulerConfiguration (its profiles, extenders)."""
+        path = self.root / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({
+            **config, "leaderElection": {"leaderElect": False},
+            "clientConnection": {"kubeconfig": str(self.kubeconfig)}}))
+        self._spawn(name, [str(self.bin / "kube-scheduler"), f"--config={path}",
+                           "--secure-port=0", "--v=2"])
+
+    def start_controller_manager(self) -> None:
+        """A real kube-controller-manager: workloads create their pods as in a cluster, each
+        controller under its own ServiceAccount (so pods reach the webhooks as the
+        replicaset or job controller), and node lifecycle follows the nodes' Ready state."""
+        pki = self.root / "pki"
+        self._spawn("kube-controller-manager", [
+            str(self.bin / "kube-controller-manager"), f"--kubeconfig={self.kubeconfig}",
+            "--leader-elect=false", "--secure-port=0", "--use-service-account-credentials",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller",
+            "--node-monitor-grace-period=60s", "--v=1"])
+
+    def start_kwok(self, kwok_bin: Path) -> None:
+        """kwok as every node's kubelet: nodes Ready with leases, bound pods Running."""
+        stages = sorted((kwok_bin / "stages").glob("*.yaml"))
+        self._spawn("kwok", [str(kwok_bin / "kwok"), f"--kubeconfig={self.kubeconfig}",
+                             "--manage-all-nodes=true", "--node-lease-duration-seconds=40",
+                             *(f"--config={s}" for s in stages)])
+
     def _spawn(self, name: str, cmd: list[str]) -> None:
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
         self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
@@ -203,11 +233,18 @@ class ControlPlane:
         return self.kubectl("get", "--raw", "/metrics").stdout
 
     def stop(self) -> None:
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
+        """Everything but etcd at once (a scheduler or kwok would otherwise sit out its own
+        grace period against an API server already gone), then etcd: an API server whose
+        etcd goes first spends 30 s shutting down."""
+        last = [p for p in self.procs if p.args[0].endswith("/etcd")]
+        for group in ([p for p in self.procs if p not in last], last):
+            for p in group:
+                if p.poll() is None:
+                    p.terminate()
+            deadline = time.monotonic() + 10
+            for p in group:
                 try:
-                    p.wait(20)
+                    p.wait(max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()

@@ -338,14 +338,24 @@ def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
     for n in nodes:
         paths = write_node(root / n.name / "node", n)
         objects.append(node_object(n, paths))
-        for handler, mode in (("", n.mode), ("nvidia-cdi", "cdi"), ("nvidia-legacy", "legacy")):
-            cfg = root / n.name / f"config-{handler or 'default'}.toml"
-            cfg.write_text(_config(mode, n.default_kind))
-            oracles[(n.name, handler or None)] = OracleNode(
-                root / n.name / f"oracle-{handler or 'default'}", [paths["etc"], paths["run"]],
-                cfg, gpus=n.gpus)
+        oracles.update(node_oracles(root, n, paths))
     name = f"{'pinned' if pinned else 'detect'}{', requireInventory' if require else ''}"
     return Cluster(load_policy_text(text), name, nodes, objects, oracles, root)
+
+
+def node_oracles(root: Path, n: NodeSetup, paths: dict[str, Path]
+                 ) -> dict[tuple[str, str | None], OracleNode]:
+    """The real runtime on this node, for its default handler and the two runtime classes
+    the GPU Operator installs (nvidia-cdi, nvidia-legacy)."""
+    out = {}
+    for handler, mode in (("", n.mode), ("nvidia-cdi", "cdi"), ("nvidia-legacy", "legacy")):
+        cfg = root / n.name / f"config-{handler or 'default'}.toml"
+        cfg.parent.mkdir(parents=True, exist_ok=True)
+        cfg.write_text(_config(mode, n.default_kind))
+        out[(n.name, handler or None)] = OracleNode(
+            root / n.name / f"oracle-{handler or 'default'}", [paths["etc"], paths["run"]],
+            cfg, gpus=n.gpus)
+    return out
 
 
 _verdicts: dict[tuple[str, str | None, str, str], Verdict] = {}

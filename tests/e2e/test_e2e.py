@@ -17,8 +17,9 @@ import yaml
 
 from tests.conftest import ROOT, UPSTREAM
 from tests.controlplane import ControlPlane
-from tests.e2e.hami_webhook import HamiWebhook
-from tests.integration.conftest import generate_certs, start_server, stop_server
+from tests.e2e import install
+from tests.e2e.hami import HamiWebhook
+from tests.integration.conftest import stop_server
 from tests.layouts import UUIDS, hami_register, per_uuid_spec, write_layout
 from tests.unit.node.test_driver import fake_driver
 
@@ -39,9 +40,7 @@ class Env:
         return self.cp.kubectl(*args, **kw)
 
     def apply(self, objs: list[dict] | dict, *extra: str) -> subprocess.CompletedProcess:
-        docs = objs if isinstance(objs, list) else [objs]
-        return self.kubectl("apply", "-f", "-", *extra,
-                            input="\n---\n".join(yaml.safe_dump(d) for d in docs), check=False)
+        return install.apply(self.cp, objs, *extra)
 
     def agent(self, node: str, layout: str) -> None:
         p = self.layouts[layout]
@@ -54,40 +53,14 @@ class Env:
                        capture_output=True, timeout=60)
 
 
-def _render(kubectl: Path, tmp: Path) -> list[dict]:
-    import shutil
-
-    tree = tmp / "manifests"
-    shutil.copytree(ROOT / "manifests", tree, ignore=shutil.ignore_patterns("certs"))
-    shutil.copytree(tmp / "certs", tree / "overlays/self-signed/certs")
-    out = subprocess.run([str(kubectl), "kustomize", str(tree / "overlays/self-signed")],
-                         check=True, capture_output=True, text=True).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
-
-
-def _webhook_token_kubeconfig(cp: ControlPlane, path: Path) -> Path:
-    cfg = yaml.safe_load(cp.kubeconfig.read_text())
-    cfg["users"] = [{"name": "webhook", "user": {"token": cp.tokens["webhook"]}}]
-    cfg["contexts"][0]["context"]["user"] = "webhook"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
 @pytest.fixture(scope="module")
 def env(k8s_bin, helm, tmp_path_factory):
     e = Env()
     e.tmp = tmp_path_factory.mktemp("e2e")
     e.cp = ControlPlane(e.tmp / "cp", k8s_bin).start()
     try:
-        generate_certs(e.tmp / "certs")
+        objs = install.prepare(e.cp, e.tmp)
         e.certs = e.tmp / "certs"
-        objs = _render(k8s_bin / "kubectl", e.tmp)
-        # Everything but the workloads: no kubelet runs here, gpupool runs on loopback.
-        keep = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                "ConfigMap", "PriorityClass", "ValidatingAdmissionPolicy",
-                "ValidatingAdmissionPolicyBinding"}
-        r = e.apply([o for o in objs if o["kind"] in keep])
-        assert r.returncode == 0, r.stderr
         e.layouts = {name: write_layout(e.tmp / "layouts" / name, name)
                      for name in ("operator-management", "device-plugin")}
         fixed = write_layout(e.tmp / "layouts" / "fixed", "operator-management")
@@ -107,24 +80,14 @@ def env(k8s_bin, helm, tmp_path_factory):
             e.kubectl("taint", "node", n, "node.kubernetes.io/not-ready:NoSchedule-")
         e.agent("hami-1", "operator-management")
         e.agent("op-1", "device-plugin")
-        e.server = start_server(e.tmp, "--kubeconfig",
-                                str(_webhook_token_kubeconfig(e.cp, e.tmp / "webhook.kubeconfig")),
-                                "--audit-file", str(e.tmp / "gpupool-audit.log"), workers=2)
-        port = e.server.url.rsplit(":", 1)[1]
-        for cfg in objs:
-            if cfg["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-                for wh in cfg["webhooks"]:
-                    path = wh["clientConfig"].pop("service")["path"]
-                    wh["clientConfig"]["url"] = f"https://127.0.0.1:{port}{path}"
-                r = e.apply(cfg)
-                assert r.returncode == 0, r.stderr
+        e.server = install.serve(e.cp, e.tmp, objs)
         e.hami = HamiWebhook(e.certs / "tls.crt", e.certs / "tls.key",
                              e.tmp / "hami-webhook.log").start()
         ca_bundle = (e.certs / "caBundle").read_text().strip()
         r = e.apply(e.hami.configuration(helm, ca_bundle, e.tmp))
         assert r.returncode == 0, r.stderr
         e.kubectl("create", "namespace", "ml")
-        _wait_for_webhooks(e)
+        install.wait_for_webhooks(e.cp, e.server, "ml")
         yield e
     finally:
         if getattr(e, "server", None):
@@ -138,18 +101,6 @@ def _pod(name: str, limits: dict, **spec) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ml"},
             "spec": {"containers": [{"name": "c", "image": "cuda",
                                      "resources": {"limits": limits}}], **spec}}
-
-
-def _wait_for_webhooks(e: Env) -> None:
-    """Registrations take effect asynchronously: probe until gpupool is seen mutating."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        r = e.apply(_pod("probe", {"nvidia.com/gpu": 1}), "--dry-run=server", "-o", "json")
-        if r.returncode == 0 and "gpupool.io/pool" in r.stdout:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"gpupool webhooks never took effect: {r.stderr}\n"
-                         f"{e.server.log.read_text()[-2000:]}")
 
 
 def _get(e: Env, kind: str, name: str, ns: str = "ml") -> dict:

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from tests.controlplane import ControlPlane
-from tests.e2e.test_e2e import _pod, _webhook_token_kubeconfig
+from tests.e2e.install import webhook_token_kubeconfig
+from tests.e2e.test_e2e import _pod
 from tests.integration.conftest import free_port, generate_certs, start_server, stop_server
 from tests.layouts import hami_register, write_layout
 from tests.tools import helm as helmtool
@@ -91,7 +92,7 @@ def env(k8s_bin, helm, tmp_path_factory):
         e.policy_file = tmp / "policy.yaml"
         e.sync_policy()
         e.server = start_server(tmp, "--kubeconfig",
-                                str(_webhook_token_kubeconfig(e.cp, tmp / "wh.kubeconfig")),
+                                str(webhook_token_kubeconfig(e.cp, tmp / "wh.kubeconfig")),
                                 "--policy", str(e.policy_file), workers=2, port=port)
         _wait_for_webhooks(e)
         yield e

@@ -1,0 +1,207 @@
+"""HAMi's real programs in the end-to-end clusters, registered as HAMi's own chart does.
+
+Built by tests/hami/build.sh from HAMi v2.10.0's sources (tests/hami/src, with their licence):
+
+- `HamiWebhook`: HAMi's `scheduler.NewWebHook()` alone, served over TLS at /webhook by a
+  small Go main of ours (no API server needed), for the admission-only suite;
+- `HamiScheduler`: HAMi's own `cmd/scheduler`, as the chart deploys it: the webhook at
+  /webhook and the scheduler extender's /filter and /bind, reading the nodes' device
+  annotations through the API server.
+
+Both run with the chart's flags (`--scheduler-name hami-scheduler`,
+`--force-overwrite-default-scheduler=true`). Their registration, the extender's
+KubeSchedulerConfiguration and the device config are rendered by `helm template` from HAMi's
+chart (tests/fixtures/upstream/hami-chart, `customURL` pointing at the process), with the
+caBundle filled in as the chart's patch job does. Nothing here imitates HAMi: what it
+mutates, skips, denies, filters and binds is HAMi's code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import ssl
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.conftest import ROOT, UPSTREAM
+from tests.integration.conftest import free_port
+from tests.tools.gobuild import built
+
+BUILD = ROOT / "tests" / "hami" / "build.sh"
+CHART = UPSTREAM / "hami-chart"
+# The chart templates rendered here; the others need the `common` library chart, a
+# dependency the stored chart does not carry.
+TEMPLATES = ("scheduler/webhook.yaml", "scheduler/configmap.yaml",
+             "scheduler/device-configmap.yaml")
+# klog V(5) line HAMi's Handle writes for every pod it processes (webhook.go `template`).
+_PROCESSED = re.compile(r"Processing admission hook for pod ([^/\s]*)/([^,\s]*), UID:")
+LOCK = "hami.io/mutex.lock"  # HAMi's node lock: "<time>,<namespace>,<pod>"
+_bin: Path | None = None
+
+
+def binaries() -> Path:
+    global _bin
+    if _bin is None:
+        _bin = built(BUILD, "HAMi's scheduler and webhook")
+    return _bin
+
+
+def render(helm: Path, work: Path, template: str, *sets: str) -> dict[str, Any]:
+    """One template of HAMi's chart, as `helm template` renders it with these values."""
+    chart = work / "hami-chart"
+    if not chart.exists():
+        for f in ("Chart.yaml", "values.yaml", "templates/_helpers.tpl",
+                  *(f"templates/{t}" for t in TEMPLATES)):
+            (chart / f).parent.mkdir(parents=True, exist_ok=True)
+            (chart / f).write_bytes((CHART / f).read_bytes())
+    args = [a for s in sets for a in ("--set", s)]
+    r = subprocess.run([str(helm), "template", "hami", str(chart), "--namespace", "kube-system",
+                        "--show-only", f"templates/{template}", *args],
+                       capture_output=True, text=True, check=True, timeout=120)
+    return yaml.safe_load(r.stdout)
+
+
+class _HamiProcess:
+    """A HAMi program serving TLS on loopback, its log kept for what it processed."""
+
+    def __init__(self, cert: Path, key: Path, log: Path) -> None:
+        self.cert, self.key, self.log = cert, key, log
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def _start(self, cmd: list[str], env: dict[str, str] | None = None) -> None:
+        out = self.log.open("wb")
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
+        ctx = ssl.create_default_context(cafile=str(self.cert.parent / "ca.crt"))
+        ctx.check_hostname = False
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/healthz",
+                                            context=ctx, timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError as err:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    log = self.log.read_text(errors="replace")[-4000:]
+                    raise RuntimeError(f"{cmd[0]} did not start:\n{log}") from err
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    @property
+    def seen(self) -> set[str]:
+        """Names of the pods HAMi's webhook processed (not merely skipped), from its log."""
+        return {m.group(2) for m in _PROCESSED.finditer(self.log.read_text(errors="replace"))}
+
+    def configuration(self, helm: Path, ca_bundle: str, work: Path) -> dict[str, Any]:
+        """The chart's MutatingWebhookConfiguration, pointed at this process."""
+        cfg = render(helm, work, "scheduler/webhook.yaml",
+                     "scheduler.admissionWebhook.customURL.enabled=true",
+                     "scheduler.admissionWebhook.customURL.host=127.0.0.1",
+                     f"scheduler.admissionWebhook.customURL.port={self.port}",
+                     "scheduler.admissionWebhook.customURL.path=/webhook")
+        for wh in cfg["webhooks"]:
+            wh["clientConfig"]["caBundle"] = ca_bundle  # what the chart's patch job adds
+        return cfg
+
+
+class HamiWebhook(_HamiProcess):
+    def start(self) -> HamiWebhook:
+        self._start([str(binaries() / "hami-webhook"), "--bind", f"127.0.0.1:{self.port}",
+                     "--cert", str(self.cert), "--key", str(self.key),
+                     "--scheduler-name", "hami-scheduler",
+                     "--force-overwrite-default-scheduler=true", "-v=5", "--logtostderr"])
+        return self
+
+
+class HamiScheduler(_HamiProcess):
+    def start(self, helm: Path, kubeconfig: Path, work: Path) -> HamiScheduler:
+        devices = render(helm, work, "scheduler/device-configmap.yaml")
+        device_config = work / "hami-device-config.yaml"
+        device_config.write_text(devices["data"]["device-config.yaml"])
+        self._start([str(binaries() / "scheduler"), f"--http_bind=127.0.0.1:{self.port}",
+                     f"--cert_file={self.cert}", f"--key_file={self.key}",
+                     "--scheduler-name=hami-scheduler",
+                     f"--metrics-bind-address=127.0.0.1:{free_port()}",
+                     "--node-scheduler-policy=binpack", "--gpu-scheduler-policy=spread",
+                     "--force-overwrite-default-scheduler=true",
+                     f"--device-config-file={device_config}", "--leader-elect=false",
+                     # With no device plugin answering its handshakes, HAMi's register loop
+                     # rewrites every vendor's handshake annotation on every node while it
+                     # holds the lock that /filter waits on; at the client's default 5 QPS
+                     # one round took 20 s and every pod waited for it. HAMi's own flags
+                     # lift the client limit instead.
+                     "--kube-qps=500", "--kube-burst=1000", "--v=5"],
+                    env={"KUBECONFIG": str(kubeconfig)})
+        self._stop = threading.Event()
+        self._releaser = threading.Thread(target=self._release_locks, args=(kubeconfig,),
+                                          daemon=True)
+        self._releaser.start()
+        return self
+
+    def stop(self) -> None:
+        if getattr(self, "_stop", None) is not None:
+            self._stop.set()
+        super().stop()
+
+    def _release_locks(self, kubeconfig: Path) -> None:
+        """A test double for the one thing HAMi's device plugin does that the chain needs:
+        HAMi's bind locks the node (`hami.io/mutex.lock`) until the device plugin's Allocate
+        marks the pod `hami.io/bind-phase: success` and releases the lock. No device plugin
+        runs here (no GPU, no kubelet), so once a locked pod is bound this does both, as
+        the plugin's `PodAllocationSuccess` does; without it each node takes one pod per
+        five minutes (the lock's timeout)."""
+        from kubernetes import client, config
+        from kubernetes.client.exceptions import ApiException
+
+        api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+        while not self._stop.wait(0.2):
+            try:
+                for node in api.list_node().items:
+                    lock = (node.metadata.annotations or {}).get(LOCK)
+                    if not lock or lock.count(",") != 2:
+                        continue
+                    _, ns, name = lock.split(",")
+                    try:
+                        pod = api.read_namespaced_pod(name, ns)
+                    except ApiException as exc:
+                        if exc.status != 404:
+                            raise
+                        continue  # HAMi releases a dangling lock itself
+                    if pod.spec.node_name:
+                        api.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {
+                            "hami.io/bind-phase": "success"}}})
+                        api.patch_node(node.metadata.name,
+                                       {"metadata": {"annotations": {LOCK: None}}})
+            except Exception as exc:  # the API server may be going away at teardown
+                if self._stop.is_set():
+                    return
+                with self.log.with_suffix(".releases").open("a") as f:
+                    f.write(f"{exc!r}\n")
+                time.sleep(0.5)
+
+    def kube_scheduler_config(self, helm: Path, work: Path, kubeconfig: Path) -> dict[str, Any]:
+        """The chart's KubeSchedulerConfiguration for HAMi's kube-scheduler: one profile,
+        `hami-scheduler`, with this process as its extender (filter, bind)."""
+        cm = render(helm, work, "scheduler/configmap.yaml",
+                    "scheduler.leaderElect=false")
+        cfg = yaml.safe_load(cm["data"]["config.yaml"])
+        for ext in cfg["extenders"]:
+            ext["urlPrefix"] = f"https://127.0.0.1:{self.port}"
+        cfg["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+        return cfg

@@ -1,0 +1,112 @@
+"""gpupool installed into an end-to-end cluster from manifests/ (the self-signed overlay, as
+`kubectl kustomize` renders it): everything but the workloads, with gpupool itself under
+gunicorn on loopback and its webhook configurations pointed there."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.conftest import ROOT
+from tests.controlplane import ControlPlane
+from tests.integration.conftest import Server, generate_certs, start_server
+
+# No kubelet runs the Deployment and DaemonSet here: gpupool runs on loopback instead.
+KEEP = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap",
+        "PriorityClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+
+
+def apply(cp: ControlPlane, objs: list[dict] | dict, *extra: str
+          ) -> subprocess.CompletedProcess:
+    docs = objs if isinstance(objs, list) else [objs]
+    return cp.kubectl("apply", "-f", "-", *extra,
+                      input="\n---\n".join(yaml.safe_dump(d) for d in docs), check=False)
+
+
+def render(kubectl: Path, tmp: Path) -> list[dict[str, Any]]:
+    tree = tmp / "manifests"
+    shutil.copytree(ROOT / "manifests", tree, ignore=shutil.ignore_patterns("certs"))
+    shutil.copytree(tmp / "certs", tree / "overlays/self-signed/certs")
+    out = subprocess.run([str(kubectl), "kustomize", str(tree / "overlays/self-signed")],
+                         check=True, capture_output=True, text=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def webhook_token_kubeconfig(cp: ControlPlane, path: Path) -> Path:
+    """gpupool's own identity (its ServiceAccount's token), not the admin's."""
+    cfg = yaml.safe_load(cp.kubeconfig.read_text())
+    cfg["users"] = [{"name": "webhook", "user": {"token": cp.tokens["webhook"]}}]
+    cfg["contexts"][0]["context"]["user"] = "webhook"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def prepare(cp: ControlPlane, tmp: Path) -> list[dict[str, Any]]:
+    """Certificates and everything but the workloads and webhooks; returns the rendered
+    objects (the webhook configurations among them)."""
+    generate_certs(tmp / "certs")
+    objs = render(cp.bin / "kubectl", tmp)
+    r = apply(cp, [o for o in objs if o["kind"] in KEEP])
+    assert r.returncode == 0, r.stderr
+    return objs
+
+
+def serve(cp: ControlPlane, tmp: Path, objs: list[dict[str, Any]]) -> Server:
+    """gpupool under gunicorn with its ServiceAccount's token, and its webhooks registered."""
+    server = start_server(tmp, "--kubeconfig",
+                          str(webhook_token_kubeconfig(cp, tmp / "webhook.kubeconfig")),
+                          "--audit-file", str(tmp / "gpupool-audit.log"), workers=2)
+    register(cp, objs, server)
+    return server
+
+
+def register(cp: ControlPlane, objs: list[dict[str, Any]], server: Server) -> None:
+    port = server.url.rsplit(":", 1)[1]
+    for cfg in objs:
+        if cfg["kind"] in WEBHOOK_KINDS:
+            cfg = yaml.safe_load(yaml.safe_dump(cfg))  # a copy: registered again later
+            for wh in cfg["webhooks"]:
+                path = wh["clientConfig"].pop("service")["path"]
+                wh["clientConfig"]["url"] = f"https://127.0.0.1:{port}{path}"
+            r = apply(cp, cfg)
+            assert r.returncode == 0, r.stderr
+
+
+def unregister(cp: ControlPlane, objs: list[dict[str, Any]]) -> None:
+    for cfg in objs:
+        if cfg["kind"] in WEBHOOK_KINDS:
+            cp.kubectl("delete", cfg["kind"], cfg["metadata"]["name"])
+
+
+def wait_until(probe: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.5)
+
+
+def wait_for_webhooks(cp: ControlPlane, server: Server, namespace: str) -> None:
+    """Registrations take effect asynchronously: probe until gpupool is seen mutating."""
+    probe = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "probe", "namespace": namespace},
+             "spec": {"containers": [{"name": "c", "image": "cuda",
+                                      "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+    last: list[str] = [""]
+
+    def mutated() -> bool:
+        r = apply(cp, probe, "--dry-run=server", "-o", "json")
+        last[0] = r.stderr
+        return r.returncode == 0 and "gpupool.io/pool" in r.stdout
+
+    try:
+        wait_until(mutated, "gpupool's webhooks to take effect")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {last[0]}\n{server.log.read_text()[-2000:]}") from None

@@ -1,0 +1,483 @@
+"""The whole chain, real, from `kubectl create` to the container on the bound node.
+
+Real programs: kube-apiserver, kube-controller-manager and kube-scheduler built from one
+Kubernetes module; kwok as every node's kubelet; HAMi's own scheduler (v2.10.0) as HAMi's
+chart deploys it: the extender (filter, bind) of a kube-scheduler whose one profile is
+`hami-scheduler`, and the `hami-webhook` registration; gpupool under gunicorn with its
+webhooks from manifests/; `gpupool agent` publishing each node's inventory; and, for every
+pod bound to a GPU node, the real `nvidia-container-runtime` (or the CDI library, for a
+device plugin's CDI names) on that node's spec dirs and runtime config, given what the
+node's device plugin hands the container: the UUIDs HAMi's bind allocated (HAMi's plugin,
+envvar strategy), or the operator plugin's CDI names.
+
+HAMi's chart runs its own kube-scheduler next to the cluster's: extenders in a
+KubeSchedulerConfiguration apply to every profile of that process, so the default scheduler
+and HAMi's run as two processes here too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import corpus, runtime_oracle
+from tests.conftest import ROOT, report
+from tests.controlplane import ControlPlane
+from tests.e2e import install
+from tests.e2e.hami import HamiScheduler
+from tests.integration.conftest import stop_server
+from tests.layouts import device_plugin_spec, management_spec, per_uuid_spec
+from tests.tools.gobuild import built
+from webhook.engine.policy import load_policy_text
+
+pytestmark = pytest.mark.e2e
+RESULTS = ROOT / "bench" / "results"
+KWOK = ROOT / "tests" / "tools" / "build-kwok.sh"
+DP_SPEC = "k8s.device-plugin.nvidia.com-gpu.json"
+PODS = 60
+SEED = 13
+ALLOCATED = "hami.io/vgpu-devices-allocated"  # written by HAMi's bind
+
+
+def _gpu_node(rng: random.Random, name: str, pool: str, *, per_uuid: bool) -> corpus.NodeSetup:
+    """A node of the seed's kind: the operator's management spec in /var/run/cdi, the NVIDIA
+    runtime in cdi mode; HAMi's plugin hands UUIDs (envvar), the operator's CDI names."""
+    gpus = tuple(corpus._uuid(rng) for _ in range(4))
+    plugin = "envvar" if pool == "hami" else "cdi"
+    specs = [("run", "management.nvidia.com-gpu.yaml", management_spec())]
+    if per_uuid:
+        specs.append(("run", "per-uuid.yaml", per_uuid_spec(corpus.MGMT_KIND, gpus)))
+    if plugin == "cdi":
+        specs.append(("run", DP_SPEC, device_plugin_spec(gpus)))
+    what = [f"pool {pool}", f"plugin {plugin}", "mode cdi",
+            "per-UUID spec" if per_uuid else "no per-UUID spec"]
+    return corpus.NodeSetup(name, pool, plugin, "cdi", corpus.MGMT_KIND, gpus,
+                            (corpus.TYPES[1],) * 4, specs, True, False, what)
+
+
+def _status(gpus: int) -> dict[str, Any]:
+    res = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+    if gpus:
+        res["nvidia.com/gpu"] = str(gpus)
+    return {"capacity": res, "allocatable": res}
+
+
+@dataclasses.dataclass
+class Created:
+    pod: dict[str, Any]
+    ok: bool
+    error: str
+    sent: float  # wall clock just before the create was sent
+
+
+@dataclasses.dataclass
+class Landed:
+    name: str
+    node: str | None  # None: not bound (pending)
+    scheduler: str
+    bound_by: str  # the scheduler that reported binding it ("" for spec.nodeName)
+    pool: str | None  # gpupool's decision, from its annotation
+    failure: str  # the runtime's error on the bound node; "" when the container is created
+    bound_after: float | None  # seconds from create to bound
+
+
+class Chain:
+    cp: ControlPlane
+    tmp: Path
+    objs: list[dict]
+    server: Any
+    hami: HamiScheduler
+    nodes: dict[str, corpus.NodeSetup]
+    paths: dict[str, dict[str, Path]]
+    cluster: corpus.Cluster
+
+    def kubectl(self, *args: str, **kw: Any) -> subprocess.CompletedProcess:
+        return self.cp.kubectl(*args, **kw)
+
+    def agent(self, node: str) -> None:
+        p = self.paths[node]
+        subprocess.run([sys.executable, "-m", "webhook", "agent", "--once", "--node-name", node,
+                        "--kubeconfig", str(self.cp.kubeconfig), "--cdi-dir", str(p["etc"]),
+                        "--cdi-dir", str(p["run"]), "--runtime-config", str(p["config"]),
+                        "--containerd-config", str(p["containerd"]),
+                        "--driver-gpus-dir", str(p["driver"])],
+                       check=True, capture_output=True, timeout=60)
+
+    def get(self, *args: str) -> dict[str, Any]:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def create_all(self, pods: list[dict]) -> list[Created]:
+        def one(pod: dict) -> Created:
+            sent = time.time()
+            r = install.apply(self.cp, pod)
+            return Created(pod, r.returncode == 0, r.stderr.strip(), sent)
+        with ThreadPoolExecutor(6) as pool:
+            return list(pool.map(one, pods))
+
+    def clear(self, namespace: str) -> None:
+        """Free the nodes: the workloads and pods of an earlier scenario go."""
+        for ns in (namespace, f"{namespace}-hami"):
+            self.kubectl("delete", "deployment,job,pod", "--all", "-n", ns, "--force",
+                         "--grace-period=0", "--wait=true", "--timeout=60s")
+
+    def settle(self, namespace: str, timeout: float = 240) -> list[dict]:
+        """Wait until every pod is bound, or its scheduler has said it cannot be."""
+        def pending(p: dict) -> bool:
+            if p["spec"].get("nodeName"):
+                return False
+            conds = {c["type"]: c for c in p.get("status", {}).get("conditions", [])}
+            return conds.get("PodScheduled", {}).get("reason") != "Unschedulable"
+        items: list[dict] = []
+
+        def done() -> bool:
+            items[:] = self.get("pods", "-n", namespace)["items"]
+            return not any(pending(p) for p in items)
+        install.wait_until(done, f"the pods in {namespace} to be bound or unschedulable",
+                           timeout)
+        return items
+
+    def handed(self, pod: dict, node: corpus.NodeSetup) -> list[str]:
+        """What the node's device plugin hands each GPU container: the UUIDs HAMi's bind
+        allocated (HAMi's plugin reads them from the pod), or, for the operator's plugin,
+        any of the node's GPUs (each is checked)."""
+        if node.pool == "hami":
+            ann = (pod["metadata"].get("annotations") or {}).get(ALLOCATED, "")
+            return [u for ctr in ann.split(";") for dev in ctr.split(":") if dev
+                    for u in [dev.split(",")[0]] if u]
+        return list(node.gpus)
+
+    def land(self, namespace: str, created: dict[str, Created]) -> list[Landed]:
+        """Every GPU pod of the namespace once settled: where it was bound, by which
+        scheduler, and whether the runtime creates its container there."""
+        pods = self.settle(namespace)
+        events = self.get("events", "-n", namespace)["items"]
+        bound: dict[str, tuple[str, float]] = {}
+        for ev in events:
+            if ev.get("reason") == "Scheduled":
+                at = ev.get("eventTime") or ev.get("firstTimestamp")
+                bound[ev["involvedObject"]["name"]] = (
+                    ev.get("reportingComponent") or ev.get("source", {}).get("component", ""),
+                    _ts(at))
+        out = []
+        for p in pods:
+            name, spec = p["metadata"]["name"], p["spec"]
+            gpu = any(k.startswith("nvidia.com/") for c in spec["containers"]
+                      for k in (c.get("resources", {}).get("limits") or {}))
+            if not gpu:
+                continue
+            node_name = spec.get("nodeName")
+            failure = ""
+            node = self.nodes.get(node_name or "")
+            if node is not None:
+                rc = spec.get("runtimeClassName")
+                for gpu_id in self.handed(p, node):
+                    v = corpus.runs(self.cluster, node, rc, gpu_id)
+                    if not v.ok:
+                        failure = v.error
+                        break
+            by, at = bound.get(name, ("", None))
+            sent = created[name].sent if name in created else None
+            out.append(Landed(name, node_name, spec.get("schedulerName", ""), by,
+                              (p["metadata"].get("annotations") or {}).get("gpupool.io/pool"),
+                              failure, at - sent if at and sent else None))
+        return out
+
+
+def _ts(text: str | None) -> float | None:
+    import datetime as dt
+
+    if not text:
+        return None
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+@pytest.fixture(scope="module")
+def chain(k8s_bin, helm, tmp_path_factory):
+    kwok = built(KWOK, "kwok")
+    runtime_oracle.binaries()
+    c = Chain()
+    c.tmp = tmp_path_factory.mktemp("chain")
+    c.cp = ControlPlane(c.tmp / "cp", k8s_bin).start()
+    try:
+        c.objs = install.prepare(c.cp, c.tmp)
+        rng = random.Random(SEED)
+        setups = [_gpu_node(rng, "hami-ok-1", "hami", per_uuid=True),
+                  _gpu_node(rng, "hami-ok-2", "hami", per_uuid=True),
+                  _gpu_node(rng, "hami-broken-1", "hami", per_uuid=False),
+                  _gpu_node(rng, "op-1", "operator", per_uuid=False),
+                  _gpu_node(rng, "op-2", "operator", per_uuid=False)]
+        c.nodes = {n.name: n for n in setups}
+        c.paths, objects, oracles = {}, [], {}
+        for n in setups:
+            c.paths[n.name] = corpus.write_node(c.tmp / "nodes" / n.name, n)
+            obj = corpus.node_object(dataclasses.replace(n, agent=False), c.paths[n.name])
+            obj["status"] = _status(int(obj["status"]["allocatable"]["nvidia.com/gpu"]))
+            objects.append(obj)
+            oracles.update(corpus.node_oracles(c.tmp / "oracle", n, c.paths[n.name]))
+        objects.append({"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": "cpu-1", "labels": {"kubernetes.io/hostname": "cpu-1"}},
+            "status": _status(0)})
+        # The runtime classes the GPU Operator installs (the seeded pods use two of them).
+        objects += [{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                     "metadata": {"name": h}, "handler": h}
+                    for h in ("nvidia", "nvidia-cdi", "nvidia-legacy")]
+        policy = load_policy_text((ROOT / "manifests/base/policy.yaml").read_text())
+        c.cluster = corpus.Cluster(policy, "default", setups, objects, oracles, c.tmp / "oracle")
+        r = install.apply(c.cp, objects)
+        assert r.returncode == 0, r.stderr
+        for n in setups:
+            c.agent(n.name)
+        c.cp.start_kwok(kwok)
+        c.cp.start_controller_manager()
+        c.server = install.serve(c.cp, c.tmp, c.objs)
+        c.hami = HamiScheduler(c.tmp / "certs/tls.crt", c.tmp / "certs/tls.key",
+                               c.tmp / "hami-scheduler.log").start(helm, c.cp.kubeconfig, c.tmp)
+        c.cp.start_scheduler("kube-scheduler", {
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "profiles": [{"schedulerName": "default-scheduler"}]})
+        c.cp.start_scheduler("hami-kube-scheduler",
+                             c.hami.kube_scheduler_config(helm, c.tmp, c.cp.kubeconfig))
+        ca_bundle = (c.tmp / "certs/caBundle").read_text().strip()
+        r = install.apply(c.cp, c.hami.configuration(helm, ca_bundle, c.tmp))
+        assert r.returncode == 0, r.stderr
+        for ns in ("ml", "raw"):
+            c.kubectl("create", "namespace", ns)
+            c.kubectl("create", "namespace", f"{ns}-hami")
+            c.kubectl("label", "namespace", f"{ns}-hami", "gpupool.io/pool=hami")
+        install.wait_for_webhooks(c.cp, c.server, "ml")
+
+        def ready() -> bool:  # kwok reports Ready; the node controller lifts the taint
+            nodes = c.get("nodes")["items"]
+            return len(nodes) == 6 and all(
+                not n["spec"].get("taints") and any(
+                    x["type"] == "Ready" and x["status"] == "True"
+                    for x in n.get("status", {}).get("conditions", [])) for n in nodes)
+        install.wait_until(ready, "every node Ready and untainted", 90)
+        yield c
+    finally:
+        if getattr(c, "server", None):
+            stop_server(c.server)
+        if getattr(c, "hami", None):
+            c.hami.stop()
+        c.cp.stop()
+
+
+def _workload(namespace: str, gpu_nodes: list[corpus.NodeSetup]
+              ) -> tuple[list[dict], list[dict]]:
+    """The seeded pod shapes of the corpus (HAMi resources, plain nvidia.com/gpu, pinned by
+    nodeName, selector, affinity or pool label, HAMi's GPU annotations, runtime classes),
+    plain pods in a namespace labelled for a pool, and a Deployment and a Job whose pods
+    kube-controller-manager creates."""
+    rng = random.Random(SEED)
+    pods = []
+    for i in range(PODS):
+        pod = corpus.make_pod(rng, i, gpu_nodes)
+        pod["metadata"]["namespace"] = namespace
+        pods.append(pod)
+    ctr = {"name": "c", "image": "cuda"}
+    out = []
+    out.append({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "in-labelled-ns", "namespace": f"{namespace}-hami"},
+                "spec": {"containers": [{**ctr, "resources": {
+                    "limits": {"nvidia.com/gpu": 1}}}]}})
+    template = {"metadata": {"labels": {"app": "train"}},
+                "spec": {"containers": [{**ctr, "resources": {
+                    "limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}}}]}}
+    out.append({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "train", "namespace": namespace},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "train"}},
+                         "template": template}})
+    out.append({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "infer", "namespace": namespace},
+                "spec": {"template": {"spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{**ctr, "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}})
+    return out, pods
+
+
+def _denial(err: str) -> str:
+    return err.split("denied the request:", 1)[-1].strip()
+
+
+def _is_gpupool_denial(err: str) -> bool:
+    return 'gpupool.io" denied the request' in err
+
+
+def _run(chain: Chain, namespace: str) -> tuple[list[Created], list[Landed]]:
+    """The workloads first, until their controllers' pods are placed (so that the seeded
+    pods, which fill the nodes, cannot crowd them out), then the seeded pods."""
+    workloads, pods = _workload(namespace, list(chain.nodes.values()))
+    created = chain.create_all(workloads)
+
+    def placed() -> bool:
+        items = chain.get("pods", "-n", namespace)["items"]
+        return len(items) == 3 and all(p["spec"].get("nodeName") for p in items)
+    install.wait_until(placed, f"the Deployment's and the Job's pods in {namespace}", 120)
+    created += chain.create_all(pods)
+    by_name = {c.pod["metadata"]["name"]: c for c in created}
+    landed = chain.land(namespace, by_name) + chain.land(f"{namespace}-hami", by_name)
+    return created, landed
+
+
+def _summary(created: list[Created], landed: list[Landed]) -> dict[str, int]:
+    bound = [x for x in landed if x.node]
+    return {"GPU objects created": len(created),
+            "denied by gpupool": sum(_is_gpupool_denial(c.error) for c in created),
+            "denied by HAMi's webhook": sum('vgpu.hami.io" denied' in c.error for c in created),
+            "GPU pods bound": len(bound),
+            "pending (no node fits)": sum(1 for x in landed if not x.node),
+            "bound to a HAMi node": sum(1 for x in bound if x.node.startswith("hami-")),
+            "bound to a broken HAMi node": sum(1 for x in bound if x.node == "hami-broken-1"),
+            "bound to an operator node": sum(1 for x in bound if x.node.startswith("op-")),
+            "late CDI failures (real runtime)": sum(1 for x in bound if x.failure)}
+
+
+SUMMARIES: dict[str, dict[str, int]] = {}
+TIMES: dict[str, list[float]] = {}
+LATENCY: dict[str, dict[str, float]] = {}
+
+
+def test_admitted_gpu_pods_bound_in_their_pool_and_their_containers_created(chain):
+    created, landed = _run(chain, "ml")
+    SUMMARIES["with gpupool"] = _summary(created, landed)
+    assert [c.error for c in created if c.pod["kind"] != "Pod" and not c.ok] == []
+    LATENCY.update(_webhook_latency(chain.cp.metrics()))
+    failures = [(x.name, x.node, x.failure) for x in landed if x.node and x.failure]
+    assert failures == [], "late CDI failures in the real chain"
+    scheduler = {"hami": "hami-scheduler", "operator": "default-scheduler"}
+    bound = [x for x in landed if x.node]
+    for x in bound:
+        node = chain.nodes.get(x.node)
+        assert node is not None, f"{x.name} bound to {x.node}, not a GPU node"
+        assert x.pool == node.pool, f"{x.name} of pool {x.pool} bound to {x.node}"
+        assert x.scheduler == scheduler[node.pool], x
+        assert x.bound_by in (x.scheduler, ""), x  # "" : spec.nodeName, no scheduler
+    pools = {chain.nodes[x.node].pool for x in bound}
+    assert pools == {"hami", "operator"}, SUMMARIES
+    names = [x.name for x in bound]
+    # The Deployment's and the Job's pods, created by kube-controller-manager.
+    assert sum(n.startswith("train-") for n in names) == 2, names
+    assert sum(n.startswith("infer-") for n in names) == 1, names
+    assert {x.pool for x in bound if x.name == "in-labelled-ns"} == {"hami"}
+    for c in created:
+        if not c.ok:
+            assert _is_gpupool_denial(c.error) or 'vgpu.hami.io" denied' in c.error, c.error
+        if _is_gpupool_denial(c.error):
+            dry = install.apply(chain.cp, c.pod, "--dry-run=server")
+            # The same answer at dry-run.
+            assert dry.returncode != 0 and _denial(dry.stderr) == _denial(c.error)
+            if "CDIDevice" in c.error:
+                assert any(n in c.error for n in chain.nodes), c.error  # names the node
+                assert "management.nvidia.com/gpu=GPU-" in c.error  # and the device
+    assert SUMMARIES["with gpupool"]["denied by gpupool"] > 0
+    TIMES["with gpupool"] = [x.bound_after for x in bound if x.bound_after is not None
+                             and x.bound_by]
+
+
+def test_a_node_broken_after_admission_gets_no_new_pods(chain):
+    chain.clear("ml")
+    (chain.paths["hami-ok-2"]["run"] / "per-uuid.yaml").unlink()
+    chain.agent("hami-ok-2")
+    labels = chain.get("node", "hami-ok-2")["metadata"]["labels"]
+    assert labels["resolve.gpupool.io/detected"] == "false"
+    pods = [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": f"late-{i}", "namespace": "ml"},
+             "spec": {"containers": [{"name": "c", "image": "cuda", "resources": {
+                 "limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}}}]}}
+            for i in range(6)]
+    created = chain.create_all(pods)
+    assert all(c.ok for c in created), [c.error for c in created]
+    landed = [x for x in chain.land("ml", {}) if x.name.startswith("late-")]
+    assert landed and all(x.node for x in landed), landed
+    assert "hami-ok-2" not in {x.node for x in landed}
+    assert [x for x in landed if x.failure] == []
+
+
+def test_without_gpupool_the_seed_failure_reaches_the_node(chain):
+    chain.clear("ml")
+    install.unregister(chain.cp, chain.objs)
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": "raw"},
+             "spec": {"containers": [{"name": "c", "image": "cuda",
+                                      "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+
+    def gone() -> bool:
+        r = install.apply(chain.cp, probe, "--dry-run=server", "-o", "json")
+        return r.returncode == 0 and "gpupool.io/pool" not in r.stdout
+    install.wait_until(gone, "gpupool's webhooks to be gone")
+    created, landed = _run(chain, "raw")
+    SUMMARIES["without gpupool"] = _summary(created, landed)
+    failures = [x for x in landed if x.node and x.failure]
+    assert failures, SUMMARIES
+    assert any("unresolvable CDI devices management.nvidia.com/gpu=GPU-" in x.failure
+               for x in failures), [x.failure for x in failures]
+    assert {x.scheduler for x in landed} == {"hami-scheduler"}  # HAMi's webhook took all
+    TIMES["without gpupool"] = [x.bound_after for x in landed
+                                if x.node and x.bound_after is not None and x.bound_by]
+    _record()
+
+
+def _webhook_latency(metrics: str) -> dict[str, dict[str, float]]:
+    """Per webhook: calls, mean and p99 (interpolated in the API server's buckets)."""
+    buckets: dict[str, dict[float, float]] = {}
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    prefix = "apiserver_admission_webhook_admission_duration_seconds"
+    for line in metrics.splitlines():
+        if not line.startswith(prefix) or 'operation="CREATE"' not in line:
+            continue
+        series, value = line.rsplit(" ", 1)
+        name = series.split('name="', 1)[1].split('"', 1)[0]
+        if series.startswith(prefix + "_bucket"):
+            le = series.split('le="', 1)[1].split('"', 1)[0]
+            b = buckets.setdefault(name, {})
+            bound = float("inf") if le == "+Inf" else float(le)
+            b[bound] = b.get(bound, 0) + float(value)
+        elif series.startswith(prefix + "_sum"):
+            sums[name] = sums.get(name, 0) + float(value)
+        elif series.startswith(prefix + "_count"):
+            counts[name] = counts.get(name, 0) + float(value)
+    out = {}
+    for name, b in buckets.items():
+        total, lo, p99 = counts.get(name, 0), 0.0, 0.0
+        prev = 0.0
+        for le in sorted(b):
+            if b[le] >= 0.99 * total:
+                hi = le if le != float("inf") else lo
+                p99 = lo + (hi - lo) * ((0.99 * total - prev) / max(b[le] - prev, 1))
+                break
+            lo, prev = le, b[le]
+        out[name] = {"calls": total, "mean_ms": 1000 * sums.get(name, 0) / max(total, 1),
+                     "p99_ms": 1000 * p99}
+    return out
+
+
+def _record() -> None:
+    rows = list(SUMMARIES["with gpupool"])
+    table = "\n".join(f"{k:<36} {SUMMARIES['with gpupool'][k]:>6} "
+                      f"{SUMMARIES['without gpupool'][k]:>8}" for k in rows)
+    times = {k: {"bound": len(v), "median_s": statistics.median(v) if v else None}
+             for k, v in TIMES.items()}
+    hami = LATENCY.get("vgpu.hami.io", {})
+    lines = [f"{'':<36} {'with':>6} {'without':>8}", table, "",
+             "webhook latency seen by the API server (same pod creations):"]
+    for name, row in sorted(LATENCY.items()):
+        ratio = (f" p99 {row['p99_ms'] / hami['p99_ms']:.2f}x HAMi's, mean "
+                 f"{row['mean_ms'] / hami['mean_ms']:.2f}x" if hami.get("p99_ms") else "")
+        lines.append(f"  {name:<28} {row['calls']:>5.0f} calls  mean {row['mean_ms']:.2f} ms"
+                     f"  p99 {row['p99_ms']:.2f} ms{ratio}")
+    lines.append(f"create to bound (median): {json.dumps(times)}")
+    report("the whole chain, with and without gpupool", "\n".join(lines))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "chain.json").write_text(json.dumps(
+        {"summaries": SUMMARIES, "webhook_latency": LATENCY, "create_to_bound": times},
+        indent=2))
