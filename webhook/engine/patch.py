@@ -8,7 +8,6 @@ do not touch.
 from __future__ import annotations
 
 import base64
-import copy
 from typing import Any
 
 import orjson
@@ -62,8 +61,8 @@ def apply(obj: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
     """Apply our own add/replace operations without touching ``obj``.
 
     Only the containers on each operation's path are copied (path copying), so applying a
-    patch costs the size of the patch, not of the pod, and no recursive deep copy ever walks
-    data the request supplied.
+    patch costs the length of its paths, not the size of the pod or of the values: patches
+    are memoised per pod shape, and neither they nor the request are ever written to.
     """
     root = dict(obj)
     copied = {id(root)}
@@ -81,7 +80,9 @@ def apply(obj: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
                 copied.add(id(child))
             parent = child
         last = tokens[-1]
-        value = copy.deepcopy(op["value"])  # our own small values: never aliased
+        # Shared, not copied, like the untouched rest of the pod: the result is read-only,
+        # and a later operation that descends into this value copies what it walks.
+        value = op["value"]
         if isinstance(parent, list):
             if last == "-":
                 parent.append(value)

@@ -109,3 +109,14 @@ def test_own_applier_agrees_with_jsonpatch_and_leaves_input_alone(pod_id, pod, p
     ops = engine.mutate(pod, "default", None, policy).patch
     assert patch.apply(pod, ops) == jsonpatch.apply_patch(pod, ops)
     assert pod == original
+
+
+def test_own_applier_never_writes_into_a_patch_value():
+    """Patches are memoised per pod shape and reused: a later operation that writes inside a
+    value an earlier one added must copy it, not change the memoised patch."""
+    ops = [{"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {}}},
+           {"op": "add", "path": "/spec/affinity/nodeAffinity/x", "value": [1]}]
+    first = patch.apply({"spec": {}}, ops)
+    assert first["spec"]["affinity"] == {"nodeAffinity": {"x": [1]}}
+    assert ops[0]["value"] == {"nodeAffinity": {}}  # untouched
+    assert patch.apply({"spec": {}}, ops) == first  # and reusable
