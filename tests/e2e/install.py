@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -83,6 +84,17 @@ def unregister(cp: ControlPlane, objs: list[dict[str, Any]]) -> None:
     for cfg in objs:
         if cfg["kind"] in WEBHOOK_KINDS:
             cp.kubectl("delete", cfg["kind"], cfg["metadata"]["name"])
+
+
+def agent(cp: ControlPlane, node: str, paths: dict[str, Path]) -> None:
+    """One real `gpupool agent --once` run for ``node`` on the spec directories, runtime
+    configs and driver GPU list in ``paths`` (etc, run, config, containerd, driver)."""
+    subprocess.run([sys.executable, "-m", "webhook", "agent", "--once", "--node-name", node,
+                    "--kubeconfig", str(cp.kubeconfig), "--cdi-dir", str(paths["etc"]),
+                    "--cdi-dir", str(paths["run"]), "--runtime-config", str(paths["config"]),
+                    "--containerd-config", str(paths["containerd"]),
+                    "--driver-gpus-dir", str(paths["driver"])],
+                   check=True, capture_output=True, timeout=60)
 
 
 def wait_until(probe: Callable[[], bool], what: str, timeout: float = 60) -> None:

@@ -22,7 +22,6 @@ import json
 import random
 import statistics
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -105,13 +104,7 @@ class Chain:
         return self.cp.kubectl(*args, **kw)
 
     def agent(self, node: str) -> None:
-        p = self.paths[node]
-        subprocess.run([sys.executable, "-m", "webhook", "agent", "--once", "--node-name", node,
-                        "--kubeconfig", str(self.cp.kubeconfig), "--cdi-dir", str(p["etc"]),
-                        "--cdi-dir", str(p["run"]), "--runtime-config", str(p["config"]),
-                        "--containerd-config", str(p["containerd"]),
-                        "--driver-gpus-dir", str(p["driver"])],
-                       check=True, capture_output=True, timeout=60)
+        install.agent(self.cp, node, self.paths[node])
 
     def get(self, *args: str) -> dict[str, Any]:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)

@@ -43,14 +43,8 @@ class Env:
         return install.apply(self.cp, objs, *extra)
 
     def agent(self, node: str, layout: str) -> None:
-        p = self.layouts[layout]
-        subprocess.run([sys.executable, "-m", "webhook", "agent", "--once", "--node-name", node,
-                        "--kubeconfig", str(self.cp.kubeconfig), "--cdi-dir", str(p["etc"]),
-                        "--cdi-dir", str(p["run"]), "--runtime-config", str(p["config"]),
-                        "--containerd-config", str(p["containerd"]),
-                        # The node's GPUs as the NVIDIA driver lists them (played by files).
-                        "--driver-gpus-dir", str(self.driver)], check=True,
-                       capture_output=True, timeout=60)
+        # The node's GPUs as the NVIDIA driver lists them are played by files.
+        install.agent(self.cp, node, {**self.layouts[layout], "driver": self.driver})
 
 
 @pytest.fixture(scope="module")
