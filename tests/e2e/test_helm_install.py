@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.controlplane import ControlPlane
+from tests.e2e import install
 from tests.e2e.install import webhook_token_kubeconfig
 from tests.e2e.test_e2e import _pod
 from tests.integration.conftest import free_port, generate_certs, start_server, stop_server
@@ -94,23 +95,12 @@ def env(k8s_bin, helm, tmp_path_factory):
         e.server = start_server(tmp, "--kubeconfig",
                                 str(webhook_token_kubeconfig(e.cp, tmp / "wh.kubeconfig")),
                                 "--policy", str(e.policy_file), workers=2, port=port)
-        _wait_for_webhooks(e)
+        install.wait_for_webhooks(e.cp, e.server, "ml")
         yield e
     finally:
         if e.server is not None:
             stop_server(e.server)
         e.cp.stop()
-
-
-def _wait_for_webhooks(e: Env) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        r = e.kubectl("apply", "-f", "-", "--dry-run=server", "-o", "json", check=False,
-                      input=yaml.safe_dump(_pod("probe", {"nvidia.com/gpu": 1})))
-        if r.returncode == 0 and "gpupool.io/pool" in r.stdout:
-            return
-        time.sleep(0.5)
-    pytest.fail("the chart's webhooks never reached gpupool")
 
 
 def test_chart_objects_are_installed(env):

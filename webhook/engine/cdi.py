@@ -158,6 +158,23 @@ def _why(pool: Pool, missing: list[NodeAssessment]) -> str:
             f"NVIDIA_VISIBLE_DEVICES=GPU-<uuid> as CDI devices {kind}=GPU-<uuid>")
 
 
+class _PodFacts:
+    """What only a fold miss or a node change needs, worked out at most once per review
+    (most reviews hit a kept fold and need neither)."""
+
+    def __init__(self, pod: Mapping[str, Any], spec: Mapping[str, Any], policy: Policy,
+                 hami_pool: bool) -> None:
+        self._pod, self._spec, self._policy, self._hami_pool = pod, spec, policy, hami_pool
+
+    @cached_property
+    def demand(self) -> cand.Demand:
+        return cand.demand_of(self._pod, self._policy, self._hami_pool)
+
+    @cached_property
+    def unsteered(self) -> Mapping[str, Any]:
+        return affinity.without_steering(self._spec)
+
+
 def pod_decision(pod: Mapping[str, Any], who: str, pool_name: str, view: ClusterView,
                  policy: Policy) -> Decision | None:
     """None: nothing to say. Otherwise a Decision carrying a denial or warnings and nodes."""
@@ -169,35 +186,23 @@ def pod_decision(pod: Mapping[str, Any], who: str, pool_name: str, view: Cluster
                                                                str) else None
     hami_pool = policy.is_hami_pool(pool_name)
 
-    # Worked out only when the fold is made or a node changes, not on every review.
-    lazy: dict[str, Any] = {}
-
-    def demand() -> cand.Demand:
-        if "demand" not in lazy:
-            lazy["demand"] = cand.demand_of(pod, policy, hami_pool)
-        return lazy["demand"]  # type: ignore[no-any-return]
-
-    def unsteered() -> Mapping[str, Any]:
-        if "unsteered" not in lazy:
-            lazy["unsteered"] = affinity.without_steering(spec)
-        return lazy["unsteered"]  # type: ignore[no-any-return]
-
+    facts = _PodFacts(pod, spec, policy, hami_pool)
     node_name = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) else None
 
     def per_node(n: NodeInfo) -> _NodeVerdict | None:
         """This node's part in the decision (None: not a candidate at all)."""
         if node_name:
-            if n.name != node_name or not affinity.node_matches(unsteered(), n.labels, n.name):
+            if n.name != node_name or not affinity.node_matches(facts.unsteered, n.labels, n.name):
                 return None
         elif not (n.is_gpu_node(policy) and policy.pool_for_label_value(
                 n.labels.get(policy.pool_label)) == pool_name
-                and cand.schedulable(unsteered(), n)):
+                and cand.schedulable(facts.unsteered, n)):
             return None
-        why = cand.unfit_reason(n, demand())
+        why = cand.unfit_reason(n, facts.demand)
         if why:
             return (why, False, None)
         matches = affinity.node_matches(spec, n.labels, n.name)
-        check = assess_node(n, pool, runtime_class, demand(), policy)
+        check = assess_node(n, pool, runtime_class, facts.demand, policy)
         if check.state == OK:
             return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
         return (None, matches, check)
@@ -207,7 +212,7 @@ def pod_decision(pod: Mapping[str, Any], who: str, pool_name: str, view: Cluster
     key = ("cdi", policy.cache_key, pool_name,
            cand.shape_key(spec, (runtime_class, cand.demand_key(pod))))
     fold = view.fold(key, per_node,
-                     lambda: cand.candidates(unsteered(), pool_name, view, policy))
+                     lambda: cand.candidates(facts.unsteered, pool_name, view, policy))
     summary: _Summary = fold.derive(_summarise)
     findings = list(summary.findings)
     missing, unknown = summary.missing, summary.unknown
@@ -222,7 +227,7 @@ def pod_decision(pod: Mapping[str, Any], who: str, pool_name: str, view: Cluster
     checked = summary.ok + len(missing) + len(unknown)
     if not checked:
         shown = "; ".join(f"{n}: {why}" for n, why in summary.unfit[:_SHOW_NODES])
-        if demand().narrows:
+        if facts.demand.narrows:
             return deny(Reason.GPU_UUID_UNAVAILABLE,
                         f"{who} asks for GPUs its HAMi annotations allow, but no candidate "
                         f"node in pool {pool_name} has them: {shown}", gpu=True,
