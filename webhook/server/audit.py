@@ -104,6 +104,26 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def _line_boundary(fd: int) -> int:
+    """The file's size, after cutting any unterminated tail: whatever left it (a cut-back that
+    failed on a full disk, a worker killed mid-write), the next line must not be glued to it,
+    so every line in the file stays a whole record or marker."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    end = size
+    while end > 0:
+        chunk = os.pread(fd, min(end, 1 << 16), max(0, end - (1 << 16)))
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            end = end - len(chunk) + newline + 1
+            break
+        end -= len(chunk)
+    log.warning("audit file: cut %d byte(s) of an unterminated line at its end", size - end)
+    os.ftruncate(fd, end)
+    return end
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -196,22 +216,23 @@ class FileSink(_Sink):
         self._fd: int | None = None
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        return os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
 
     def _write_locked(self, line: bytes) -> None:
         fd = self._live_fd()
-        if self.health.unmarked:
-            self._append(fd, _gap_marker(self.health))
-            self.health.unmarked = 0
-        if self.max_bytes and os.fstat(fd).st_size + len(line) > self.max_bytes:
+        # A gap marker goes out in the same write as the record after it: both land, or
+        # neither does and the marker is simply due again with the next record.
+        data = _gap_marker(self.health) + line if self.health.unmarked else line
+        if self.max_bytes and os.fstat(fd).st_size + len(data) > self.max_bytes:
             fd = self._rotate()
-        self._append(fd, line)
+        self._append(fd, data)
+        self.health.unmarked = 0
 
     def _after_failure(self) -> None:
         self._drop_fd()  # reopened on the next record: a remounted volume is picked up
 
     def _append(self, fd: int, data: bytes) -> None:
-        start = os.fstat(fd).st_size
+        start = _line_boundary(fd)
         try:
             _write_all(fd, data)
         except OSError:

@@ -1,0 +1,84 @@
+"""The audit file holds only whole lines, whatever a failed write leaves behind."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+from webhook.server import audit
+from webhook.server.audit import FileSink, SinkHealth
+
+
+def _record(uid: str, pad: int = 200) -> bytes:
+    return (json.dumps({"audit": "gpupool", "uid": uid, "pad": "x" * pad}) + "\n").encode()
+
+
+def _lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]  # raises if torn
+
+
+def test_a_gap_marker_is_never_glued_to_a_tail_a_failed_write_left(tmp_path, monkeypatch):
+    """A disk that fills mid-record and then also refuses the cut-back (ftruncate) leaves half
+    a record at the end of the file. The next write must start on a fresh line: the marker and
+    the record after it are whole, and the half record is gone."""
+    path = tmp_path / "audit.log"
+    sink = FileSink(str(path), max_bytes=0, backups=0, health=SinkHealth("file"))
+    sink.write(_record("before"))
+
+    real_write, real_ftruncate = os.write, os.ftruncate
+
+    def half_then_full(fd: int, data) -> int:  # a test double of a filling disk
+        if len(data) > 100:
+            return real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def refuse(fd: int, length: int) -> None:  # a test double of a cut-back that fails
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(audit.os, "write", half_then_full)
+    monkeypatch.setattr(audit.os, "ftruncate", refuse)
+    sink.write(_record("lost"))
+    assert sink.health.failing and sink.health.unmarked == 1
+    assert not path.read_bytes().endswith(b"\n")  # the tear the next write must not keep
+
+    monkeypatch.setattr(audit.os, "write", real_write)
+    monkeypatch.setattr(audit.os, "ftruncate", real_ftruncate)
+    sink.write(_record("after"))
+    lines = _lines(path)
+    assert [r.get("uid") for r in lines] == ["before", None, "after"]
+    assert lines[1]["audit"] == audit.GAP_MARKER and lines[1]["lost"] == 1
+    assert not sink.health.failing and sink.health.unmarked == 0
+
+
+def test_a_marker_is_written_only_with_the_record_after_it(tmp_path, monkeypatch):
+    """While the disk stays full the marker is not written alone: it is due again, with the
+    next record, and counts every record lost until then."""
+    path = tmp_path / "audit.log"
+    sink = FileSink(str(path), max_bytes=0, backups=0, health=SinkHealth("file"))
+    sink.write(_record("before"))
+    real_write = os.write
+    calls = []
+
+    def full(fd: int, data) -> int:  # a test double of a full disk
+        calls.append(bytes(data))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(audit.os, "write", full)
+    for i in range(3):
+        sink.write(_record(f"lost-{i}"))
+    assert all(c.startswith(b'{"audit":"gpupool-gap"') for c in calls[1:])  # marker + record
+    assert all(c.count(b"\n") == 2 for c in calls[1:])
+    monkeypatch.setattr(audit.os, "write", real_write)
+    sink.write(_record("after"))
+    lines = _lines(path)
+    assert [r.get("uid") for r in lines] == ["before", None, "after"]
+    assert lines[1]["lost"] == 3
+
+
+def test_a_tail_left_by_a_killed_writer_is_cut_before_the_next_line(tmp_path):
+    path = tmp_path / "audit.log"
+    path.write_bytes(_record("whole") + b'{"audit":"gpupool","uid":"kil')
+    sink = FileSink(str(path), max_bytes=0, backups=0, health=SinkHealth("file"))
+    sink.write(_record("next", pad=70_000))  # longer than one read-back chunk
+    assert [r["uid"] for r in _lines(path)] == ["whole", "next"]
