@@ -60,7 +60,7 @@ def start_server(tmp: Path, *extra: str, workers: int = 2, env: dict | None = No
            "--cert", str(cert), "--key", str(key),
            "--workers", str(workers), "--threads", "4", "--audit-file", str(audit),
            *([] if audit_stdout else ["--no-audit-stdout"]), *extra]
-    if "--cluster" not in extra and "--kubeconfig" not in extra:
+    if not {"--cluster", "--kubeconfig", "--no-cluster"} & set(extra):
         cmd.append("--demo")
     fh = open(log, "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,

@@ -173,9 +173,10 @@ def test_audit_directory_going_read_only_never_blocks_and_recovers(readonly_faul
             _allow(srv)
         elapsed = time.monotonic() - t0
         health = requests.get(f"{srv.url}/healthz", verify=srv.ca, timeout=5)
-        ready = requests.get(f"{srv.url}/readyz", verify=srv.ca, timeout=5)
+        ready = requests.get(f"{srv.url}/readyz?verbose", verify=srv.ca, timeout=5)
         assert health.status_code == 200
-        assert ready.status_code == 200 and "audit file: failing since" in ready.text
+        assert ready.status_code == 200 and "[-]audit-file failed: cannot write since" in ready.text
+        assert f"{len(during)} record(s) lost by all workers" in ready.text
         assert _metric(srv, "gpupool_audit_records_lost_total", "file") == len(during)
         assert _metric(srv, "gpupool_audit_sink_failing", "file") == 1
         assert _metric(srv, "gpupool_audit_records_lost_total", "stdout") == 0

@@ -135,15 +135,15 @@ def test_rotation_under_load_fails_no_request(tmp_path):
 
 def test_readiness_fails_when_certificate_missing_or_expired(tmp_path):
     certs = tmp_path / "certs"
-    gpupool("certs", "generate", "--out", str(certs), "--ip", "127.0.0.1", "--dns", "localhost",
-            "--days", "0")
+    generate_certs(certs)
+    _reissue_expired(certs)
     srv = start_server_unready(tmp_path, certs)
     try:
         # The kubelet's HTTPS probes do not verify certificates; neither does this one.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             r = requests.get(f"{srv.url}/readyz", verify=False, timeout=5)
-        assert r.status_code == 503 and "certificate: expired" in r.text
+        assert r.status_code == 503 and "[-]certificate failed: expired at" in r.text
     finally:
         stop_server(srv)
     generate_certs(certs)
@@ -156,6 +156,27 @@ def test_readiness_fails_when_certificate_missing_or_expired(tmp_path):
         assert srv.post("mutate", body(gpu_pod())).status_code == 200
     finally:
         stop_server(srv)
+
+
+def _reissue_expired(certs: Path) -> None:
+    """Replace the serving certificate with one that expired a minute ago, from the same CA
+    and key (``certs generate`` refuses to write an expired one)."""
+    import datetime as dt
+
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    ca = x509.load_pem_x509_certificate((certs / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((certs / "ca.key").read_bytes(), None)
+    old = x509.load_pem_x509_certificate((certs / "tls.crt").read_bytes())
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(old.subject).issuer_name(ca.subject)
+            .public_key(old.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(days=2))
+            .not_valid_after(now - dt.timedelta(minutes=1))
+            .add_extension(old.extensions.get_extension_for_class(
+                x509.SubjectAlternativeName).value, critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    (certs / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
 def start_server_unready(tmp_path: Path, certs: Path):

@@ -36,8 +36,11 @@ def test_validate_over_https(server):
 
 def test_probes(server):
     assert requests.get(f"{server.url}/healthz", verify=server.ca, timeout=5).text == "ok\n"
-    r = requests.get(f"{server.url}/readyz", verify=server.ca, timeout=5)
-    assert r.status_code == 200 and "certificate ok" in r.text
+    assert requests.get(f"{server.url}/livez", verify=server.ca, timeout=5).text == "ok\n"
+    assert requests.get(f"{server.url}/readyz", verify=server.ca, timeout=5).text == "ok\n"
+    r = requests.get(f"{server.url}/readyz?verbose", verify=server.ca, timeout=5)
+    assert r.status_code == 200 and "[+]certificate ok: expires " in r.text
+    assert "[+]node-source ok: demo snapshot" in r.text and r.text.endswith("check passed\n")
 
 
 def test_bad_requests_over_https_and_server_keeps_serving(server):

@@ -100,7 +100,7 @@ def test_deployment_is_safe_to_run(rendered):
     assert dep["spec"]["replicas"] == 3 and spec["topologySpreadConstraints"]
     assert spec["priorityClassName"] == by_kind(objs, "PriorityClass")[0]["metadata"]["name"]
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/livez"
     assert c["lifecycle"]["preStop"]["sleep"]["seconds"] >= 5
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
     assert spec["securityContext"]["runAsNonRoot"] is True

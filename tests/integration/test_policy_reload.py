@@ -57,9 +57,9 @@ def test_policy_reload_and_bad_update(tmp_path):
 
         def rejected_everywhere() -> bool:
             metrics = requests.get(f"{srv.url}/metrics", verify=srv.ca, timeout=5).text
-            ready = requests.get(f"{srv.url}/readyz", verify=srv.ca, timeout=5)
+            ready = requests.get(f"{srv.url}/readyz?verbose", verify=srv.ca, timeout=5)
             return ("gpupool_policy_last_update_ok 0.0" in metrics and ready.status_code == 200
-                    and "last update rejected" in ready.text)
+                    and "[-]policy failed: last update rejected" in ready.text)
 
         _eventually(lambda: all(rejected_everywhere() for _ in range(4)), True)
         for _ in range(6):

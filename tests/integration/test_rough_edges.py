@@ -102,3 +102,28 @@ def test_demo_inventories_read_as_fresh(tmp_path):
 def test_package_licence_is_an_spdx_string():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert meta["license"] == "Apache-2.0"
+
+
+def test_no_cluster_is_explicit_and_says_so_everywhere(tmp_path):
+    """Serving with no node view is a choice made out loud: every GPU pod is warned, /readyz
+    shows the failing (non-critical) check, the metric names the source."""
+    from webhook import __version__
+
+    srv = start_server(tmp_path, "--no-cluster", workers=1)
+    try:
+        resp = srv.post("validate", body(gpu_pod(
+            affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "gpupool.io/pool", "operator": "NotIn",
+                     "values": ["hami"]}]}]}}}))).json()["response"]
+        ready = requests.get(f"{srv.url}/readyz?verbose", verify=srv.ca, timeout=10)
+        metrics = requests.get(f"{srv.url}/metrics", verify=srv.ca, timeout=10).text
+    finally:
+        stop_server(srv)
+    assert resp["allowed"] is True
+    assert "gpupool: CDI devices not checked: gpupool knows no nodes" in resp["warnings"]
+    assert ready.status_code == 200
+    assert "[-]node-source failed: none (--no-cluster)" in ready.text
+    assert 'gpupool_node_source{source="none"} 1.0' in metrics
+    assert f'gpupool_build_info{{version="{__version__}"}} 1.0' in metrics
+    assert f"gpupool {__version__}: serving on" in srv.log.read_text()

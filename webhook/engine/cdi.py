@@ -30,6 +30,8 @@ _SHOW_NODES = 3
 #: Nodes listed in a decision (and so in its audit record); messages give the totals.
 MAX_FINDINGS = 20
 _SHOW_DEVICES = 3
+#: Why no CDI check ran when the view holds no node at all.
+NO_NODES = "gpupool knows no nodes"
 
 
 @dataclass(frozen=True)
@@ -179,8 +181,15 @@ def pod_decision(pod: Mapping[str, Any], who: str, pool_name: str, view: Cluster
                  policy: Policy) -> Decision | None:
     """None: nothing to say. Otherwise a Decision carrying a denial or warnings and nodes."""
     pool = policy.by_name[pool_name]
-    if not pool.cdi.checked or len(view) == 0:
+    if not pool.cdi.checked:
         return None
+    if len(view) == 0:
+        # No node source (serve --no-cluster, check without --cluster): say so on every GPU
+        # pod rather than let an unchecked pod read as a checked one.
+        d = allow(Reason.ROUTED, gpu=True, pool=pool_name,
+                  message=f"{who}: CDI devices not checked: {NO_NODES}")
+        d.warn(f"gpupool: CDI devices not checked: {NO_NODES}")
+        return d
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     runtime_class = spec.get("runtimeClassName") if isinstance(spec.get("runtimeClassName"),
                                                                str) else None

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from flask import Flask, Response, request
 
-from webhook.engine import admit
+from webhook.engine import admit, objects
 from webhook.engine.admit import Stage
 from webhook.engine.cluster import ClusterView
 from webhook.engine.decision import Decision, Reason, allow
@@ -30,7 +30,24 @@ log = logging.getLogger(__name__)
 
 #: Called after every decision (audit, metrics): stage, request, decision, seconds taken.
 DecisionHook = Callable[[Stage, Request, Decision, float], None]
-ReadyCheck = Callable[[], tuple[bool, str]]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One named check behind /readyz or /livez, reported as Kubernetes components report
+    theirs (``[+]name ok``, ``[-]name failed: why``).
+
+    A failing check that is not ``critical`` is shown as failing but keeps the server ready:
+    an audit sink that cannot write, or a rejected policy update (the last good policy still
+    serves), must not take every replica out of the Service and so block pod creation."""
+
+    name: str
+    run: Callable[[], tuple[bool, str]]
+    critical: bool = True
+
+
+def _ping() -> tuple[bool, str]:
+    return True, ""
 
 
 @dataclass
@@ -81,7 +98,8 @@ class Webhook:
     policies: PolicySource
     view: ClusterView
     hooks: list[DecisionHook] = field(default_factory=list)
-    ready_checks: list[ReadyCheck] = field(default_factory=list)
+    ready_checks: list[Probe] = field(default_factory=lambda: [Probe("ping", _ping)])
+    live_checks: list[Probe] = field(default_factory=lambda: [Probe("ping", _ping)])
 
     def __post_init__(self) -> None:
         # The handlers share the hook list: a hook added later reaches both paths.
@@ -93,13 +111,30 @@ class Webhook:
         return self.handlers[stage].handle(body, content_type)
 
     def ready(self) -> tuple[bool, list[str]]:
-        ok = True
-        details = []
-        for check in self.ready_checks:
-            good, detail = check()
-            ok = ok and good
-            details.append(f"[{'+' if good else '-'}]{detail}")
-        return ok, details
+        return run_probes(self.ready_checks)
+
+
+def run_probes(probes: list[Probe], exclude: frozenset[str] = frozenset()
+               ) -> tuple[bool, list[str]]:
+    """Overall result and one line per check; a check that raises counts as failed."""
+    ok = True
+    lines = []
+    for probe in probes:
+        if probe.name in exclude:
+            lines.append(f"[+]{probe.name} excluded: ok")
+            continue
+        try:
+            good, detail = probe.run()
+        except Exception as exc:  # a broken check is a failed check, never a 500
+            log.exception("%s check failed", probe.name)
+            good, detail = False, f"check raised {type(exc).__name__}"
+        if good:
+            lines.append(f"[+]{probe.name} ok" + (f": {detail}" if detail else ""))
+        else:
+            lines.append(f"[-]{probe.name} failed" + (f": {detail}" if detail else "")
+                         + ("" if probe.critical else " (not critical: still ready)"))
+            ok = ok and not probe.critical
+    return ok, lines
 
 
 def audit_annotations(decision: Decision) -> dict[str, str]:
@@ -152,15 +187,35 @@ def create_app(webhook: Webhook, extra_routes: Callable[[Flask], None] | None = 
         app.add_url_rule(f"/{stage.value}", stage.value,
                          lambda handler=handler: serve_review(handler), methods=["POST"])
 
-    @app.get("/healthz")
-    def healthz() -> Response:
-        return Response("ok\n", mimetype="text/plain")
+    def probe_route(path: str, probes: Callable[[], list[Probe]]) -> None:
+        """``/<path>`` and ``/<path>/<check>`` as kube-apiserver serves them: ``ok`` alone on
+        success, every check on failure or with ``?verbose``, ``?exclude=<check>``."""
 
-    @app.get("/readyz")
-    def readyz() -> Response:
-        ok, details = webhook.ready()
-        text = "\n".join([*details, "readyz check " + ("passed" if ok else "failed")]) + "\n"
-        return Response(text, status=200 if ok else 503, mimetype="text/plain")
+        def overall() -> Response:
+            exclude = frozenset(request.args.getlist("exclude"))
+            ok, lines = run_probes(probes(), exclude)
+            if ok and "verbose" not in request.args:
+                return Response("ok\n", mimetype="text/plain")
+            text = "\n".join([*lines, f"{path} check " + ("passed" if ok else "failed")])
+            return Response(text + "\n", status=200 if ok else 503, mimetype="text/plain")
+
+        def single(name: str) -> Response:
+            chosen = [p for p in probes() if p.name == name]
+            if not chosen:
+                return Response(f"no {path} check named {objects.clip(name)}\n", status=404,
+                                mimetype="text/plain")
+            ok, lines = run_probes(chosen)
+            good = ok and lines[0].startswith("[+]")
+            return Response(("ok" if good else lines[0]) + "\n", status=200 if good else 503,
+                            mimetype="text/plain")
+
+        app.add_url_rule(f"/{path}", path, overall, methods=["GET"])
+        app.add_url_rule(f"/{path}/<name>", f"{path}-single", single, methods=["GET"])
+
+    probe_route("readyz", lambda: webhook.ready_checks)
+    probe_route("livez", lambda: webhook.live_checks)
+    # /healthz: the older name for liveness, kept for probes written against it.
+    probe_route("healthz", lambda: webhook.live_checks)
 
     if extra_routes is not None:
         extra_routes(app)

@@ -166,11 +166,15 @@ class SinkHealth:
             if self._on_change:
                 self._on_change(self.name, True)
 
-    def describe(self) -> str:
+    def status(self, lost_total: float, failing_elsewhere: bool) -> tuple[bool, str]:
+        """Readiness detail. The loss is the sum over every worker (``lost_total``, from the
+        metrics), so /readyz and /metrics agree whichever worker answers."""
+        lost = f"{lost_total:.0f} record(s) lost by all workers"
         if self.failing:
-            return (f"audit {self.name}: failing since {self.since} ({self.error}); "
-                    f"{self.lost_in_outage} record(s) lost")
-        return f"audit {self.name}: ok" + (f" ({self.lost} lost earlier)" if self.lost else "")
+            return False, f"cannot write since {self.since} ({self.error}); {lost}"
+        if failing_elsewhere:
+            return False, f"cannot write in another worker; {lost}"
+        return True, f"writing ({lost} earlier)" if lost_total else "writing"
 
 
 class _Sink:
@@ -330,7 +334,3 @@ class AuditLog:
                 sink.write(line)
             except Exception:  # a bug in a sink must not cost the reply either
                 log.exception("audit sink failed unexpectedly")
-
-    def ready(self) -> tuple[bool, str]:
-        """For /readyz's detail: never unready (denials still work without their record)."""
-        return True, "; ".join(s.health.describe() for s in self.sinks) or "audit: no sinks"

@@ -59,6 +59,9 @@ class Reflector:
         if self._watch is not None:
             self._watch.stop()
 
+    def running(self) -> bool:
+        return self._thread is None or self._thread.is_alive()
+
     def staleness(self) -> float:
         return time.monotonic() - self.last_sync if self.last_sync else float("inf")
 
@@ -190,10 +193,15 @@ class ClusterInformer:
         self.view.set_namespace(meta["name"], None if etype == "DELETED"
                                 else meta.get("labels") or {})
 
+    def alive(self) -> tuple[bool, str]:
+        """For /livez: a reflector thread that died never comes back by itself."""
+        dead = [r.name for r in (self.nodes, self.namespaces) if not r.running()]
+        return (False, f"watch thread(s) stopped: {', '.join(dead)}") if dead else (True, "")
+
     def ready(self, max_staleness: float) -> tuple[bool, str]:
         if not (self.nodes.synced.is_set() and self.namespaces.synced.is_set()):
-            return False, "informer: nodes/namespaces not synced yet"
+            return False, "nodes/namespaces not synced yet"
         stale = max(self.nodes.staleness(), self.namespaces.staleness())
         if stale > max_staleness:
-            return False, f"informer: cache last in sync {stale:.0f}s ago"
-        return True, f"informer: {len(self.view)} nodes synced"
+            return False, f"node cache last in sync {stale:.0f}s ago"
+        return True, f"{len(self.view)} nodes synced"

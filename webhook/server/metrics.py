@@ -23,6 +23,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 
+from webhook import __version__
+
 if TYPE_CHECKING:
     from flask import Flask
 
@@ -49,6 +51,14 @@ AUDIT_LOST = Counter("gpupool_audit_records_lost_total",
 AUDIT_FAILING = Gauge("gpupool_audit_sink_failing",
                       "1 while an audit sink cannot write (in any worker)", ["sink"],
                       multiprocess_mode="livemax")
+
+
+NODE_SOURCE = Gauge("gpupool_node_source",
+                    "1 for the node view the server decides against (watch, file, demo, or "
+                    "none: CDI devices not checked)", ["source"], multiprocess_mode="livemax")
+BUILD_INFO = Gauge("gpupool_build_info", "gpupool's version (always 1)", ["version"],
+                   multiprocess_mode="livemax")
+BUILD_INFO.labels(__version__).set(1)
 
 
 _CHILDREN: dict[tuple[Any, ...], Any] = {}
@@ -79,6 +89,36 @@ def audit_sinks_declared(sinks: list[str]) -> None:
     for sink in sinks:
         AUDIT_LOST.labels(sink)
         AUDIT_FAILING.labels(sink).set(0)
+
+
+def audit_totals() -> dict[str, tuple[float, bool]]:
+    """Per audit sink: records lost by every worker, and whether any live worker is failing
+    to write. Read from the multiprocess files, as a scrape would sum them."""
+    registry = CollectorRegistry()
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry.register(AUDIT_LOST)
+        registry.register(AUDIT_FAILING)
+    lost: dict[str, float] = {}
+    failing: dict[str, bool] = {}
+    for family in registry.collect():
+        for sample in family.samples:
+            sink = sample.labels.get("sink", "")
+            if sample.name == "gpupool_audit_records_lost_total":
+                lost[sink] = lost.get(sink, 0.0) + sample.value
+            elif sample.name == "gpupool_audit_sink_failing":
+                failing[sink] = failing.get(sink, False) or sample.value > 0
+    return {sink: (lost.get(sink, 0.0), failing.get(sink, False))
+            for sink in lost.keys() | failing.keys()}
+
+
+def node_source(source: str) -> None:
+    """Which node view the server decides against: watch, file, demo, or none
+    (``--no-cluster``: CDI devices are not checked)."""
+    NODE_SOURCE.labels(source).set(1)
 
 
 class _StateCollector:
@@ -156,7 +196,8 @@ def render(metrics: Metrics, tls: ReloadingContext | None) -> bytes:
 
         multiprocess.MultiProcessCollector(registry)
     else:
-        for collector in (REQUESTS, DENIALS, DURATION, AUDIT_LOST, AUDIT_FAILING):
+        for collector in (REQUESTS, DENIALS, DURATION, AUDIT_LOST, AUDIT_FAILING, NODE_SOURCE,
+                          BUILD_INFO):
             registry.register(collector)
     registry.register(_StateCollector(metrics, tls))
     return generate_latest(registry)

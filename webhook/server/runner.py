@@ -19,7 +19,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from webhook.engine.cluster import ClusterView
-from webhook.server.app import Webhook, create_app
+from webhook.server.app import Probe, Webhook, create_app
 from webhook.server.policysource import PolicySource
 from webhook.server.tls import ReloadingContext, configure_deadlines
 
@@ -55,9 +55,20 @@ class ServeConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def node_source_of(cfg: ServeConfig) -> str:
+    """watch, demo, file or none: what the server decides against."""
+    if cfg.kubeconfig or cfg.in_cluster:
+        return "watch"
+    if cfg.cluster_file:
+        return "demo" if cfg.demo else "file"
+    return "none"
+
+
 def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     """Everything one worker needs: the webhook, its metrics, and things to keep alive."""
     from webhook.engine import cluster as cluster_mod
+    from webhook.server import metrics as metrics_mod
+    from webhook.server.audit import AuditLog
     from webhook.snapshot import load_cluster_file, restamp_inventories
 
     keep: list[Any] = []
@@ -67,6 +78,8 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     policies.start()
     view.set_pool_label(policies.policy.pool_label)
     webhook = Webhook(policies=policies, view=view)
+    source = node_source_of(cfg)
+    metrics_mod.node_source(source)
     if cfg.cluster_file:
         nodes, namespaces = load_cluster_file(cfg.cluster_file)
         if cfg.demo:
@@ -75,47 +88,60 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
         # Convert and drop each raw node as we go: the raw dicts are many times larger.
         view.replace_nodes(cluster_mod.NodeInfo.from_object(nodes.pop()) for _ in range(len(nodes)))
         view.replace_namespaces(namespaces)
-    elif cfg.kubeconfig or cfg.in_cluster:
-        from kubernetes import client, config
-
+        count = len(view)
+        webhook.ready_checks.append(Probe(
+            "node-source", lambda: (True, f"{source} snapshot {cfg.cluster_file}: {count} nodes")))
+    elif source == "watch":
         from webhook.server.informer import ClusterInformer
 
-        if cfg.in_cluster:
-            config.load_incluster_config()
-            api = client.ApiClient()
-        else:
-            api = config.new_client_from_config(config_file=cfg.kubeconfig)
-        informer = ClusterInformer(view, api, watch_timeout=cfg.watch_timeout)
+        informer = ClusterInformer(view, _api_client(cfg), watch_timeout=cfg.watch_timeout)
         informer.start()
         keep.append(informer)
         informer_ref = informer
-        webhook.ready_checks.append(lambda: informer.ready(cfg.max_staleness))
+        webhook.ready_checks.append(
+            Probe("node-source", lambda: informer.ready(cfg.max_staleness)))
+        webhook.live_checks.append(Probe("node-watch", informer.alive))
     else:
+        # Only with --no-cluster (the CLI refuses to start without a node source otherwise).
         view.replace_nodes([])
         view.replace_namespaces({})
+        webhook.ready_checks.append(Probe(
+            "node-source", lambda: (False, "none (--no-cluster): CDI devices are not checked "
+                                           "and every GPU pod gets a warning"), critical=False))
 
     def policy_ready() -> tuple[bool, str]:
-        policies.policy  # noqa: B018 - triggers the periodic reload check
+        policy = policies.policy  # also runs the periodic reload check
         if policies.last_error:
-            return True, f"policy: last update rejected, serving last good ({policies.last_error})"
-        return True, "policy ok"
+            return False, f"last update rejected, serving the last good one ({policies.last_error})"
+        return True, f"{len(policy.pools)} pools" + (f" from {cfg.policy}" if cfg.policy
+                                                      else " (built-in)")
 
-    webhook.ready_checks.append(policy_ready)
-    from webhook.server import metrics as metrics_mod
-    from webhook.server.audit import AuditLog
-
+    webhook.ready_checks.append(Probe("policy", policy_ready, critical=False))
     audit = AuditLog.from_config(stdout=cfg.audit_stdout, path=cfg.audit_file,
                                  max_bytes=cfg.audit_max_bytes, backups=cfg.audit_backups,
                                  on_change=metrics_mod.audit_sink_state,
                                  on_lost=metrics_mod.audit_record_lost)
     metrics_mod.audit_sinks_declared([sink.health.name for sink in audit.sinks])
-    webhook.ready_checks.append(audit.ready)
+    for sink in audit.sinks:
+        def sink_ready(health: Any = sink.health) -> tuple[bool, str]:
+            lost, failing = metrics_mod.audit_totals().get(health.name, (0.0, False))
+            return health.status(lost, failing)
+
+        # Not critical: a denial is still served without its record.
+        webhook.ready_checks.append(Probe(f"audit-{sink.health.name}", sink_ready,
+                                          critical=False))
     metrics = metrics_mod.Metrics(policies=policies, view=view)
     metrics.informer = informer_ref
     webhook.hooks.append(lambda ep, req, d, _s: audit.record(ep, req, d, policies.policy))
     webhook.hooks.append(metrics.observe)
     keep.append(audit)
     return webhook, metrics, keep
+
+
+def _api_client(cfg: ServeConfig) -> Any:
+    from webhook.kube import api_client
+
+    return api_client(kubeconfig=cfg.kubeconfig, in_cluster=cfg.in_cluster)
 
 
 def _child_exit(server: Any, worker: Any) -> None:
@@ -183,7 +209,7 @@ class GunicornApp(BaseApplication):  # type: ignore[misc]
         tls: ReloadingContext | None = None
         if c.certfile:
             tls = self._context()
-            webhook.ready_checks.append(tls.ready)
+            webhook.ready_checks.append(Probe("certificate", tls.ready))
         from webhook.server.metrics import install_routes
 
         app = create_app(webhook, extra_routes=lambda a: install_routes(a, metrics, tls))
@@ -204,6 +230,11 @@ def serve(cfg: ServeConfig) -> None:
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         owned = tempfile.TemporaryDirectory(prefix="gpupool-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = owned.name
+    from webhook import __version__
+
+    log.info("gpupool %s: serving on %s, nodes from %s%s", __version__, cfg.bind,
+             node_source_of(cfg), "" if node_source_of(cfg) != "none" else
+             " (--no-cluster: CDI devices are not checked)")
     try:
         GunicornApp(cfg).run()
     finally:

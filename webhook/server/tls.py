@@ -233,11 +233,11 @@ class ReloadingContext:
     def ready(self) -> tuple[bool, str]:
         """Not ready when the certificate files are gone or what we serve has expired."""
         if not os.path.exists(self.certfile) or not os.path.exists(self.keyfile):
-            return False, f"certificate: {self.certfile} or {self.keyfile} is missing"
+            return False, f"{self.certfile} or {self.keyfile} is missing"
         self.get()
         if self._not_after <= dt.datetime.now(dt.UTC):
-            return False, f"certificate: expired at {self._not_after.isoformat()}"
-        return True, "certificate ok"
+            return False, f"expired at {self._not_after.isoformat()}"
+        return True, f"expires {self._not_after.isoformat()}"
 
 
 def _not_after(certfile: str) -> dt.datetime:

@@ -171,3 +171,47 @@ def test_audit_records_denials_and_optionally_mutations(tmp_path):
     recs = list(read_records((tmp_path / "a.log").read_text().splitlines()))
     assert recs[-1]["uid"] == "u-ok2" and recs[-1]["decision"] == "allowed"
     assert recs[-1]["patch"]
+
+
+def _probe_app(checks):
+    from webhook.server.app import Probe, create_app
+
+    view = ClusterView()
+    webhook = Webhook(policies=PolicySource(), view=view)
+    webhook.ready_checks.extend(Probe(*c) for c in checks)
+    return create_app(webhook).test_client()
+
+
+def test_readyz_reports_as_kubernetes_components_do():
+    client = _probe_app([("node-source", lambda: (True, "3 nodes synced")),
+                         ("audit-file", lambda: (False, "cannot write"), False)])
+    r = client.get("/readyz")
+    assert r.status_code == 200 and r.text == "ok\n"  # terse on success, like kube-apiserver
+    r = client.get("/readyz?verbose")
+    assert r.status_code == 200
+    assert r.text.splitlines() == [
+        "[+]ping ok", "[+]node-source ok: 3 nodes synced",
+        "[-]audit-file failed: cannot write (not critical: still ready)",
+        "readyz check passed"]
+    assert client.get("/readyz/audit-file").status_code == 503
+    assert client.get("/readyz/node-source").text == "ok\n"
+    assert client.get("/readyz/nope").status_code == 404
+
+
+def test_a_failing_critical_check_fails_readiness_and_lists_every_check():
+    client = _probe_app([("node-source", lambda: (False, "not synced yet")),
+                         ("broken", lambda: 1 / 0)])
+    r = client.get("/readyz")
+    assert r.status_code == 503
+    assert "[-]node-source failed: not synced yet" in r.text
+    assert "[-]broken failed: check raised ZeroDivisionError" in r.text
+    assert r.text.endswith("readyz check failed\n")
+    r = client.get("/readyz?exclude=node-source&exclude=broken")
+    assert r.status_code == 200
+
+
+def test_livez_and_healthz_are_liveness():
+    client = _probe_app([("node-source", lambda: (False, "not synced yet"))])
+    for path in ("/livez", "/healthz"):
+        assert client.get(path).text == "ok\n"  # readiness failing is not liveness failing
+        assert client.get(f"{path}?verbose").text == f"[+]ping ok\n{path[1:]} check passed\n"

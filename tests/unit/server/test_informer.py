@@ -119,7 +119,7 @@ def test_events_between_lists_are_applied():
 def test_not_ready_until_synced_and_when_stale():
     api = FakeNodeAPI(lists=[[]], watches=[])
     inf, _ = _informer(api)
-    assert inf.ready(60) == (False, "informer: nodes/namespaces not synced yet")
+    assert inf.ready(60) == (False, "nodes/namespaces not synced yet")
     inf.start()
     try:
         _wait(lambda: inf.ready(60)[0])

@@ -1,0 +1,71 @@
+"""One way to reach the API server for every shell (serve, agent, doctor): a kubeconfig with
+an optional context, or the pod's service account.
+
+Every way this goes wrong for a user (no kubeconfig, a context that is not in it, running the
+agent off-cluster, an API server that does not answer) becomes one ``KubeError`` line that
+names the input and what to do, never a client library traceback.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+DEFAULT_KUBECONFIG = "~/.kube/config"
+#: Seconds a CLI call to the API server may take before it is reported as unreachable.
+REQUEST_TIMEOUT = 30
+
+
+class KubeError(RuntimeError):
+    pass
+
+
+def kubeconfig_path(kubeconfig: str | None) -> str:
+    """The file the client will read, as kubectl chooses it."""
+    return kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser(DEFAULT_KUBECONFIG)
+
+
+def api_client(kubeconfig: str | None = None, context: str | None = None,
+               in_cluster: bool = False) -> Any:
+    import yaml
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    if in_cluster:
+        try:
+            config.load_incluster_config()
+        except ConfigException as exc:
+            raise KubeError(f"not running in a pod ({exc}); pass --kubeconfig FILE to run "
+                            "outside the cluster") from exc
+        return client.ApiClient()
+    path = kubeconfig_path(kubeconfig)
+    files = [p for p in path.split(os.pathsep) if p]
+    if not any(os.path.isfile(os.path.expanduser(p)) for p in files):
+        raise KubeError(f"kubeconfig {path}: no such file; pass --kubeconfig FILE (or set "
+                        "KUBECONFIG)")
+    try:
+        return config.new_client_from_config(config_file=kubeconfig, context=context)
+    except ConfigException as exc:
+        hint = " (see kubectl config get-contexts)" if context else ""
+        raise KubeError(f"kubeconfig {path}: {exc}{hint}") from exc
+    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
+        # a file that is not a kubeconfig at all
+        raise KubeError(f"kubeconfig {path}: not a usable kubeconfig ({exc})") from exc
+
+
+def api_error(exc: BaseException, api: Any = None) -> KubeError | None:
+    """The one-line form of an error from calling the API server, or None if ``exc`` is not
+    one."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    host = getattr(getattr(api, "configuration", None), "host", None) or "the API server"
+    if isinstance(exc, ApiException):
+        what = {401: "not authenticated", 403: "forbidden"}.get(exc.status or 0, exc.reason)
+        return KubeError(f"{host}: {exc.status} {what}; check the credentials of --kubeconfig "
+                         "and --context")
+    if isinstance(exc, HTTPError):
+        reason = getattr(exc, "reason", None) or exc
+        return KubeError(f"cannot reach the API server at {host}: {reason}; check "
+                         "--kubeconfig and --context")
+    return None
