@@ -11,6 +11,8 @@ import base64
 import datetime as dt
 import ipaddress
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,12 +91,72 @@ def dns_names(service: str, namespace: str) -> list[str]:
             f"{service}.{namespace}.svc.cluster.local"]
 
 
+#: ``certs generate`` and ``renew`` warn when the serving certificate expires sooner.
+EXPIRY_WARNING = dt.timedelta(days=30)
+
+
+@dataclass(frozen=True)
+class Generated:
+    paths: Paths
+    ca_kept: bool  # an existing CA was kept (its caBundle stays valid)
+    not_after: dt.datetime  # when the serving certificate expires
+
+
+def _check_days(days: int, flag: str = "--days") -> None:
+    if days < 1:
+        raise CertError(f"{flag} {days}: a certificate must be valid for at least 1 day")
+
+
 def generate(out: str | Path, service: str, namespace: str, *, extra_dns: list[str] = (),
              extra_ips: list[str] = (), days: int = 365, ca_days: int = 3650,
-             algorithm: str = "ecdsa") -> Paths:
-    """Create a CA and a serving certificate in ``out``; returns the file paths."""
+             algorithm: str = "ecdsa", force: bool = False) -> Generated:
+    """A serving certificate in ``out``, issued by the CA already there, or by a new one.
+
+    An existing CA is kept unless ``force``: installed webhook configurations trust it through
+    their caBundle, and replacing it silently would make the API server reject the webhook.
+    A new directory is built beside ``out`` and renamed into place, so a failure leaves
+    nothing half-written."""
+    _check_days(days)
+    _check_days(ca_days, "--ca-days")
     paths = Paths(Path(out))
-    paths.out.mkdir(parents=True, exist_ok=True)
+    has_ca = paths.ca_cert.exists() or paths.ca_key.exists()
+    if has_ca and not force:
+        _load_ca(paths)  # a broken CA is an error here, not a silently replaced one
+        try:
+            not_after = _issue(paths, service, namespace, list(extra_dns), list(extra_ips),
+                               days, algorithm)
+        except OSError as exc:
+            raise CertError(f"--out {paths.out}: {exc.strerror}") from exc
+        return Generated(paths, True, not_after)
+    if paths.out.exists() and not paths.out.is_dir():
+        raise CertError(f"--out {paths.out}: exists and is not a directory")
+    parent = paths.out.absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{paths.out.name}.", dir=parent))
+    except OSError as exc:
+        raise CertError(f"--out {paths.out}: cannot write in {parent} ({exc.strerror})") from exc
+    try:
+        staged = Paths(tmp)
+        _new_ca(staged, namespace, ca_days, algorithm)
+        not_after = _issue(staged, service, namespace, list(extra_dns), list(extra_ips), days,
+                           algorithm)
+        if paths.out.is_dir():
+            # --force over an existing directory: replace our files one by one, CA last, so
+            # a reader never pairs a new serving certificate with the old CA's key.
+            for name in (TLS_KEY, TLS_CERT, CA_BUNDLE, CA_KEY, CA_CERT):
+                os.replace(tmp / name, paths.out / name)
+        else:
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, paths.out)
+    except OSError as exc:
+        raise CertError(f"--out {paths.out}: {exc.strerror}") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Generated(paths, False, not_after)
+
+
+def _new_ca(paths: Paths, namespace: str, ca_days: int, algorithm: str) -> None:
     ca_key = _new_key(algorithm)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"gpupool-ca.{namespace}")])
     now = _now()
@@ -112,8 +174,6 @@ def generate(out: str | Path, service: str, namespace: str, *, extra_dns: list[s
           .sign(ca_key, hashes.SHA256()))
     _write(paths.ca_key, _key_pem(ca_key), 0o600)
     _write(paths.ca_cert, ca.public_bytes(serialization.Encoding.PEM), 0o644)
-    _issue(paths, service, namespace, list(extra_dns), list(extra_ips), days, algorithm)
-    return paths
 
 
 def _load_ca(paths: Paths) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
@@ -122,13 +182,16 @@ def _load_ca(paths: Paths) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey
         key = serialization.load_pem_private_key(paths.ca_key.read_bytes(), password=None)
     except FileNotFoundError as exc:
         raise CertError(f"{exc.filename}: not found; run 'gpupool certs generate' first") from exc
+    except OSError as exc:
+        raise CertError(f"{exc.filename}: {exc.strerror}") from exc
     except ValueError as exc:
         raise CertError(f"{paths.out}: CA files are not valid PEM: {exc}") from exc
     return ca, key  # type: ignore[return-value]
 
 
 def _issue(paths: Paths, service: str, namespace: str, extra_dns: list[str],
-           extra_ips: list[str], days: int, algorithm: str) -> None:
+           extra_ips: list[str], days: int, algorithm: str) -> dt.datetime:
+    """Issue the serving certificate from the CA in ``paths``; returns when it expires."""
     ca, ca_key = _load_ca(paths)
     key = _new_key(algorithm)
     now = _now()
@@ -157,11 +220,16 @@ def _issue(paths: Paths, service: str, namespace: str, extra_dns: list[str],
     _write(paths.tls_key, _key_pem(key), 0o600)
     _write(paths.tls_cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
     _write(paths.ca_bundle, ca_bundle(paths).encode() + b"\n", 0o644)
+    return cert.not_valid_after_utc
 
 
 def ca_bundle(paths: Paths) -> str:
     """The base64 PEM the webhook configurations' clientConfig.caBundle takes."""
-    return base64.b64encode(paths.ca_cert.read_bytes()).decode()
+    try:
+        return base64.b64encode(paths.ca_cert.read_bytes()).decode()
+    except OSError as exc:
+        raise CertError(f"{paths.ca_cert}: {exc.strerror}; run 'gpupool certs generate --out "
+                        f"{paths.out}' first") from exc
 
 
 def expiry(cert_path: str | Path) -> dt.datetime:
@@ -180,8 +248,12 @@ def renew(out: str | Path, service: str, namespace: str, *, extra_dns: list[str]
           extra_ips: list[str] = (), days: int = 365, renew_before_days: float = 30,
           algorithm: str = "ecdsa", force: bool = False) -> bool:
     """Reissue the serving certificate from the existing CA when it is due; True if reissued."""
+    _check_days(days)
     paths = Paths(Path(out))
     if not force and not needs_renewal(paths, dt.timedelta(days=renew_before_days)):
         return False
-    _issue(paths, service, namespace, list(extra_dns), list(extra_ips), days, algorithm)
+    try:
+        _issue(paths, service, namespace, list(extra_dns), list(extra_ips), days, algorithm)
+    except OSError as exc:
+        raise CertError(f"--out {paths.out}: {exc.strerror}") from exc
     return True

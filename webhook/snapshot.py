@@ -58,6 +58,16 @@ def load_yaml_objects(path: str) -> list[dict[str, Any]]:
         raise SnapshotError(f"{path}: {exc}") from exc
 
 
+def load_yaml_text(text: str, source: str) -> list[dict[str, Any]]:
+    """Objects from YAML or JSON text read elsewhere (standard input)."""
+    try:
+        return list(iter_objects(yaml.load_all(text, Loader=_LOADER)))
+    except yaml.YAMLError as exc:
+        raise SnapshotError(f"{source}: not valid YAML or JSON: {exc}") from exc
+    except SnapshotError as exc:
+        raise SnapshotError(f"{source}: {exc}") from exc
+
+
 def load_cluster_file(path: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]]]:
     """Nodes and namespace labels from one snapshot file; other kinds are ignored."""
     nodes: list[dict[str, Any]] = []

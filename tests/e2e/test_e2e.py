@@ -239,7 +239,7 @@ def test_doctor_against_the_live_cluster(env):
                         str(env.cp.kubeconfig), "-o", "json"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1, r.stderr  # hami-1 lacks devices: a finding
-    rows = {row["node"]: row for row in json.loads(r.stdout)}
+    rows = {row["node"]: row for row in json.loads(r.stdout)["nodes"]}
     assert rows["hami-1"]["state"] == "missing" and rows["hami-1"]["hami_gpus"] == 2
     assert f"management.nvidia.com/gpu={UUIDS[0]}" in rows["hami-1"]["missing"]
     assert rows["op-1"]["state"] == "ok" and rows["op-1"]["pool"] == "operator"

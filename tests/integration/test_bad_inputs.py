@@ -47,8 +47,8 @@ def test_invalid_policy_at_startup_is_refused_clearly(tmp_path):
                                      "poolLabel: gpupool.io/pool\ndefaultPool: x\n"
                                      "gpuResources: [nvidia.com/gpu]\npools: [{name: x}]\n")
     r = subprocess.run([sys.executable, "-m", "webhook", "serve", "--insecure-http",
-                        "--policy", str(tmp_path / "p.yaml")], capture_output=True, text=True,
-                       timeout=60)
+                        "--no-cluster", "--policy", str(tmp_path / "p.yaml")],
+                       capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "pools[0].schedulerName: required field is missing" in r.stderr
 

@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,8 +107,9 @@ def installed(tmp_path_factory) -> Path:
     return venv / "bin"
 
 
-def test_dockerfile_installs_the_version_pyproject_declares():
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+def test_dockerfile_installs_the_version_the_package_declares():
+    from webhook import __version__ as version
+
     (install,) = _pip_steps(dockerfile_stages()[-1].runs[-1])
     assert f"gpupool=={version}" in install
 

@@ -20,7 +20,7 @@ def test_kubectl_finds_and_runs_the_plugin(kubectl):
                         str(UPSTREAM / "pods/hami/nvidia/use_memory_fraction.yaml"), "-o", "json"],
                        capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
-    (res,) = json.loads(r.stdout)
+    (res,) = json.loads(r.stdout)["results"]
     assert res["pool"] == "hami" and res["schedulerName"] == "hami-scheduler"
     bad = subprocess.run([str(kubectl), "gpupool", "check", "-f", "/nonexistent.yaml"],
                          capture_output=True, text=True, env=env, timeout=60)

@@ -50,7 +50,7 @@ def mode(request, tmp_path_factory):
                         *[a for f in FILES for a in ("-f", str(f))]],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode in (0, 1), r.stderr
-    results = json.loads(r.stdout)
+    results = json.loads(r.stdout)["results"]
     yield request.param, srv, results, r.returncode
     stop_server(srv)
 

@@ -103,7 +103,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Counter[str]]:
             for key in ("reason", "namespace", "pool")}
 
 
-def format_table(records: list[dict[str, Any]]) -> str:
+def format_table(records: list[dict[str, Any]], wide: bool = False) -> str:
     out = [f"{len(records)} record(s)"]
     for key, counts in summarize(records).items():
         out.append("")
@@ -112,9 +112,13 @@ def format_table(records: list[dict[str, Any]]) -> str:
             out.append(f"{value:<40} {n}")
     if records:
         out.append("")
-        out.append(f"{'TIME':<25} {'DRY':<4} {'NAMESPACE':<16} {'NAME':<30} {'POOL':<10} REASON")
+        out.append(f"{'TIME':<25} {'DRY':<4} {'NAMESPACE':<16} {'NAME':<30} {'POOL':<10} REASON"
+                   + ("  USER  UID" if wide else ""))
         for r in records:
             out.append(f"{r.get('time', ''):<25} {'yes' if r.get('dryRun') else 'no':<4} "
                        f"{r.get('namespace', ''):<16} {r.get('kind', '')}/{r.get('name', ''):<30}"
-                       f" {r.get('pool', ''):<10} {r.get('reason', '')}")
+                       f" {r.get('pool', ''):<10} {r.get('reason', '')}"
+                       + (f"  {r.get('user', '')}  {r.get('uid', '')}" if wide else ""))
+            if wide and r.get("message"):
+                out.append(f"{'':<25} {r['message']}")
     return "\n".join(out)

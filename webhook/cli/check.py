@@ -8,14 +8,16 @@ snapshot, so "what would gpupool do with this?" has the same answer offline and 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from webhook.engine import admit, objects, workloads
 from webhook.engine.cluster import ClusterView
 from webhook.engine.policy import Policy
-from webhook.snapshot import SnapshotError, load_yaml_objects
+from webhook.snapshot import SnapshotError, load_yaml_objects, load_yaml_text
 
 
 @dataclass
@@ -35,6 +37,8 @@ class CheckResult:
 class CheckReport:
     results: list[CheckResult] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    #: why the CDI check could not run at all ("": it ran against the nodes given)
+    cdi_unchecked: str = ""
 
     @property
     def exit_code(self) -> int:
@@ -55,15 +59,58 @@ def check_object(obj: Mapping[str, Any], view: ClusterView | None, policy: Polic
                        source, d.to_json())
 
 
-def load_manifests(files: list[str]) -> list[tuple[str, list[dict[str, Any]]]]:
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def expand_paths(paths: list[str], recursive: bool = False) -> list[str]:
+    """``-f`` as kubectl reads it: a file, ``-`` for standard input, or a directory's
+    .yaml/.yml/.json files (its subdirectories too with ``-R``), in name order."""
+    out: list[str] = []
+    for path in paths:
+        if path == "-" or not os.path.isdir(path):
+            out.append(path)
+            continue
+        found = []
+        for root, dirs, names in os.walk(path):
+            dirs.sort()
+            found.extend(os.path.join(root, n) for n in sorted(names)
+                         if n.endswith(MANIFEST_SUFFIXES))
+            if not recursive:
+                break
+        if not found:
+            raise SnapshotError(f"{path}: no .yaml, .yml or .json file in it"
+                                + ("" if recursive else " (-R reads its subdirectories)"))
+        out.extend(found)
+    return out
+
+
+def load_manifests(files: list[str], stdin: TextIO | None = None,
+                   default_namespace: str | None = None
+                   ) -> list[tuple[str, list[dict[str, Any]]]]:
     """Each file's objects. A file that holds no Kubernetes object at all (nothing with a
     kind: a values file, a typo'd path to the wrong YAML) is bad input, not "0 checked": a CI
-    gate over it must fail, not pass silently."""
+    gate over it must fail, not pass silently. Objects without a namespace get
+    ``default_namespace`` (``-n``), as ``kubectl apply -n`` would create them."""
     out = []
     for path in files:
-        objs = load_yaml_objects(path)
+        if path == "-":
+            objs = load_yaml_text((stdin or sys.stdin).read(), "<stdin>")
+        else:
+            objs = load_yaml_objects(path)
         if not any(isinstance(o.get("kind"), str) and o["kind"] for o in objs):
             raise SnapshotError(f"{path}: no Kubernetes object in it (no document has a kind)")
+        if default_namespace:
+            for obj in objs:
+                meta = obj.get("metadata")
+                if not isinstance(meta, dict):
+                    continue
+                if not meta.get("namespace"):
+                    meta["namespace"] = default_namespace
+                elif meta["namespace"] != default_namespace:  # kubectl refuses this too
+                    raise SnapshotError(
+                        f"{path}: {obj.get('kind')} {objects.clip(str(meta.get('name')))} is "
+                        f"in namespace {objects.clip(str(meta['namespace']))}, not "
+                        f"{default_namespace} (-n); drop one of them")
         out.append((path, objs))
     return out
 
@@ -83,8 +130,10 @@ def run_check(manifests: list[tuple[str, list[dict[str, Any]]]], view: ClusterVi
     return report
 
 
-def format_text(report: CheckReport) -> str:
+def format_text(report: CheckReport, wide: bool = False) -> str:
     lines = []
+    if report.cdi_unchecked:
+        lines.append(f"note: CDI devices not checked: {report.cdi_unchecked}")
     for r in report.results:
         d = r.decision
         verdict = "ALLOWED" if d["allowed"] else "DENIED "
@@ -94,11 +143,20 @@ def format_text(report: CheckReport) -> str:
             head += f"  patch={len(d['patch'])} op(s)"
         else:
             head += "  (no GPU resources: untouched)"
+        if wide:
+            head += f"  reason={d['reason']}  source={r.source}"
         lines.append(head)
         if not d["allowed"]:
             lines.append(f"        {d['reason']}: {d['message']}")
         for w in d["warnings"]:
             lines.append(f"        warning: {w}")
+        if wide:
+            for op in d["patch"]:
+                lines.append(f"        patch: {json.dumps(op, sort_keys=True)}")
+            for n in d["nodes"]:
+                lines.append(f"        node {n['node']}: "
+                             + (f"lacks {', '.join(n['missing'])}" if n["missing"]
+                                else n.get("note", "")))
     lines.extend(report.skipped)
     denied = sum(1 for r in report.results if not r.decision["allowed"])
     lines.append(f"{len(report.results)} checked, {denied} denied, "
@@ -106,5 +164,9 @@ def format_text(report: CheckReport) -> str:
     return "\n".join(lines)
 
 
-def format_json(report: CheckReport) -> str:
-    return json.dumps([r.to_json() for r in report.results], indent=2)
+def to_document(report: CheckReport) -> dict[str, Any]:
+    """The report as ``-o json`` and ``-o yaml`` print it."""
+    return {"kind": "CheckReport",
+            "cdiCheck": {"ran": not report.cdi_unchecked, "reason": report.cdi_unchecked},
+            "results": [r.to_json() for r in report.results],
+            "skipped": report.skipped}

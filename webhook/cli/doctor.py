@@ -7,14 +7,16 @@ default kind, what a pod of that pool would miss, and the fix.
 
 from __future__ import annotations
 
-import json
+import datetime as dt
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from webhook.api.delivery import LABEL_PREFIX
 from webhook.engine.candidates import Demand
 from webhook.engine.cdi import MISSING, OK, UNKNOWN, assess_node, fix_text
 from webhook.engine.cluster import ClusterView
 from webhook.engine.policy import Policy
+from webhook.snapshot import SnapshotError
 
 
 @dataclass
@@ -66,7 +68,81 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
     return rows
 
 
-def format_table(rows: list[Row]) -> str:
+@dataclass
+class CertificateStatus:
+    """The webhook's serving certificate, as doctor reports it."""
+
+    source: str
+    not_after: str = ""  # ISO time; "" when it could not be read
+    days_left: int | None = None
+    problem: str = ""  # why it is a finding, or why it could not be read
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem
+
+    def describe(self) -> str:
+        if not self.not_after:
+            return f"serving certificate ({self.source}): {self.problem}"
+        text = (f"serving certificate ({self.source}): expires {self.not_after} "
+                f"({self.days_left} day(s) left)")
+        return f"{text}: {self.problem}" if self.problem else text
+
+
+def certificate_status(pem: bytes, source: str) -> CertificateStatus:
+    from cryptography import x509
+
+    from webhook.certs import EXPIRY_WARNING
+
+    try:
+        not_after = x509.load_pem_x509_certificate(pem).not_valid_after_utc
+    except ValueError as exc:
+        return CertificateStatus(source, problem=f"not a PEM certificate ({exc})")
+    left = not_after - dt.datetime.now(dt.UTC)
+    status = CertificateStatus(source, not_after.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                               max(left.days, 0))
+    if left.total_seconds() <= 0:
+        status.problem = "EXPIRED: the API server rejects the webhook; renew it now"
+    elif left < EXPIRY_WARNING:
+        status.problem = "expires soon; renew it (gpupool certs renew, or cert-manager)"
+    return status
+
+
+def certificate_from_file(path: str) -> CertificateStatus:
+    try:
+        with open(path, "rb") as fh:
+            return certificate_status(fh.read(), path)
+    except OSError as exc:
+        raise SnapshotError(f"--cert {path}: {exc.strerror}") from exc
+
+
+def certificate_from_secret(api: Any, ref: str) -> CertificateStatus:
+    """The Secret's tls.crt. A Secret that cannot be read is reported, not fatal: doctor's
+    node rows do not depend on it."""
+    import base64
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from webhook.kube import REQUEST_TIMEOUT
+
+    namespace, _, name = ref.rpartition("/")
+    source = f"secret {ref}"
+    try:
+        secret = client.CoreV1Api(api).read_namespaced_secret(
+            name, namespace or "default", _request_timeout=REQUEST_TIMEOUT)
+    except ApiException as exc:
+        why = "not found" if exc.status == 404 else f"{exc.status} {exc.reason}"
+        return CertificateStatus(source, problem=f"not checked ({why}; pass --tls-secret "
+                                                 "NAMESPACE/NAME or --cert FILE)")
+    data = (secret.data or {}).get("tls.crt")
+    if not data:
+        return CertificateStatus(source, problem="not checked (no tls.crt in the Secret)")
+    return certificate_status(base64.b64decode(data), source)
+
+
+def format_table(rows: list[Row], cert: CertificateStatus | None = None,
+                 wide: bool = False) -> str:
     head = (f"{'NODE':<24} {'POOL':<10} {'SCHEDULER':<18} {'HAMI GPUS':<9} {'MODE':<7} "
             f"{'DEFAULT KIND':<28} {'CDI KINDS (devices)':<48} STATUS")
     lines = [head]
@@ -80,14 +156,21 @@ def format_table(rows: list[Row]) -> str:
         if r.steering:
             lines.append(f"{'':<24} steering labels: "
                          + ", ".join(f"{k}={v}" for k, v in r.steering.items()))
+        if wide and len(r.missing) > 2:
+            lines.extend(f"{'':<24} missing: {m}" for m in r.missing)
         if r.fix:
             lines.append(f"{'':<24} fix: {r.fix}")
         for e in r.errors:
             lines.append(f"{'':<24} spec error: {e}")
     if not rows:
         lines.append("(no GPU nodes)")
+    if cert is not None:
+        lines.append("")
+        lines.append(cert.describe())
     return "\n".join(lines)
 
 
-def format_json(rows: list[Row]) -> str:
-    return json.dumps([asdict(r) for r in rows], indent=2)
+def to_document(rows: list[Row], cert: CertificateStatus | None = None) -> dict[str, Any]:
+    """The report as ``-o json`` and ``-o yaml`` print it."""
+    return {"kind": "DoctorReport", "nodes": [asdict(r) for r in rows],
+            "certificate": asdict(cert) if cert is not None else None}

@@ -1,26 +1,32 @@
 """The ``gpupool`` command: thin argument handling around the library modules.
 
 Exit codes are uniform: 0 success (for ``check``: everything allowed), 1 a finding (a pod
-denied), 2 bad input or usage.
+denied, a node that would fail its pods), 2 bad input or usage, 3 an internal error (a bug:
+``GPUPOOL_DEBUG=1`` prints its traceback). Every error is one line on stderr that names the
+input and what to do: ``main`` is the only place errors become output.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import sys
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from webhook import __version__
 from webhook.engine import objects
 
 if TYPE_CHECKING:
     from webhook.engine.cluster import ClusterView
     from webhook.engine.policy import Policy
 
-EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+OUTPUTS = ("json", "yaml", "wide")
 
 
 class UsageError(Exception):
@@ -45,40 +51,117 @@ def _namespace_labels(text: str | None) -> dict[str, str]:
     return out
 
 
-def _view(cluster: str | None, policy: Policy, ns_labels: dict[str, str],
-          namespaces: Sequence[str] = ()) -> ClusterView:
-    from webhook.engine.cluster import view_from_objects
+def _load_nodes(cluster: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]]]:
     from webhook.snapshot import load_cluster_file
 
-    nodes, ns = load_cluster_file(cluster) if cluster else ([], {})
+    return load_cluster_file(cluster)
+
+
+def _view(nodes: list[dict[str, Any]], ns: dict[str, dict[str, str]], policy: Policy,
+          ns_labels: dict[str, str], namespaces: Sequence[str] = ()) -> ClusterView:
+    from webhook.engine.cluster import view_from_objects
+
     for name in namespaces:
         ns.setdefault(name, {}).update(ns_labels)
     return view_from_objects(nodes, policy, ns)
+
+
+def _print_doc(doc: Any, output: str | None) -> None:
+    """``-o json`` and ``-o yaml``, as kubectl prints them."""
+    if output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False), end="")
+    else:
+        print(json.dumps(doc, indent=2))
 
 
 # ------------------------------------------------------------------ check
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from webhook.cli.check import format_json, format_text, load_manifests, run_check
+    from webhook.cli.check import expand_paths, format_text, load_manifests, run_check, to_document
 
     policy = _policy(args.policy)
     labels = _namespace_labels(args.namespace_labels)
-    manifests = load_manifests(args.files)
+    manifests = load_manifests(expand_paths(args.files, args.recursive),
+                               default_namespace=args.namespace)
     namespaces = {objects.meta_of(obj).get("namespace") or "default"
                   for _, objs in manifests for obj in objs}
-    view = _view(args.cluster, policy, labels, sorted(namespaces))
+    nodes, ns = _load_nodes(args.cluster) if args.cluster else ([], {})
+    view = _view(nodes, ns, policy, labels, sorted(namespaces))
     report = run_check(manifests, view, policy)
-    if args.output == "json":
-        print(format_json(report))
-        for line in report.skipped:
+    if not args.cluster:
+        report.cdi_unchecked = ("no --cluster given; pass --cluster with 'kubectl get nodes -o "
+                                "yaml' output to check the nodes' CDI devices")
+    elif not nodes:
+        report.cdi_unchecked = (f"--cluster {args.cluster} holds no Node; pass 'kubectl get "
+                                "nodes -o yaml' output")
+    if args.output in ("json", "yaml"):
+        _print_doc(to_document(report), args.output)
+        # Also on stderr, where a person watching a pipeline sees them.
+        for line in ([f"note: CDI devices not checked: {report.cdi_unchecked}"]
+                     if report.cdi_unchecked else []) + report.skipped:
             print(line, file=sys.stderr)
     else:
-        print(format_text(report))
+        print(format_text(report, wide=args.output == "wide"))
     return report.exit_code
 
 
 # ------------------------------------------------------------------ serve
+
+
+def _check_bind(bind: str) -> None:
+    """Fail before gunicorn does: it retries a taken port for 5 s and then exits 1."""
+    import socket
+
+    if bind.startswith("unix:"):
+        return
+    host, sep, port_text = bind.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise UsageError(f"--bind {bind!r}: use HOST:PORT, e.g. 0.0.0.0:8443")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        infos = socket.getaddrinfo(host, int(port_text), type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise UsageError(f"--bind {bind!r}: cannot resolve {host!r} ({exc.strerror})") from exc
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            raise UsageError(f"--bind {bind}: {exc.strerror.lower()}; choose another address "
+                             "or stop what listens there") from exc
+
+
+def _check_tls(cert: str, key: str) -> None:
+    import ssl
+
+    for flag, path in (("--cert", cert), ("--key", key)):
+        if not os.path.isfile(path):
+            raise UsageError(f"{flag} {path}: no such file")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_cert_chain(cert, key)
+    except ssl.SSLError as exc:
+        raise UsageError(f"--cert {cert} / --key {key}: not a certificate and its key "
+                         f"({exc.reason or exc}); are they swapped or from different pairs?"
+                         ) from exc
+    except OSError as exc:
+        raise UsageError(f"--cert {cert} / --key {key}: {exc.strerror}") from exc
+
+
+def _check_audit_file(path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UsageError(f"--audit-file {path}: directory {directory} does not exist; create "
+                         "it or mount a volume there")
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--audit-file {path}: {exc.strerror}") from exc
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -89,12 +172,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from webhook.policyfile import DATA_DIR
 
         cluster = str(DATA_DIR / "demo-cluster.yaml")
+    if not (cluster or args.kubeconfig or args.in_cluster or args.no_cluster):
+        raise UsageError("no node source: pass --in-cluster, --kubeconfig FILE, --cluster FILE "
+                         "or --demo (or --no-cluster to serve without checking CDI devices)")
     if bool(args.cert) != bool(args.key):
         raise UsageError("--cert and --key go together")
     if not args.cert and not args.insecure_http:
         raise UsageError("--cert/--key are required (or --insecure-http for local debugging)")
+    # Everything a worker would trip over is checked here, once, before any worker forks.
+    if args.cert:
+        _check_tls(args.cert, args.key)
     if args.policy:
-        _policy(args.policy)  # fail fast, before forking workers
+        _policy(args.policy)
+    if cluster and not _load_nodes(cluster)[0]:
+        raise UsageError(f"--cluster {cluster}: holds no Node; pass 'kubectl get nodes -o yaml' "
+                         "output (or --no-cluster to serve without checking CDI devices)")
+    if args.kubeconfig:
+        from webhook.kube import api_client
+
+        api_client(kubeconfig=args.kubeconfig)
+    if args.in_cluster:
+        from webhook.kube import api_client
+
+        api_client(in_cluster=True)
+    if args.audit_file:
+        _check_audit_file(args.audit_file)
+    _check_bind(args.bind)
     cfg = ServeConfig(bind=args.bind, certfile=args.cert or "", keyfile=args.key or "",
                       policy=args.policy, cluster_file=cluster, demo=args.demo,
                       kubeconfig=args.kubeconfig,
@@ -114,15 +217,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ certs
 
 
+def _expiry_warning(not_after: dt.datetime) -> None:
+    from webhook import certs
+
+    left = not_after - dt.datetime.now(dt.UTC)
+    if left < certs.EXPIRY_WARNING:
+        print(f"warning: the serving certificate expires in {max(left.days, 0)} day(s), on "
+              f"{not_after:%Y-%m-%d}; renew it with 'gpupool certs renew'", file=sys.stderr)
+
+
 def cmd_certs(args: argparse.Namespace) -> int:
     from webhook import certs
 
     if args.certs_cmd == "generate":
-        paths = certs.generate(args.out, args.service, args.namespace,
-                               extra_dns=args.dns, extra_ips=args.ip, days=args.days,
-                               algorithm=args.algorithm)
-        print(f"wrote {paths.ca_cert}, {paths.tls_cert}, {paths.tls_key} (0600), "
-              f"{paths.ca_bundle}")
+        made = certs.generate(args.out, args.service, args.namespace,
+                              extra_dns=args.dns, extra_ips=args.ip, days=args.days,
+                              algorithm=args.algorithm, force=args.force)
+        p = made.paths
+        ca = (f"kept the CA in {p.ca_cert} (--force replaces it)" if made.ca_kept
+              else f"wrote a new CA {p.ca_cert}")
+        print(f"{ca}; wrote {p.tls_cert}, {p.tls_key} (0600), {p.ca_bundle}")
+        _expiry_warning(made.not_after)
         return EXIT_OK
     if args.certs_cmd == "renew":
         done = certs.renew(args.out, args.service, args.namespace, extra_dns=args.dns,
@@ -130,14 +245,29 @@ def cmd_certs(args: argparse.Namespace) -> int:
                            renew_before_days=args.renew_before_days, algorithm=args.algorithm,
                            force=args.force)
         print("renewed serving certificate" if done else "serving certificate not due yet")
+        _expiry_warning(certs.expiry(certs.Paths(Path(args.out)).tls_cert))
         return EXIT_OK
-    if args.certs_cmd == "ca-bundle":
-        print(certs.ca_bundle(certs.Paths(Path(args.out))))
-        return EXIT_OK
-    raise UsageError("certs: choose generate, renew or ca-bundle")
+    print(certs.ca_bundle(certs.Paths(Path(args.out))))
+    return EXIT_OK
 
 
 # ------------------------------------------------------------------ audit
+
+
+def _reason_code(text: str) -> str:
+    """A reason code as the records spell it, whatever its case; a typo is an error with the
+    closest codes, never an empty listing."""
+    import difflib
+
+    from webhook.engine.decision import Reason
+
+    by_lower = {code.lower(): code for code in Reason.codes()}
+    if text.lower() in by_lower:
+        return by_lower[text.lower()]
+    close = difflib.get_close_matches(text.lower(), by_lower, n=3, cutoff=0.5)
+    hint = (f"did you mean {' or '.join(by_lower[c] for c in close)}?" if close
+            else f"one of {', '.join(Reason.codes())}")
+    raise argparse.ArgumentTypeError(f"unknown reason code {text!r}; {hint}")
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -166,10 +296,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
                     records.extend(r for r in read_records(fh, gaps, p) if filt(r))
             except OSError as exc:
                 raise UsageError(f"{p}: {exc.strerror}") from exc
-    if args.output == "json":
-        print(json.dumps(records, indent=2))
+    if args.output in ("json", "yaml"):
+        _print_doc(records, args.output)
     else:
-        print(format_table(records))
+        print(format_table(records, wide=args.output == "wide"))
     for line in gaps.describe():  # on stderr, so -o json stays parseable
         print(line, file=sys.stderr)
     return EXIT_OK
@@ -178,18 +308,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ agent and doctor
 
 
-def _kube_client(kubeconfig: str | None, in_cluster: bool) -> Any:
-    from kubernetes import client, config
-
-    if in_cluster:
-        config.load_incluster_config()
-        return client.ApiClient()
-    return config.new_client_from_config(config_file=kubeconfig)
-
-
 def cmd_agent(args: argparse.Namespace) -> int:
     import logging
 
+    from webhook.kube import api_client
     from webhook.node.agent import KubeNodeClient, Observer, Publisher, run
 
     observer = Observer(spec_dirs=args.cdi_dir or None, nvidia_config=args.runtime_config,
@@ -201,10 +323,12 @@ def cmd_agent(args: argparse.Namespace) -> int:
         if args.once:
             return EXIT_OK
     if not args.node_name:
-        raise UsageError("--node-name is required to publish (or use --once --print)")
+        raise UsageError("--node-name is required to publish (or set NODE_NAME; or use "
+                         "--once --print to only print)")
+    api = api_client(kubeconfig=args.kubeconfig, context=args.context,
+                     in_cluster=not args.kubeconfig and not args.context)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    api = _kube_client(args.kubeconfig, not args.kubeconfig)
     publisher = Publisher(KubeNodeClient(api, args.node_name))
     if args.once:
         publisher.publish(observer.observe())
@@ -214,131 +338,326 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from webhook.cli.doctor import diagnose, format_json, format_table
+    from webhook.cli.doctor import (
+        certificate_from_file,
+        certificate_from_secret,
+        diagnose,
+        format_table,
+        to_document,
+    )
     from webhook.engine.cluster import NodeInfo
 
     policy = _policy(args.policy)
+    cert = certificate_from_file(args.cert) if args.cert else None
     if args.cluster:
-        view = _view(args.cluster, policy, {})
+        nodes, ns = _load_nodes(args.cluster)
+        if not nodes:
+            raise UsageError(f"--cluster {args.cluster}: holds no Node; pass 'kubectl get "
+                             "nodes -o yaml' output")
+        view = _view(nodes, ns, policy, {})
     else:
         from kubernetes import client
 
-        api = _kube_client(args.kubeconfig, False)
-        items = client.CoreV1Api(api).list_node().items
-        view = _view(None, policy, {})
+        from webhook.kube import REQUEST_TIMEOUT, api_client
+
+        api = api_client(kubeconfig=args.kubeconfig, context=args.context)
+        try:
+            items = client.CoreV1Api(api).list_node(_request_timeout=REQUEST_TIMEOUT).items
+        except Exception as exc:
+            _raise_api_error(exc, api)
+        view = _view([], {}, policy, {})
         view.replace_nodes(NodeInfo.from_object(api.sanitize_for_serialization(n))
                            for n in items)
+        if cert is None:
+            cert = certificate_from_secret(api, args.tls_secret)
     rows = diagnose(view, policy)
-    print(format_json(rows) if args.output == "json" else format_table(rows))
-    return EXIT_OK if all(r.state == "ok" for r in rows) else EXIT_FINDING
+    if args.output in ("json", "yaml"):
+        _print_doc(to_document(rows, cert), args.output)
+    else:
+        print(format_table(rows, cert, wide=args.output == "wide"))
+    healthy = all(r.state == "ok" for r in rows) and (cert is None or cert.ok)
+    return EXIT_OK if healthy else EXIT_FINDING
+
+
+def _raise_api_error(exc: Exception, api: Any) -> NoReturn:
+    from webhook.kube import api_error
+
+    err = api_error(exc, api)
+    if err is None:
+        raise exc
+    raise err from exc
+
+
+# ------------------------------------------------------------------ completion
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from webhook.cli.completion import script
+
+    print(script(args.parser_root, args.shell), end="")
+    return EXIT_OK
 
 
 # ------------------------------------------------------------------ parser
 
 
-def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=(
-        "Route GPU pods to their node pool's scheduler and reject pods whose nodes lack the "
-        "CDI devices they need."))
-    sub = p.add_subparsers(dest="cmd", required=True)
+class _Parser(argparse.ArgumentParser):
+    """argparse, with kubectl's habit for mistakes: one line naming the flag and where the
+    help is, exit 2 (argparse prints the whole usage first)."""
 
-    c = sub.add_parser("check", help="decide offline on Pods and workload manifests")
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
+
+
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def _output(p: argparse.ArgumentParser, default_name: str) -> None:
+    p.add_argument("-o", "--output", choices=OUTPUTS, default=None,
+                   help=f"json, yaml, or wide (more columns); default: {default_name}")
+
+
+def _kube_flags(p: argparse.ArgumentParser, kubeconfig_help: str,
+                group: argparse._MutuallyExclusiveGroup | None = None) -> None:
+    (group or p).add_argument("--kubeconfig", help=kubeconfig_help)
+    p.add_argument("--context", help="the kubeconfig context to use (default: its current one)")
+
+
+def _version_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--version", action="version", version=f"gpupool {__version__}",
+                   help="print gpupool's version and exit")
+
+
+def _sub(sub: Any, name: str, summary: str, examples: str) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help=summary, description=summary,
+        epilog="examples:\n" + textwrap.indent(textwrap.dedent(examples).strip(), "  "),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _version_flag(p)
+    return p
+
+
+def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, description=(
+        "Route GPU pods to their node pool's scheduler and reject pods whose nodes lack the "
+        "CDI devices they need."), formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit codes: 0 ok, 1 a finding (a pod denied, a node that fails its pods), "
+               "2 bad input, 3 internal error")
+    _version_flag(p)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    c = _sub(sub, "check", "decide offline on Pods and workload manifests", f"""
+        # the demo cluster that `make run` serves: this pod is denied
+        {prog} check -f docs/examples/pod-hami.yaml --cluster webhook/data/demo-cluster.yaml
+        # every manifest under a directory, from a live cluster's nodes
+        kubectl get nodes -o yaml > nodes.yaml && {prog} check -R -f deploy/ --cluster nodes.yaml
+        # what kubectl would send, from standard input
+        helm template ./chart | {prog} check -f - --cluster nodes.yaml -o json""")
     c.add_argument("-f", "--filename", dest="files", action="append", required=True,
-                   help="manifest file (repeatable)")
-    c.add_argument("--cluster", help="'kubectl get nodes -o yaml' output or Node YAML")
-    c.add_argument("--policy", help="PoolPolicy YAML (default: built-in policy)")
-    c.add_argument("--namespace-labels", help="labels of the objects' namespaces, k=v,...")
-    c.add_argument("-o", "--output", choices=["text", "json"], default="text")
+                   metavar="FILE", help="manifest file, directory, or - for standard input "
+                                        "(repeatable)")
+    c.add_argument("-R", "--recursive", action="store_true",
+                   help="read the subdirectories of -f directories too")
+    c.add_argument("--cluster", metavar="FILE",
+                   help="'kubectl get nodes -o yaml' output (without it, CDI devices are not "
+                        "checked, and the output says so)")
+    c.add_argument("--policy", metavar="FILE", help="PoolPolicy YAML (default: built-in policy)")
+    c.add_argument("-n", "--namespace",
+                   help="namespace for objects that name none (default: default)")
+    c.add_argument("--namespace-labels", metavar="K=V,...",
+                   help="labels of the objects' namespaces, as the server would see them")
+    _output(c, "one line per object")
     c.set_defaults(func=cmd_check)
 
-    s = sub.add_parser("serve", help="run the admission webhook under gunicorn")
-    s.add_argument("--bind", default="0.0.0.0:8443")
-    s.add_argument("--cert", help="serving certificate (PEM); reloaded when it changes")
-    s.add_argument("--key", help="serving key (PEM)")
+    s = _sub(sub, "serve", "run the admission webhook under gunicorn", f"""
+        {prog} serve --in-cluster --cert /certs/tls.crt --key /certs/tls.key \\
+          --policy /policy/policy.yaml
+        {prog} serve --demo --bind 127.0.0.1:8443 \\
+          --cert .run/certs/tls.crt --key .run/certs/tls.key""")
+    s.add_argument("--bind", default="0.0.0.0:8443", metavar="HOST:PORT",
+                   help="address to listen on (default: %(default)s)")
+    s.add_argument("--cert", metavar="FILE",
+                   help="serving certificate (PEM); reloaded when it changes")
+    s.add_argument("--key", metavar="FILE", help="serving key (PEM); reloaded with --cert")
     s.add_argument("--insecure-http", action="store_true", help="serve plain HTTP (debug only)")
-    s.add_argument("--policy", help="PoolPolicy file; reloaded when it changes")
-    src = s.add_mutually_exclusive_group()
-    src.add_argument("--kubeconfig", help="watch nodes and namespaces with this kubeconfig")
-    src.add_argument("--in-cluster", action="store_true", help="watch with the pod's account")
-    src.add_argument("--cluster", help="serve against a static node snapshot file")
-    src.add_argument("--demo", action="store_true", help="serve against the bundled demo cluster")
-    s.add_argument("--workers", type=int, default=2)
+    s.add_argument("--policy", metavar="FILE", help="PoolPolicy file; reloaded when it changes")
+    src = s.add_argument_group("node source (one is required)").add_mutually_exclusive_group()
+    src.add_argument("--kubeconfig", metavar="FILE",
+                     help="watch nodes and namespaces with this kubeconfig")
+    src.add_argument("--in-cluster", action="store_true",
+                     help="watch nodes and namespaces with the pod's service account")
+    src.add_argument("--cluster", metavar="FILE", help="serve against a static node snapshot")
+    src.add_argument("--demo", action="store_true", help="serve against the bundled demo "
+                     "cluster (webhook/data/demo-cluster.yaml)")
+    src.add_argument("--no-cluster", action="store_true",
+                     help="serve with no nodes: routing only, CDI devices never checked (every "
+                          "GPU pod gets a warning; /readyz and gpupool_node_source say so)")
+    s.add_argument("--workers", type=_positive(int), default=2,
+                   help="worker processes (default: %(default)s)")
     s.add_argument("--worker-class", choices=("gevent", "gthread"), default="gevent",
                    help="gevent (default): slow clients cost no thread; gthread: a thread per "
                         "request in progress")
-    s.add_argument("--worker-connections", type=int, default=2000,
-                   help="gevent: open connections per worker")
-    s.add_argument("--threads", type=int, default=4, help="gthread: threads per worker")
-    s.add_argument("--handshake-deadline", type=float, default=3.0, metavar="SECONDS",
-                   help="drop a connection whose TLS handshake takes longer")
-    s.add_argument("--request-deadline", type=float, default=10.0, metavar="SECONDS",
+    s.add_argument("--worker-connections", type=_positive(int), default=2000,
+                   help="gevent: open connections per worker (default: %(default)s)")
+    s.add_argument("--threads", type=_positive(int), default=4,
+                   help="gthread: threads per worker (default: %(default)s)")
+    s.add_argument("--handshake-deadline", type=_positive(float), default=3.0,
+                   metavar="SECONDS", help="drop a connection whose TLS handshake takes longer")
+    s.add_argument("--request-deadline", type=_positive(float), default=10.0,
+                   metavar="SECONDS",
                    help="drop a connection whose request, from its first byte, takes longer")
-    s.add_argument("--keepalive", type=int, default=75)
-    s.add_argument("--max-staleness", type=float, default=180.0,
+    s.add_argument("--keepalive", type=_non_negative_int, default=75, metavar="SECONDS",
+                   help="how long an idle keep-alive connection stays open")
+    s.add_argument("--max-staleness", type=_positive(float), default=180.0, metavar="SECONDS",
                    help="seconds the node cache may go without a sync before /readyz fails")
-    s.add_argument("--audit-file", help="also write audit records here (rotated by size)")
-    s.add_argument("--audit-max-bytes", type=int, default=50 * 1024 * 1024,
-                   help="rotate the audit file past this size")
-    s.add_argument("--audit-backups", type=int, default=5, help="rotated audit files kept")
-    s.add_argument("--no-audit-stdout", action="store_true")
-    s.add_argument("--log-level", default="info")
+    s.add_argument("--audit-file", metavar="FILE",
+                   help="also write audit records here (rotated by size; its directory must "
+                        "exist)")
+    s.add_argument("--audit-max-bytes", type=_non_negative_int, default=50 * 1024 * 1024,
+                   help="rotate the audit file past this size (0: never)")
+    s.add_argument("--audit-backups", type=_non_negative_int, default=5,
+                   help="rotated audit files kept")
+    s.add_argument("--no-audit-stdout", action="store_true",
+                   help="do not write audit records to standard output")
+    s.add_argument("--log-level", default="info",
+                   choices=("debug", "info", "warning", "error", "critical"),
+                   help="server log level (default: %(default)s)")
     s.set_defaults(func=cmd_serve)
 
-    ce = sub.add_parser("certs", help="generate or renew the webhook's certificates")
-    cs = ce.add_subparsers(dest="certs_cmd", required=True)
-    for name in ("generate", "renew", "ca-bundle"):
-        x = cs.add_parser(name)
-        x.add_argument("--out", required=True, help="directory for the certificate files")
+    ce = _sub(sub, "certs", "generate or renew the webhook's certificates", f"""
+        {prog} certs generate --out certs --service gpupool-webhook --namespace gpupool-system
+        {prog} certs renew --out certs --renew-before-days 30
+        {prog} certs ca-bundle --out certs""")
+    cs = ce.add_subparsers(dest="certs_cmd", required=True, metavar="ACTION",
+                           parser_class=_Parser)
+    summaries = {
+        "generate": ("a serving certificate, from the CA in --out (kept) or a new CA",
+                     f"{prog} certs generate --out certs --dns localhost --ip 127.0.0.1"),
+        "renew": ("reissue the serving certificate from the same CA when it is due",
+                  f"{prog} certs renew --out certs --renew-before-days 30"),
+        "ca-bundle": ("print the base64 CA for the webhooks' clientConfig.caBundle",
+                      f"{prog} certs ca-bundle --out certs"),
+    }
+    for name, (summary, example) in summaries.items():
+        x = _sub(cs, name, summary, example)
+        x.add_argument("--out", required=True, metavar="DIR",
+                       help="directory for the certificate files")
         if name == "ca-bundle":
             continue
-        x.add_argument("--service", default="gpupool-webhook")
-        x.add_argument("--namespace", default="gpupool-system")
+        x.add_argument("--service", default="gpupool-webhook",
+                       help="the webhook's Service name (default: %(default)s)")
+        x.add_argument("--namespace", default="gpupool-system",
+                       help="the webhook's namespace (default: %(default)s)")
         x.add_argument("--dns", action="append", default=[], help="extra DNS SAN (repeatable)")
         x.add_argument("--ip", action="append", default=[], help="extra IP SAN (repeatable)")
-        x.add_argument("--days", type=int, default=365, help="serving certificate validity")
-        x.add_argument("--algorithm", choices=["ecdsa", "rsa"], default="ecdsa")
-        if name == "renew":
-            x.add_argument("--renew-before-days", type=float, default=30)
-            x.add_argument("--force", action="store_true")
+        x.add_argument("--days", type=int, default=365,
+                       help="serving certificate validity, at least 1 (default: %(default)s)")
+        x.add_argument("--algorithm", choices=["ecdsa", "rsa"], default="ecdsa",
+                       help="key algorithm (default: %(default)s)")
+        if name == "generate":
+            x.add_argument("--force", action="store_true",
+                           help="replace an existing CA too (installed caBundles stop working)")
+        else:
+            x.add_argument("--renew-before-days", type=float, default=30,
+                           help="renew when fewer days are left (default: %(default)s)")
+            x.add_argument("--force", action="store_true", help="renew even if not due")
     ce.set_defaults(func=cmd_certs)
 
-    a = sub.add_parser("audit", help="read the audit log of rejections")
-    a.add_argument("--file", default="/var/log/gpupool/audit.log", help="log file, or - for stdin")
-    a.add_argument("--since", help="only records newer than this (30m, 1h, 2d)")
-    a.add_argument("--namespace")
-    a.add_argument("--reason")
+    a = _sub(sub, "audit", "read the audit log of rejections", f"""
+        {prog} audit --file /var/log/gpupool/audit.log --since 1h --reason cdidevicemissing
+        kubectl logs -n gpupool-system deploy/gpupool-webhook | {prog} audit --file - -o json""")
+    a.add_argument("--file", default="/var/log/gpupool/audit.log",
+                   help="log file (rotated files beside it are read too), or - for standard "
+                        "input (default: %(default)s)")
+    a.add_argument("--since", metavar="DURATION",
+                   help="only records newer than this (30m, 1h, 2d)")
+    a.add_argument("-n", "--namespace", help="only records of this namespace")
+    reason = a.add_argument("--reason", type=_reason_code, metavar="CODE",
+                            help="only records with this reason code (any case), e.g. "
+                                 "CDIDeviceMissing")
+    from webhook.engine.decision import Reason
+
+    reason.completions = Reason.codes()  # type: ignore[attr-defined]  # read by completion
     dr = a.add_mutually_exclusive_group()
-    dr.add_argument("--dry-run", dest="dry_run", action="store_const", const=True, default=None)
-    dr.add_argument("--no-dry-run", dest="dry_run", action="store_const", const=False)
-    a.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    dr.add_argument("--dry-run", dest="dry_run", action="store_const", const=True, default=None,
+                    help="only server-side dry runs")
+    dr.add_argument("--no-dry-run", dest="dry_run", action="store_const", const=False,
+                    help="only real requests")
+    _output(a, "summary and table")
     a.set_defaults(func=cmd_audit)
 
-    ag = sub.add_parser("agent", help="publish this node's CDI inventory on its Node")
+    ag = _sub(sub, "agent", "publish this node's CDI inventory on its Node", f"""
+        # what the agent would publish on this machine
+        {prog} agent --once --print
+        # as the DaemonSet runs it
+        {prog} agent --node-name "$NODE_NAME\"""")
     ag.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
                     help="the Node to annotate (default: $NODE_NAME)")
-    ag.add_argument("--cdi-dir", action="append", default=[],
+    ag.add_argument("--cdi-dir", action="append", default=[], metavar="DIR",
                     help="CDI spec directory, in priority order (default: /etc/cdi, /var/run/cdi"
                          " or containerd's cdi_spec_dirs)")
-    ag.add_argument("--runtime-config", help="the NVIDIA runtime's config.toml")
-    ag.add_argument("--containerd-config", help="containerd's config.toml")
-    ag.add_argument("--driver-gpus-dir", default="/proc/driver/nvidia/gpus",
+    ag.add_argument("--runtime-config", metavar="FILE", help="the NVIDIA runtime's config.toml")
+    ag.add_argument("--containerd-config", metavar="FILE", help="containerd's config.toml")
+    ag.add_argument("--driver-gpus-dir", default="/proc/driver/nvidia/gpus", metavar="DIR",
                     help="where the NVIDIA driver lists the node's GPUs ('' to not read it)")
     ag.add_argument("--once", action="store_true", help="observe (and publish) once, then exit")
     ag.add_argument("--print", action="store_true", help="print the annotation value")
-    ag.add_argument("--poll-interval", type=float, default=30.0)
-    ag.add_argument("--settle-seconds", type=float, default=5.0,
+    ag.add_argument("--poll-interval", type=_positive(float), default=30.0, metavar="SECONDS",
+                    help="how often to look at the node's files (default: %(default)s)")
+    ag.add_argument("--settle-seconds", type=float, default=5.0, metavar="SECONDS",
                     help="how long a changed file that fails to parse keeps its last good content")
-    ag.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster service account)")
+    _kube_flags(ag, "kubeconfig (default: the pod's service account)")
     ag.set_defaults(func=cmd_agent)
 
-    dr = sub.add_parser("doctor", help="one row per GPU node: will its pool's pods start?")
-    src = dr.add_mutually_exclusive_group()
-    src.add_argument("--cluster", help="'kubectl get nodes -o yaml' output")
-    src.add_argument("--kubeconfig", help="query a live cluster (default: ~/.kube/config)")
-    dr.add_argument("--policy")
-    dr.add_argument("-o", "--output", choices=["table", "json"], default="table")
-    dr.set_defaults(func=cmd_doctor)
+    dc = _sub(sub, "doctor", "one row per GPU node: will its pool's pods start?", f"""
+        {prog} doctor                      # the current kubectl context
+        {prog} doctor --context prod -o wide
+        {prog} doctor --cluster nodes.yaml --cert certs/tls.crt""")
+    src = dc.add_mutually_exclusive_group()
+    src.add_argument("--cluster", metavar="FILE", help="'kubectl get nodes -o yaml' output")
+    _kube_flags(dc, "query a live cluster with this kubeconfig (default: $KUBECONFIG or "
+                    "~/.kube/config)", src)
+    dc.add_argument("--policy", metavar="FILE", help="PoolPolicy YAML (default: built-in)")
+    dc.add_argument("--tls-secret", default="gpupool-system/gpupool-webhook-tls",
+                    metavar="NAMESPACE/NAME",
+                    help="the webhook's serving certificate Secret, whose expiry is reported "
+                         "(default: %(default)s)")
+    dc.add_argument("--cert", metavar="FILE",
+                    help="report this serving certificate's expiry instead of the Secret's")
+    _output(dc, "table")
+    dc.set_defaults(func=cmd_doctor)
+
+    co = _sub(sub, "completion", "print a shell completion script", f"""
+        source <({prog} completion bash)
+        {prog} completion zsh > "${{fpath[1]}}/_gpupool\"""")
+    co.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete for")
+    co.set_defaults(func=cmd_completion, parser_root=p)
     return p
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "gpupool") -> int:
@@ -346,20 +665,36 @@ def main(argv: Sequence[str] | None = None, prog: str = "gpupool") -> int:
     args = parser.parse_args(argv)
     from webhook.certs import CertError
     from webhook.engine.policy import PolicyError
+    from webhook.kube import KubeError
     from webhook.node.spec import CDIError
     from webhook.snapshot import SnapshotError
 
+    def fail(text: str, code: int = EXIT_USAGE) -> int:
+        print(f"{prog}: error: {text}", file=sys.stderr)
+        return code
+
     try:
         return int(args.func(args))
-    except (UsageError, PolicyError, SnapshotError, CertError, CDIError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except (UsageError, PolicyError, SnapshotError, CertError, CDIError, KubeError) as exc:
+        return fail(_one_line(exc))
     except BrokenPipeError:
         return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:  # a file named on the command line, as the system reports it
+        where = f"{exc.filename}: " if exc.filename else ""
+        return fail(f"{where}{exc.strerror or _one_line(exc)}")
+    except Exception as exc:
+        if os.environ.get("GPUPOOL_DEBUG"):
+            raise
+        return fail(f"internal error ({type(exc).__name__}: {_one_line(exc)}); this is a bug: "
+                    "rerun with GPUPOOL_DEBUG=1 for the traceback and report it",
+                    EXIT_INTERNAL)
 
 
 def kubectl_plugin_main() -> int:
-    """``kubectl gpupool ...``: kubectl finds this executable on PATH as a plugin."""
+    """``kubectl gpupool ...``: kubectl finds this executable on PATH as a plugin, and passes
+    ``--context``, ``-n`` and ``--kubeconfig`` through to the subcommand."""
     return main(prog="kubectl gpupool")
 
 

@@ -35,6 +35,11 @@ class Reason:
     NO_CANDIDATE_NODES = "NoCandidateNodes"
     INVENTORY_MISSING = "InventoryMissing"
 
+    @classmethod
+    def codes(cls) -> tuple[str, ...]:
+        """Every reason code, in declaration order."""
+        return tuple(v for k, v in vars(cls).items() if k.isupper() and isinstance(v, str))
+
 
 @dataclass(frozen=True)
 class NodeFinding:

@@ -23,7 +23,7 @@ def test_json_output_names_each_object_and_patches_apply():
              UPSTREAM / "pods/nvidia/k8s-device-plugin-testdata-job-1.yaml"]
     r = run(*[a for f in files for a in ("-f", str(f))], "-o", "json")
     assert r.returncode == 0, r.stderr
-    results = json.loads(r.stdout)
+    results = json.loads(r.stdout)["results"]
     assert [(x["kind"], x["name"], x["pool"]) for x in results] == [
         ("Pod", "gpu-pod1", "hami"), ("Pod", "gpu-pod2", "hami"),
         ("Deployment", "vllm-cross-vgpu", "hami"), ("Job", "j-e2e-1", "operator")]
@@ -56,7 +56,7 @@ def test_denied_exits_1_with_message(tmp_path):
 def test_namespace_labels_route(tmp_path):
     f = UPSTREAM / "pods/hami/nvidia/default_use_legacy.yaml"
     r = run("-f", str(f), "--namespace-labels", "gpupool.io/pool=hami", "-o", "json")
-    assert json.loads(r.stdout)[0]["pool"] == "hami"
+    assert json.loads(r.stdout)["results"][0]["pool"] == "hami"
 
 
 def test_cluster_snapshot_as_node_list(tmp_path):
@@ -69,7 +69,7 @@ def test_cluster_snapshot_as_node_list(tmp_path):
     (tmp_path / "pod.yaml").write_text(yaml.safe_dump(pod))
     r = run("-f", str(tmp_path / "pod.yaml"), "--cluster", str(tmp_path / "nodes.yaml"),
             "-o", "json")
-    assert json.loads(r.stdout)[0]["pool"] == "hami", r.stderr
+    assert json.loads(r.stdout)["results"][0]["pool"] == "hami", r.stderr
 
 
 def test_bad_input_exits_2(tmp_path):

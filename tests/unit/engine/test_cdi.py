@@ -70,7 +70,7 @@ def check(tmp_path: Path, nodes: list[dict], *pods: Path, policy: str | None = N
         args += ["--policy", str(tmp_path / "policy.yaml")]
     r = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert r.returncode in (0, 1), r.stderr
-    return r.returncode, json.loads(r.stdout)
+    return r.returncode, json.loads(r.stdout)["results"]
 
 
 def test_domain_failure_is_denied_naming_the_missing_device(tmp_path, broken_cluster):
