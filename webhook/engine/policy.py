@@ -7,6 +7,7 @@ error that names its path (``pools[1].schedulerName``).
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
@@ -181,6 +182,11 @@ class _Fields:
         self.seen.add(key)
         if key not in self.data:
             if required:
+                # A typo of this very field reads better as the typo than as a missing field.
+                typo = difflib.get_close_matches(key, [str(k) for k in self.data], n=1)
+                if typo:
+                    raise PolicyError(f"{self._p(typo[0])}: unknown field (did you mean "
+                                      f"{key}?)")
                 raise PolicyError(f"{self._p(key)}: required field is missing")
             return default
         value = self.data[key]
@@ -219,7 +225,9 @@ class _Fields:
     def done(self) -> None:
         extra = sorted(set(self.data) - self.seen)
         if extra:
-            raise PolicyError(f"{self._p(extra[0])}: unknown field")
+            close = difflib.get_close_matches(str(extra[0]), sorted(self.seen), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise PolicyError(f"{self._p(extra[0])}: unknown field{hint}")
 
 
 def _type(value: Any) -> str:

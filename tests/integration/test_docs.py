@@ -1,0 +1,182 @@
+"""Executed docs: every fenced block of README.md, docs/ and bench/README.md is run or parsed,
+and every inline `gpupool ...` command names commands and flags that exist, so the docs
+cannot drift from the code. Blocks that need a cluster run in tests/e2e/test_docs_cluster.py
+and tests/e2e/test_e2e.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.docs import Block, Shell, blocks, inline_commands, path_with, workdir
+from webhook.api.inventory import parse_inventory
+from webhook.cli.main import build_parser
+from webhook.engine.policy import PolicyError, load_policy_text
+from webhook.policyfile import default_policy_text
+
+MODES = ("offline", "cluster", "e2e", "render", "make")
+BLOCKS = blocks()
+
+
+def _id(b: Block) -> str:
+    return b.where
+
+
+def test_every_block_has_a_way_to_be_checked():
+    assert len(BLOCKS) >= 10
+    for b in BLOCKS:
+        if b.lang in ("yaml", "json"):
+            continue
+        assert b.lang in ("sh", "bash"), f"{b.where}: a ```{b.lang} block nothing checks"
+        assert b.mode.partition(":")[0] in MODES, (
+            f"{b.where}: shell block without a <!-- doc-test: MODE --> directive")
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang == "yaml"], ids=_id)
+def test_yaml_blocks_are_policies_that_load(block):
+    load_policy_text(block.text)
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang == "json"], ids=_id)
+def test_json_blocks_are_inventories_that_parse(block):
+    inv = parse_inventory(block.text)
+    assert inv.kinds and inv.runtime.mode
+
+
+def _subcommand(parser: argparse.ArgumentParser, words: list[str]
+                ) -> tuple[argparse.ArgumentParser, list[str]]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and words and \
+                words[0] in action.choices:
+            return _subcommand(action.choices[words[0]], words[1:])
+    return parser, words
+
+
+@pytest.mark.parametrize("where,command", list(inline_commands()),
+                         ids=[w for w, _ in inline_commands()])
+def test_inline_commands_name_real_subcommands_and_flags(where, command):
+    words = shlex.split(command.removeprefix("kubectl "))[1:]
+    parser, rest = _subcommand(build_parser(), words)
+    assert parser.prog != "gpupool" or not rest or rest[0].startswith("-"), (
+        f"{where}: `{command}`: no subcommand {rest[:1]}")
+    flags = {o for a in parser._actions for o in a.option_strings}
+    for word in rest:
+        if word.startswith("-"):
+            assert word.split("=")[0] in flags, f"{where}: `{command}`: {parser.prog} has no {word}"
+
+
+def test_the_documented_typo_error_is_what_the_code_prints():
+    text = (ROOT / "docs/policy.md").read_text()
+    documented = re.search(r"`(pools\[1\]\.schedulerNmae: [^`]+)`", text).group(1)
+    policy = yaml.safe_load(default_policy_text())
+    policy["pools"][1]["schedulerNmae"] = policy["pools"][1].pop("schedulerName")
+    with pytest.raises(PolicyError) as err:
+        load_policy_text(yaml.safe_dump(policy))
+    assert str(err.value).endswith(f": {documented}")  # after the file name
+
+
+def test_the_documented_reason_codes_are_the_codes():
+    from webhook.engine.decision import Reason
+
+    table = (ROOT / "docs/policy.md").read_text().split("## Reason codes")[1]
+    documented = re.findall(r"^\| `(\w+)` \| (?:yes|no) \|", table, re.M)
+    assert documented == list(Reason.codes())
+
+
+@pytest.fixture(scope="module")
+def shell_env(tmp_path_factory) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("home")
+    venv_bin = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"
+    cache = os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
+    return {**os.environ, "HOME": str(home), "PIP_CACHE_DIR": cache,
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "PATH": path_with(venv_bin if venv_bin.is_dir() else Path(sys.executable).parent)}
+
+
+def _repo(tmp: Path) -> Path:
+    root = workdir(tmp)
+    for part in ("pyproject.toml", "README.md", "constraints.txt"):
+        (root / part).write_bytes((ROOT / part).read_bytes())
+    for part in ("webhook", "bench"):
+        if not (root / part / "__init__.py").exists():
+            shutil.copytree(ROOT / part, root / part, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "results"))
+    (root / ".venv").symlink_to(ROOT / ".venv")
+    return root
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.mode == "offline"], ids=_id)
+def test_offline_blocks_run(block, tmp_path, shell_env):
+    (tmp_path / "home").mkdir()
+    env = {**shell_env, "HOME": str(tmp_path / "home")}
+    results = Shell(_repo(tmp_path), env).run(block)
+    assert results, f"{block.where}: no command ran"
+    if "~/.gpupool" in block.text:  # docs/install.md's CLI install leaves a CLI that answers
+        from webhook import __version__
+
+        assert results[-1][1].stdout.strip() == f"gpupool {__version__}"
+        assert (tmp_path / "home/.gpupool/bin/kubectl-gpupool").exists()
+    for cmd, r in results:
+        if " check " in f" {cmd} ":
+            assert re.search(r"\d+ checked, \d+ denied", r.stdout), f"{block.where}: {cmd}"
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.mode == "make"], ids=_id)
+def test_make_blocks_name_real_targets(block):
+    for cmd in block.commands():
+        words = shlex.split(cmd, comments=True)
+        assert words[0] == "make", f"{block.where}: {cmd}"
+        r = subprocess.run(["make", "-n", *words[1:]], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, f"{block.where}: {cmd}: {r.stderr}"
+        args = re.search(r"BENCH_ARGS=(\S+)", cmd)
+        if args:  # the flags the bench takes
+            r = subprocess.run([sys.executable, "-m", "bench", "--help"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=60)
+            assert args.group(1) in r.stdout
+
+
+def test_ci_runs_the_readme_test_command():
+    assert "make test" in (ROOT / ".ci/run").read_text()
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.mode == "render"], ids=_id)
+def test_render_blocks_build(block, kubectl):
+    """Overlays whose CRDs the test cluster lacks (cert-manager): rendered by kubectl's own
+    kustomize, every object with a kind and a name."""
+    for cmd in block.commands():
+        words = shlex.split(cmd)
+        assert words[:3] == ["kubectl", "apply", "-k"], f"{block.where}: {cmd}"
+        r = subprocess.run([str(kubectl), "kustomize", str(ROOT / words[3])],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        objs = [d for d in yaml.safe_load_all(r.stdout) if d]
+        assert objs and all(o.get("kind") and o["metadata"].get("name") for o in objs)
+        assert "Certificate" in {o["kind"] for o in objs}
+
+
+def test_examples_are_what_the_docs_say(tmp_path):
+    """docs/examples: each manifest's comment says what happens on the demo cluster."""
+    demo = ROOT / "webhook/data/demo-cluster.yaml"
+    for path in sorted((ROOT / "docs/examples").glob("*.yaml")):
+        r = subprocess.run([sys.executable, "-m", "webhook", "check", "-f", str(path),
+                            "--cluster", str(demo), "-o", "json"], capture_output=True,
+                           text=True, timeout=60)
+        doc = json.loads(r.stdout)
+        comment = path.read_text().split("\napiVersion")[0]
+        denied = [x for x in doc["results"] if not x["allowed"]]
+        if "denied" in comment:
+            assert denied and r.returncode == 1, path.name
+        else:
+            assert not denied and r.returncode == 0, (path.name, denied)
