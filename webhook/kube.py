@@ -25,6 +25,47 @@ def kubeconfig_path(kubeconfig: str | None) -> str:
     return kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser(DEFAULT_KUBECONFIG)
 
 
+def check_kubeconfig(kubeconfig: str | None, context: str | None = None) -> None:
+    """What ``api_client`` would refuse, found without importing the client library: the
+    server checks its flags in the master process, where importing urllib3 before gevent
+    patches ssl in the workers would break every TLS call they make."""
+    import yaml
+
+    path = kubeconfig_path(kubeconfig)
+    files = [os.path.expanduser(p) for p in path.split(os.pathsep) if p]
+    docs = []
+    for f in files:
+        if not os.path.isfile(f):
+            continue
+        try:
+            with open(f, encoding="utf-8") as fh:
+                docs.append(yaml.safe_load(fh))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise KubeError(f"kubeconfig {f}: not a usable kubeconfig ({exc})") from exc
+    if not docs:
+        raise KubeError(f"kubeconfig {path}: no such file; pass --kubeconfig FILE (or set "
+                        "KUBECONFIG)")
+    if not all(isinstance(d, dict) for d in docs):
+        raise KubeError(f"kubeconfig {path}: not a usable kubeconfig (not a mapping)")
+    contexts = {c.get("name") for d in docs for c in d.get("contexts") or ()
+                if isinstance(c, dict)}
+    wanted = context or next((d.get("current-context") for d in docs
+                              if d.get("current-context")), None)
+    if not wanted:
+        raise KubeError(f"kubeconfig {path}: no current-context; pass --context")
+    if wanted not in contexts:
+        raise KubeError(f"kubeconfig {path}: no context {wanted!r} in it (see kubectl config "
+                        "get-contexts)")
+
+
+def check_in_cluster() -> None:
+    """What ``api_client(in_cluster=True)`` would refuse, without the client library."""
+    token = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    if not (os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.isfile(token)):
+        raise KubeError("not running in a pod (no KUBERNETES_SERVICE_HOST or service account "
+                        "token); pass --kubeconfig FILE to run outside the cluster")
+
+
 def api_client(kubeconfig: str | None = None, context: str | None = None,
                in_cluster: bool = False) -> Any:
     import yaml

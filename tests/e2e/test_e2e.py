@@ -425,3 +425,25 @@ def test_caBundle_is_the_generated_one(env):
                                  "-o", "json").stdout)
     served = base64.b64decode(cfg["webhooks"][0]["clientConfig"]["caBundle"])
     assert served == (env.certs / "ca.crt").read_bytes()
+
+
+def test_hami_coexistence_docs_block_runs_against_the_cluster(env, k8s_bin):
+    """docs/hami-coexistence.md's checklist, as written, against this cluster with gpupool
+    serving: doctor and check on the nodes it exports, and a server-side dry run."""
+    import os
+
+    from tests.docs import Shell, blocks, path_with, workdir
+
+    (block,) = [b for b in blocks() if b.mode == "e2e"]
+    shell = Shell(workdir(env.tmp / "docs"), {
+        **os.environ, "KUBECONFIG": str(env.cp.kubeconfig),
+        "PATH": path_with(k8s_bin, Path(sys.executable).parent)})
+    results = dict(shell.run(block))
+    doctor = next(r for cmd, r in results.items() if cmd.startswith("gpupool doctor"))
+    assert "hami-1" in doctor.stdout and "fix: define a CDI device per GPU UUID" in doctor.stdout
+    check = next(r for cmd, r in results.items() if cmd.startswith("gpupool check"))
+    dry = next(r for cmd, r in results.items() if "--dry-run=server" in cmd)
+    # The offline answer and the API server's agree: the Job's HAMi pods lack devices on hami-1.
+    assert "DENIED  Job default/finetune" in check.stdout
+    assert dry.returncode == 1 and 'denied the request' in dry.stderr
+    assert "management.nvidia.com/gpu=GPU-" in dry.stderr

@@ -188,13 +188,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--cluster {cluster}: holds no Node; pass 'kubectl get nodes -o yaml' "
                          "output (or --no-cluster to serve without checking CDI devices)")
     if args.kubeconfig:
-        from webhook.kube import api_client
+        from webhook.kube import check_kubeconfig
 
-        api_client(kubeconfig=args.kubeconfig)
+        check_kubeconfig(args.kubeconfig)
     if args.in_cluster:
-        from webhook.kube import api_client
+        from webhook.kube import check_in_cluster
 
-        api_client(in_cluster=True)
+        check_in_cluster()
     if args.audit_file:
         _check_audit_file(args.audit_file)
     _check_bind(args.bind)

@@ -226,6 +226,10 @@ def serve(cfg: ServeConfig) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if "prometheus_client" in sys.modules and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         raise RuntimeError("prometheus_client was imported before serve() set up metrics")
+    if "urllib3" in sys.modules and cfg.worker_class == "gevent":
+        # urllib3 keeps ssl's classes from before gevent patches them in the workers, and
+        # every TLS call of the node watch then recurses until it fails.
+        raise RuntimeError("urllib3 was imported before the gevent workers started")
     owned = None
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         owned = tempfile.TemporaryDirectory(prefix="gpupool-metrics-")
