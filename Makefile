@@ -8,10 +8,13 @@ PORT   ?= 8443
 .PHONY: run test bench clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
+	@echo "make: first run: creating $(VENV) and installing gpupool with its test tools" \
+	  "(pinned in constraints.txt; about a minute, once)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $@
+	@echo "make: $(VENV) ready"
 
 # Serve the built-in policy against the bundled demo cluster on https://127.0.0.1:$(PORT).
 run: $(VENV)/.installed

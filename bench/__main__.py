@@ -23,7 +23,7 @@ import jsonpatch
 import requests
 
 from bench import agent as agent_bench
-from bench import cluster, load, slowclients, soak
+from bench import cluster, load, slowclients, soak, startup
 from tests.integration.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -202,6 +202,8 @@ def decision_bench(sizes: tuple[int, ...]) -> list[dict]:
 
 def report(res: dict) -> str:
     lines = [f"gpupool benchmarks ({res['host']}, {res['when']})", ""]
+    if res.get("startup"):
+        lines += [startup.report(res["startup"]), ""]
     h = res.get("http")
     if h:
         lines.append(f"1. Admission over HTTPS ({h['cluster_nodes']}-node view, gunicorn "
@@ -269,16 +271,20 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="short runs, sizes up to 5,000")
     p.add_argument("--out", default=str(ROOT / "bench/results/results.json"))
     p.add_argument("--skip-http", action="store_true")
-    p.add_argument("--only", choices=("http", "slow", "decision", "agent"), action="append",
+    p.add_argument("--only", choices=("http", "slow", "decision", "agent", "startup"),
+                   action="append",
                    help="run only these parts (repeatable)")
     p.add_argument("--worker-class", default="gevent", choices=("gevent", "gthread"),
                    help="worker class for the HTTPS throughput part")
     a = p.parse_args()
     res: dict = {"host": f"{platform.node()} ({os.cpu_count()} cores)",
                  "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-    parts = set(a.only or ("http", "slow", "decision", "agent"))
+    parts = set(a.only or ("http", "slow", "decision", "agent", "startup"))
     if a.skip_http:
         parts -= {"http", "slow"}
+    if "startup" in parts:
+        with tempfile.TemporaryDirectory() as tmp:
+            res["startup"] = startup.measure(Path(tmp), 3 if a.quick else 5)
     if "agent" in parts:
         res["agent"] = [agent_bench.measure(g) for g in (8, 64, 512)]
     if "decision" in parts:

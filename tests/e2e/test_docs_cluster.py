@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,8 +34,6 @@ def test_every_cluster_session_is_checked_here():
 def session(request, k8s_bin, helm, tmp_path):
     cp = ControlPlane(tmp_path / "cp", k8s_bin).start()
     venv_bin = Path(os.environ.get("VIRTUAL_ENV", "")) / "bin"
-    import sys
-
     env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig), "HOME": str(tmp_path / "home"),
            "HELM_CACHE_HOME": str(tmp_path / "helm/cache"),
            "HELM_CONFIG_HOME": str(tmp_path / "helm/config"),
@@ -79,6 +79,15 @@ def test_kustomize_install_renew_and_escape_hatch_as_documented(session):
     assert _get(cp, "secret", "-n", "gpupool-system", "gpupool-webhook-tls")["data"] == \
         secret["data"]
     assert (certs / "caBundle").read_text().strip() == ca_bundle
+
+    # doctor reads the serving certificate's expiry from the Secret the overlay created.
+    r = subprocess.run([sys.executable, "-m", "webhook", "doctor", "--kubeconfig",
+                        str(cp.kubeconfig), "-o", "json"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr  # no GPU node to fail, a certificate good for a year
+    cert = json.loads(r.stdout)["certificate"]
+    assert cert["source"] == "secret gpupool-system/gpupool-webhook-tls"
+    assert cert["days_left"] in (363, 364) and not cert["finding"]
 
     shell.run(blocks_[2])  # the failurePolicy escape hatch of "When the webhook is down"
     mwc = _get(cp, "mutatingwebhookconfiguration", "gpupool-mutating")

@@ -243,6 +243,21 @@ def test_doctor_against_the_live_cluster(env):
     assert rows["hami-1"]["state"] == "missing" and rows["hami-1"]["hami_gpus"] == 2
     assert f"management.nvidia.com/gpu={UUIDS[0]}" in rows["hami-1"]["missing"]
     assert rows["op-1"]["state"] == "ok" and rows["op-1"]["pool"] == "operator"
+    # The same through real kubectl as a plugin, with kubectl's own flags.
+    import os
+
+    env_ = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+                                   f"{os.environ['PATH']}", "KUBECONFIG": ""}
+    r = subprocess.run([str(env.cp.bin / "kubectl"), "gpupool", "doctor", "--kubeconfig",
+                        str(env.cp.kubeconfig), "--context", "e2e", "-o", "yaml"],
+                       capture_output=True, text=True, timeout=60, env=env_)
+    assert r.returncode == 1, r.stderr
+    assert {n["node"] for n in yaml.safe_load(r.stdout)["nodes"]} == set(rows)
+    r = subprocess.run([str(env.cp.bin / "kubectl"), "gpupool", "doctor", "--kubeconfig",
+                        str(env.cp.kubeconfig), "--context", "prod"],
+                       capture_output=True, text=True, timeout=60, env=env_)
+    assert r.returncode == 2 and r.stderr.startswith("kubectl gpupool: error: kubeconfig")
+    assert "prod" in r.stderr
 
 
 AGENT = ["--as=system:serviceaccount:gpupool-system:gpupool-agent",

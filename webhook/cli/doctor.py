@@ -76,10 +76,11 @@ class CertificateStatus:
     not_after: str = ""  # ISO time; "" when it could not be read
     days_left: int | None = None
     problem: str = ""  # why it is a finding, or why it could not be read
+    finding: bool = False  # expired, expiring soon or unreadable: doctor exits 1
 
     @property
     def ok(self) -> bool:
-        return not self.problem
+        return not self.finding
 
     def describe(self) -> str:
         if not self.not_after:
@@ -97,7 +98,7 @@ def certificate_status(pem: bytes, source: str) -> CertificateStatus:
     try:
         not_after = x509.load_pem_x509_certificate(pem).not_valid_after_utc
     except ValueError as exc:
-        return CertificateStatus(source, problem=f"not a PEM certificate ({exc})")
+        return CertificateStatus(source, problem=f"not a PEM certificate ({exc})", finding=True)
     left = not_after - dt.datetime.now(dt.UTC)
     status = CertificateStatus(source, not_after.strftime("%Y-%m-%dT%H:%M:%SZ"),
                                max(left.days, 0))
@@ -105,6 +106,7 @@ def certificate_status(pem: bytes, source: str) -> CertificateStatus:
         status.problem = "EXPIRED: the API server rejects the webhook; renew it now"
     elif left < EXPIRY_WARNING:
         status.problem = "expires soon; renew it (gpupool certs renew, or cert-manager)"
+    status.finding = bool(status.problem)
     return status
 
 
