@@ -88,15 +88,25 @@ def cmd_check(args: argparse.Namespace) -> int:
                                default_namespace=args.namespace)
     namespaces = {objects.meta_of(obj).get("namespace") or "default"
                   for _, objs in manifests for obj in objs}
-    nodes, ns = _load_nodes(args.cluster) if args.cluster else ([], {})
+    live = bool(args.kubeconfig or args.context)
+    if args.cluster and live:
+        raise UsageError("--cluster reads nodes from a file, --kubeconfig/--context from a "
+                         "cluster: pass one of them")
+    if args.cluster:
+        nodes, ns = _load_nodes(args.cluster)
+    elif live:
+        _, nodes, ns = _live_objects(args.kubeconfig, args.context)
+    else:
+        nodes, ns = [], {}
     view = _view(nodes, ns, policy, labels, sorted(namespaces))
     report = run_check(manifests, view, policy)
-    if not args.cluster:
+    if not args.cluster and not live:
         report.cdi_unchecked = ("no --cluster given; pass --cluster with 'kubectl get nodes -o "
-                                "yaml' output to check the nodes' CDI devices")
+                                "yaml' output, or --context/--kubeconfig to read a live "
+                                "cluster's nodes, to check the nodes' CDI devices")
     elif not nodes:
-        report.cdi_unchecked = (f"--cluster {args.cluster} holds no Node; pass 'kubectl get "
-                                "nodes -o yaml' output")
+        where = f"--cluster {args.cluster}" if args.cluster else "the cluster"
+        report.cdi_unchecked = f"{where} holds no Node"
     if args.output in ("json", "yaml"):
         _print_doc(to_document(report), args.output)
         # Also on stderr, where a person watching a pipeline sees them.
@@ -345,8 +355,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         format_table,
         to_document,
     )
-    from webhook.engine.cluster import NodeInfo
-
     policy = _policy(args.policy)
     cert = certificate_from_file(args.cert) if args.cert else None
     if args.cluster:
@@ -354,22 +362,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if not nodes:
             raise UsageError(f"--cluster {args.cluster}: holds no Node; pass 'kubectl get "
                              "nodes -o yaml' output")
-        view = _view(nodes, ns, policy, {})
     else:
-        from kubernetes import client
-
-        from webhook.kube import REQUEST_TIMEOUT, api_client
-
-        api = api_client(kubeconfig=args.kubeconfig, context=args.context)
-        try:
-            items = client.CoreV1Api(api).list_node(_request_timeout=REQUEST_TIMEOUT).items
-        except Exception as exc:
-            _raise_api_error(exc, api)
-        view = _view([], {}, policy, {})
-        view.replace_nodes(NodeInfo.from_object(api.sanitize_for_serialization(n))
-                           for n in items)
+        api, nodes, ns = _live_objects(args.kubeconfig, args.context)
         if cert is None:
             cert = certificate_from_secret(api, args.tls_secret)
+    view = _view(nodes, ns, policy, {})
     rows = diagnose(view, policy)
     if args.output in ("json", "yaml"):
         _print_doc(to_document(rows, cert), args.output)
@@ -377,6 +374,26 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(format_table(rows, cert, wide=args.output == "wide"))
     healthy = all(r.state == "ok" for r in rows) and (cert is None or cert.ok)
     return EXIT_OK if healthy else EXIT_FINDING
+
+
+def _live_objects(kubeconfig: str | None, context: str | None
+                  ) -> tuple[Any, list[dict[str, Any]], dict[str, dict[str, str]]]:
+    """Nodes and namespace labels from a live cluster, as ``kubectl get -o yaml`` would
+    give them: the same inputs a snapshot file gives, so both answer alike."""
+    from kubernetes import client
+
+    from webhook.kube import REQUEST_TIMEOUT, api_client
+
+    api = api_client(kubeconfig=kubeconfig, context=context)
+    core = client.CoreV1Api(api)
+    try:
+        nodes = [api.sanitize_for_serialization(n)
+                 for n in core.list_node(_request_timeout=REQUEST_TIMEOUT).items]
+        namespaces = {n.metadata.name: dict(n.metadata.labels or {})
+                      for n in core.list_namespace(_request_timeout=REQUEST_TIMEOUT).items}
+    except Exception as exc:
+        _raise_api_error(exc, api)
+    return api, nodes, namespaces
 
 
 def _raise_api_error(exc: Exception, api: Any) -> NoReturn:
@@ -470,8 +487,8 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
     c = _sub(sub, "check", "decide offline on Pods and workload manifests", f"""
         # the demo cluster that `make run` serves: this pod is denied
         {prog} check -f docs/examples/pod-hami.yaml --cluster webhook/data/demo-cluster.yaml
-        # every manifest under a directory, from a live cluster's nodes
-        kubectl get nodes -o yaml > nodes.yaml && {prog} check -R -f deploy/ --cluster nodes.yaml
+        # every manifest under a directory, against the current context's nodes
+        {prog} check -R -f deploy/ --context prod
         # what kubectl would send, from standard input
         helm template ./chart | {prog} check -f - --cluster nodes.yaml -o json""")
     c.add_argument("-f", "--filename", dest="files", action="append", required=True,
@@ -487,6 +504,8 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
                    help="namespace for objects that name none (default: default)")
     c.add_argument("--namespace-labels", metavar="K=V,...",
                    help="labels of the objects' namespaces, as the server would see them")
+    _kube_flags(c, "read the nodes and namespaces of a live cluster with this kubeconfig "
+                   "(instead of --cluster)")
     _output(c, "one line per object")
     c.set_defaults(func=cmd_check)
 
