@@ -9,7 +9,6 @@ demo snapshot, and gpupool's imports; the ratio shows what that costs over plain
 from __future__ import annotations
 
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import requests
 
-from tests.integration.conftest import free_port, generate_certs
+from tests.integration.conftest import free_port, generate_certs, stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,12 +40,7 @@ def _time_to_ready(cmd: list[str], url: str, ca: Path, log: Path, env: dict[str,
             time.sleep(0.02)
         raise RuntimeError(f"not ready in 120 s: {log.read_text()[-2000:]}")
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
 
 
 def measure(tmp: Path, rounds: int = 5) -> dict:

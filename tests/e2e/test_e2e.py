@@ -260,6 +260,39 @@ def test_doctor_against_the_live_cluster(env):
     assert "prod" in r.stderr
 
 
+
+# Before test_webhook_down_non_gpu_admitted_gpu_refused, which stops gpupool.
+def test_hami_coexistence_docs_block_runs_against_the_cluster(env, k8s_bin):
+    """docs/hami-coexistence.md's checklist, as written, against this cluster with gpupool
+    serving: doctor and check on the nodes it exports, and a server-side dry run."""
+    import os
+
+    from tests.docs import Shell, blocks, path_with, workdir
+
+    (block,) = [b for b in blocks() if b.mode == "e2e"]
+    shell = Shell(workdir(env.tmp / "docs"), {
+        **os.environ, "KUBECONFIG": str(env.cp.kubeconfig),
+        "PATH": path_with(k8s_bin, Path(sys.executable).parent)})
+    results = dict(shell.run(block))
+    doctor = next(r for cmd, r in results.items() if cmd.startswith("gpupool doctor"))
+    assert "hami-1" in doctor.stdout and "fix: define a CDI device per GPU UUID" in doctor.stdout
+    check = next(r for cmd, r in results.items() if cmd.startswith("gpupool check"))
+    dry = next(r for cmd, r in results.items() if "--dry-run=server" in cmd)
+    # The offline answer and the API server's agree, whatever state earlier tests left
+    # hami-1 in: the Job's HAMi pods are denied by both or by neither.
+    denied_offline = "DENIED  Job default/finetune" in check.stdout
+    assert (dry.returncode == 1) == denied_offline, (check.stdout, dry.stderr)
+    if denied_offline:
+        assert "denied the request" in dry.stderr and "management.nvidia.com/gpu=GPU-" in \
+            dry.stderr
+    assert "ALLOWED Deployment default/inference" in check.stdout
+    # check reading the live cluster answers as check reading its export.
+    live = subprocess.run([sys.executable, "-m", "webhook", "check", "-f", str(ROOT / "docs/"
+                           "examples/workloads.yaml"), "--kubeconfig", str(env.cp.kubeconfig),
+                           "--context", "e2e"], capture_output=True, text=True, timeout=60)
+    assert live.returncode == check.returncode
+    assert live.stdout == check.stdout
+
 AGENT = ["--as=system:serviceaccount:gpupool-system:gpupool-agent",
          "--as-group=system:serviceaccounts", "--as-group=system:serviceaccounts:gpupool-system"]
 
@@ -441,34 +474,3 @@ def test_caBundle_is_the_generated_one(env):
     served = base64.b64decode(cfg["webhooks"][0]["clientConfig"]["caBundle"])
     assert served == (env.certs / "ca.crt").read_bytes()
 
-
-def test_hami_coexistence_docs_block_runs_against_the_cluster(env, k8s_bin):
-    """docs/hami-coexistence.md's checklist, as written, against this cluster with gpupool
-    serving: doctor and check on the nodes it exports, and a server-side dry run."""
-    import os
-
-    from tests.docs import Shell, blocks, path_with, workdir
-
-    (block,) = [b for b in blocks() if b.mode == "e2e"]
-    shell = Shell(workdir(env.tmp / "docs"), {
-        **os.environ, "KUBECONFIG": str(env.cp.kubeconfig),
-        "PATH": path_with(k8s_bin, Path(sys.executable).parent)})
-    results = dict(shell.run(block))
-    doctor = next(r for cmd, r in results.items() if cmd.startswith("gpupool doctor"))
-    assert "hami-1" in doctor.stdout and "fix: define a CDI device per GPU UUID" in doctor.stdout
-    check = next(r for cmd, r in results.items() if cmd.startswith("gpupool check"))
-    dry = next(r for cmd, r in results.items() if "--dry-run=server" in cmd)
-    # The offline answer and the API server's agree, whatever state earlier tests left
-    # hami-1 in: the Job's HAMi pods are denied by both or by neither.
-    denied_offline = "DENIED  Job default/finetune" in check.stdout
-    assert (dry.returncode == 1) == denied_offline, (check.stdout, dry.stderr)
-    if denied_offline:
-        assert "denied the request" in dry.stderr and "management.nvidia.com/gpu=GPU-" in \
-            dry.stderr
-    assert "ALLOWED Deployment default/inference" in check.stdout
-    # check reading the live cluster answers as check reading its export.
-    live = subprocess.run([sys.executable, "-m", "webhook", "check", "-f", str(ROOT / "docs/"
-                           "examples/workloads.yaml"), "--kubeconfig", str(env.cp.kubeconfig),
-                           "--context", "e2e"], capture_output=True, text=True, timeout=60)
-    assert live.returncode == check.returncode
-    assert live.stdout == check.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -78,6 +79,37 @@ def start_server(tmp: Path, *extra: str, workers: int = 2, env: dict | None = No
         time.sleep(0.2)
     stop_server(server)
     raise RuntimeError(f"server not ready in 30s: {log.read_text()}")
+
+
+def wait_ready(proc: subprocess.Popen, url: str, ca: str, log: Path,
+               timeout: float = 60) -> None:
+    """Until ``url``/readyz answers 200 over TLS verified with ``ca``; fails with the log's
+    tail if the process exits or the time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, f"exited:\n{log.read_text()[-3000:]}"
+        try:
+            if os.path.exists(ca) and requests.get(f"{url}/readyz", verify=ca, timeout=2).ok:
+                return
+        except (requests.RequestException, OSError):
+            pass
+        assert time.monotonic() < deadline, f"not ready:\n{log.read_text()[-3000:]}"
+        time.sleep(0.05)
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 30) -> None:
+    """SIGTERM to the process group started with ``start_new_session``; SIGKILL after
+    ``grace`` seconds. Returns once it is gone."""
+    import signal
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def stop_server(server: Server) -> None:

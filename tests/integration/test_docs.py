@@ -185,12 +185,7 @@ def test_examples_are_what_the_docs_say(tmp_path):
 def test_make_run_serves_and_the_commands_it_prints_work(tmp_path):
     """README's first command, warm: it serves the demo, and the curl lines it prints answer
     as they say (the HAMi pod routed on /mutate, denied on /validate)."""
-    import signal
-    import time
-
-    import requests
-
-    from tests.integration.conftest import free_port
+    from tests.integration.conftest import free_port, stop_group, wait_ready
 
     port, run = free_port(), tmp_path / "run"
     log = tmp_path / "make-run.log"
@@ -198,17 +193,7 @@ def test_make_run_serves_and_the_commands_it_prints_work(tmp_path):
         proc = subprocess.Popen(["make", "run", f"PORT={port}", f"RUN={run}"], cwd=ROOT,
                                 stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if requests.get(f"https://127.0.0.1:{port}/readyz",
-                                verify=str(run / "certs/ca.crt"), timeout=2).ok:
-                    break
-            except (requests.RequestException, OSError):
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        wait_ready(proc, f"https://127.0.0.1:{port}", str(run / "certs/ca.crt"), log)
         printed = log.read_text()
         curl = re.search(r"^  (curl .*?\\\n.*?json\.tool)$", printed, re.M | re.S).group(1)
         r = subprocess.run(["bash", "-o", "pipefail", "-c", curl], cwd=ROOT,
@@ -222,5 +207,4 @@ def test_make_run_serves_and_the_commands_it_prints_work(tmp_path):
         resp = json.loads(r.stdout)["response"]
         assert resp["allowed"] is False and "hami-node-1" in resp["status"]["message"]
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(30)
+        stop_group(proc)

@@ -141,3 +141,42 @@ def test_strong_tls12_cipher_accepted(server):
     port = int(server.url.rsplit(":", 1)[1])
     r = _openssl(port, "-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256")
     assert _handshook(r) and "ECDHE-ECDSA-AES128-GCM-SHA256" in r.stdout
+
+
+def test_graceful_stop_closes_idle_connections_and_finishes_requests(tmp_path):
+    """SIGTERM (a rollout, a drain): a request already arriving is answered, connections the
+    API server keeps alive between requests are closed at once, and the server is gone well
+    before gunicorn's 25 s graceful timeout, which idle keep-alive connections used to use up."""
+    import socket
+    import ssl
+
+    srv = start_server(tmp_path, workers=1)
+    idle = requests.Session()
+    assert idle.post(f"{srv.url}/mutate", data=body(gpu_pod()), verify=srv.ca, timeout=10,
+                     headers={"Content-Type": "application/json"}).status_code == 200
+    sent = body(gpu_pod("in-flight"), uid="in-flight")
+    host, port = srv.url.removeprefix("https://").split(":")
+    ctx = ssl.create_default_context(cafile=srv.ca)
+    busy = ctx.wrap_socket(socket.create_connection((host, int(port)), timeout=20),
+                           server_hostname="localhost")
+    busy.sendall(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
+                 b"\r\nContent-Length: " + str(len(sent)).encode() + b"\r\n\r\n" + sent[:50])
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(1.0)
+    busy.sendall(sent[50:])
+    reply = b""
+    while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+        chunk = busy.recv(65536)
+        if not chunk:
+            break
+        reply += chunk
+    busy.close()
+    srv.proc.wait(20)
+    stopped_after = time.monotonic() - t0
+    assert reply.startswith(b"HTTP/1.1 200")
+    assert json.loads(reply.partition(b"\r\n\r\n")[2])["response"]["uid"] == "in-flight"
+    assert stopped_after < 15, f"stop took {stopped_after:.1f}s"
+    log = srv.log.read_text()
+    assert "graceful timeout" not in log and "Traceback" not in log

@@ -19,9 +19,7 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -29,7 +27,7 @@ import pytest
 import requests
 
 from tests.conftest import IN_CI, ROOT
-from tests.integration.conftest import free_port, generate_certs
+from tests.integration.conftest import free_port, generate_certs, stop_group, wait_ready
 
 pytestmark = pytest.mark.slow
 CACHE = Path(os.environ.get("GPUPOOL_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or
@@ -140,16 +138,7 @@ def test_image_entrypoint_serves_a_real_review(buildah, image, tmp_path):
                                 start_new_session=True)
     url, ca = f"https://127.0.0.1:{port}", str(certs / "ca.crt")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                if requests.get(f"{url}/readyz", verify=ca, timeout=2).ok:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
+        wait_ready(proc, url, ca, log)
         sent = json.loads((ROOT / "docs/examples/review-hami-pod-validate.json").read_text())
         r = requests.post(f"{url}/validate", data=json.dumps(sent), verify=ca, timeout=10,
                           headers={"Content-Type": "application/json"})
@@ -157,10 +146,5 @@ def test_image_entrypoint_serves_a_real_review(buildah, image, tmp_path):
         assert r.status_code == 200 and resp["uid"] == sent["request"]["uid"]
         assert resp["allowed"] is False and "CDIDeviceMissing" in resp["status"]["message"]
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
     assert "Traceback" not in log.read_text()

@@ -16,7 +16,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import pytest
 import requests
 
 from tests.conftest import ROOT
-from tests.integration.conftest import free_port
+from tests.integration.conftest import free_port, stop_group, wait_ready
 from tests.layouts import write_layout
 
 pytestmark = pytest.mark.slow
@@ -135,16 +134,7 @@ def test_installed_server_answers_a_real_review(installed, tmp_path):
             env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     url, ca = f"https://127.0.0.1:{port}", str(tmp_path / "certs/ca.crt")
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, f"installed server exited:\n{log.read_text()[-3000:]}"
-            try:
-                if requests.get(f"{url}/readyz", verify=ca, timeout=2).ok:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
+        wait_ready(proc, url, ca, log, timeout=30)
         for name, endpoint, allowed in (("review-hami-pod.json", "mutate", True),
                                         ("review-hami-pod-validate.json", "validate", False)):
             sent = json.loads((ROOT / "docs/examples" / name).read_text())
@@ -156,13 +146,7 @@ def test_installed_server_answers_a_real_review(installed, tmp_path):
             assert resp["allowed"] is allowed, resp
         assert "Traceback" not in log.read_text()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            pytest.fail(f"installed server did not stop on SIGTERM:\n{log.read_text()[-3000:]}")
+        stop_group(proc)
 
 
 def test_installed_agent_and_check_run(installed, tmp_path):

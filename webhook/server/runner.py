@@ -176,7 +176,9 @@ class GunicornApp(BaseApplication):  # type: ignore[misc]
         settings: dict[str, Any] = {
             "bind": [c.bind],
             "workers": c.workers,
-            "worker_class": c.worker_class,
+            # gevent: gunicorn's worker, closing idle keep-alive connections on a graceful stop
+            "worker_class": ("webhook.server.worker.GeventWorker" if c.worker_class == "gevent"
+                             else c.worker_class),
             "worker_connections": c.worker_connections,
             "threads": c.threads,
             "keepalive": c.keepalive,

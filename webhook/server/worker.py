@@ -1,0 +1,68 @@
+"""gunicorn's gevent worker, with a graceful stop that closes idle keep-alive connections at
+once, as Go's ``http.Server.Shutdown`` does.
+
+The API server keeps its connections to a webhook alive. gunicorn's gevent worker waits for
+every connection's greenlet on a graceful stop, and a greenlet waiting for the next request on
+an idle connection only ends when the client closes it or the keep-alive timeout passes: every
+stop (a rollout, a scale-down, a node drain) took the whole ``graceful_timeout`` (25 s) before
+the worker gave up. Here, on SIGTERM, connections waiting for a request that has not started
+are closed; a request whose first byte has arrived is served to the end as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+from collections.abc import Iterator
+from typing import Any
+
+import gevent
+from gunicorn.workers.ggevent import GeventWorker as _GeventWorker
+
+
+class GeventWorker(_GeventWorker):  # type: ignore[misc]  # gunicorn is untyped
+    def init_process(self) -> None:
+        #: greenlet -> its client socket, while it waits for a request to begin
+        self._waiting: dict[Any, Any] = {}
+        self._sockets: dict[Any, Any] = {}
+        super().init_process()
+
+    def handle(self, listener: Any, client: Any, addr: Any) -> None:
+        me = gevent.getcurrent()
+        self._sockets[me] = client
+        try:
+            super().handle(listener, client, addr)
+        finally:
+            self._sockets.pop(me, None)
+
+    @contextlib.contextmanager
+    def timeout_ctx(self) -> Iterator[None]:
+        """Wraps the keep-alive wait for the next request (gunicorn reads the request line and
+        headers in it), so a stop can tell a connection between requests from a busy one."""
+        me = gevent.getcurrent()
+        self._waiting[me] = self._sockets.get(me)
+        try:
+            with super().timeout_ctx():
+                if not self.alive:  # stopping: do not start waiting on a connection
+                    raise _closing()
+                yield
+        finally:
+            self._waiting.pop(me, None)
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        gevent.spawn(self._close_idle)  # out of the signal handler
+
+    def _close_idle(self) -> None:
+        for greenlet, sock in list(self._waiting.items()):
+            # The TLS deadline socket notes when a request's first byte arrived
+            # (webhook.server.tls); plain sockets (--insecure-http) never have one pending.
+            started = getattr(sock, "__dict__", {}).get("_request_started")
+            if started is None:
+                greenlet.kill(_closing(), block=False)
+
+
+def _closing() -> ConnectionResetError:
+    # gunicorn logs a connection reset at debug level and closes the socket; any other
+    # exception in a handler would be logged as an error with its traceback.
+    return ConnectionResetError(errno.ECONNRESET, "server stopping: idle connection closed")
