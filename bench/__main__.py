@@ -23,7 +23,7 @@ import jsonpatch
 import requests
 
 from bench import agent as agent_bench
-from bench import cluster, load, slowclients, soak, startup
+from bench import cluster, load, slowclients, soak, startup, versus_hami
 from tests.integration.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -204,6 +204,8 @@ def report(res: dict) -> str:
     lines = [f"gpupool benchmarks ({res['host']}, {res['when']})", ""]
     if res.get("startup"):
         lines += [startup.report(res["startup"]), ""]
+    if res.get("versus_hami"):
+        lines += [versus_hami.report(res["versus_hami"]), ""]
     h = res.get("http")
     if h:
         lines.append(f"1. Admission over HTTPS ({h['cluster_nodes']}-node view, gunicorn "
@@ -271,7 +273,7 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="short runs, sizes up to 5,000")
     p.add_argument("--out", default=str(ROOT / "bench/results/results.json"))
     p.add_argument("--skip-http", action="store_true")
-    p.add_argument("--only", choices=("http", "slow", "decision", "agent", "startup"),
+    p.add_argument("--only", choices=("http", "slow", "decision", "agent", "startup", "hami"),
                    action="append",
                    help="run only these parts (repeatable)")
     p.add_argument("--worker-class", default="gevent", choices=("gevent", "gthread"),
@@ -279,9 +281,16 @@ def main() -> int:
     a = p.parse_args()
     res: dict = {"host": f"{platform.node()} ({os.cpu_count()} cores)",
                  "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-    parts = set(a.only or ("http", "slow", "decision", "agent", "startup"))
+    parts = set(a.only or ("http", "slow", "decision", "agent", "startup", "hami"))
     if a.skip_http:
         parts -= {"http", "slow"}
+    if "hami" in parts:
+        if not load.have_wrk():
+            print("wrk not found: `make bench` installs it (Debian package wrk)", file=sys.stderr)
+            return 2
+        with tempfile.TemporaryDirectory() as tmp:
+            res["versus_hami"] = versus_hami.measure(Path(tmp), seconds=3 if a.quick else 5,
+                                                     rounds=1 if a.quick else 5)
     if "startup" in parts:
         with tempfile.TemporaryDirectory() as tmp:
             res["startup"] = startup.measure(Path(tmp), 3 if a.quick else 5)

@@ -1,0 +1,112 @@
+"""Webhook throughput side by side: HAMi's mutating webhook (its v2.10.0 Go code, built as the
+suite builds it, logging at its chart's -v=4) and gpupool's /mutate (as installed: two gevent
+workers, TLS), on the same two cores, one at a time, with the same wrk load and the same
+AdmissionReview bodies, in interleaved rounds.
+
+Two request types: a GPU pod (both mutate it) and a pod without GPU resources (both let it
+through untouched; in a cluster gpupool's matchConditions keep the API server from sending it
+at all, HAMi's registration sends every pod). gpupool on a 5,000-node view, as in the HTTPS
+bench. The ratio is gpupool's requests/s over HAMi's, per round, then the median.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench import cluster, load
+from tests.integration.conftest import free_port, generate_certs, stop_group
+
+PATHS = {"hami": "/webhook", "gpupool": "/mutate"}
+
+
+def _review(pod: dict[str, Any], uid: str) -> bytes:
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": {"uid": uid, "kind": {"group": "", "version": "v1",
+                                                        "kind": "Pod"},
+                                   "resource": {"group": "", "version": "v1",
+                                                "resource": "pods"},
+                                   "operation": "CREATE", "namespace": "ml", "object": pod,
+                                   "dryRun": False,
+                                   "userInfo": {"username": "system:serviceaccount:ml:ci"}}}
+                      ).encode()
+
+
+def bodies() -> dict[str, bytes]:
+    pod = cluster.pods()["unpinned"]
+    plain = copy.deepcopy(pod)
+    for c in plain["spec"]["containers"]:
+        c["resources"] = {"limits": {"cpu": "1", "memory": "1Gi"}}
+    return {"gpu-pod": _review(pod, "bench-gpu"), "no-gpu-pod": _review(plain, "bench-plain")}
+
+
+def measure(tmp: Path, *, seconds: int = 5, rounds: int = 5, connections: int = 8,
+            rate: float = 100) -> dict:
+    from bench.__main__ import start
+    from tests.e2e.hami import HamiWebhook
+
+    certs = tmp / "certs"
+    generate_certs(certs)
+    ca = str(certs / "ca.crt")
+    nodes = cluster.write(tmp / "cluster-5000.json", 5000)
+    hami = HamiWebhook(certs / "tls.crt", certs / "tls.key", tmp / "hami.log").start(verbosity=4)
+    port = free_port()
+    gp = start([sys.executable, "-m", "webhook", "serve", "--bind", f"127.0.0.1:{port}",
+                "--cluster", str(nodes), "--no-audit-stdout", "--log-level", "warning",
+                "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
+                "--workers", "2"], f"https://127.0.0.1:{port}", ca, tmp / "gpupool.log")
+    urls = {"hami": f"https://127.0.0.1:{hami.port}", "gpupool": f"https://127.0.0.1:{port}"}
+    runs: dict[str, list[dict]] = {}
+    try:
+        for kind, body in bodies().items():
+            for name in urls:  # warm both
+                load.wrk(urls[name] + PATHS[name], body, seconds=1, connections=connections)
+            for _ in range(rounds):
+                for name, url in urls.items():
+                    r = load.wrk(url + PATHS[name], body, seconds=seconds,
+                                 connections=connections)
+                    # Latency as the API server sees it: a fixed moderate rate, measured from
+                    # each request's scheduled send time (wrk's closed loop saturates both).
+                    fixed = load.fixed_rate("127.0.0.1", int(url.rsplit(":", 1)[1]),
+                                            PATHS[name], body, ca, rate=rate, seconds=seconds)
+                    runs.setdefault(f"{name}/{kind}", []).append(
+                        {**r, "fixed_p99_ms": fixed["p99_ms"], "fixed_errors": fixed["errors"]})
+    finally:
+        hami.stop()
+        stop_group(gp)
+    out: dict = {"seconds": seconds, "rounds": rounds, "connections": connections, "rate": rate,
+                 "gpupool_workers": 2, "gpupool_view_nodes": 5000, "rows": {}}
+    for kind in bodies():
+        g, h = runs[f"gpupool/{kind}"], runs[f"hami/{kind}"]
+        out["rows"][kind] = {
+            "gpupool_rps": statistics.median(r["rps"] for r in g),
+            "hami_rps": statistics.median(r["rps"] for r in h),
+            "ratio": statistics.median(a["rps"] / b["rps"] for a, b in zip(g, h, strict=True)),
+            "gpupool_p99_ms": statistics.median(r.get("p99_ms", 0.0) for r in g),
+            "hami_p99_ms": statistics.median(r.get("p99_ms", 0.0) for r in h),
+            "gpupool_fixed_p99_ms": statistics.median(r["fixed_p99_ms"] for r in g),
+            "hami_fixed_p99_ms": statistics.median(r["fixed_p99_ms"] for r in h),
+            "fixed_p99_ratio": statistics.median(a["fixed_p99_ms"] / b["fixed_p99_ms"]
+                                                 for a, b in zip(g, h, strict=True)),
+            "errors": sum(r["non2xx"] + r["fixed_errors"] for r in g + h)}
+    return out
+
+
+def report(r: dict) -> str:
+    lines = [f"Webhook throughput beside HAMi's (wrk, {r['connections']} keep-alive "
+             f"connections; p99 at a fixed {r['rate']:.0f} req/s; median of {r['rounds']} "
+             f"interleaved rounds of {r['seconds']} s)",
+             f"{'request':<12} {'gpupool req/s':>14} {'HAMi req/s':>11} {'ratio':>6} | "
+             f"{'gpupool p99 ms':>15} {'HAMi p99 ms':>12} {'ratio':>6} | "
+             f"{'saturated p99 ms gpupool/HAMi':>30} | errors"]
+    for kind, row in r["rows"].items():
+        lines.append(f"{kind:<12} {row['gpupool_rps']:>14.0f} {row['hami_rps']:>11.0f} "
+                     f"{row['ratio']:>6.2f} | {row['gpupool_fixed_p99_ms']:>15.2f} "
+                     f"{row['hami_fixed_p99_ms']:>12.2f} {row['fixed_p99_ratio']:>6.2f} | "
+                     f"{row['gpupool_p99_ms']:>14.1f} / {row['hami_p99_ms']:<13.1f} | "
+                     f"{row['errors']}")
+    return "\n".join(lines)
