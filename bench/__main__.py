@@ -23,7 +23,7 @@ import jsonpatch
 import requests
 
 from bench import agent as agent_bench
-from bench import cluster, load, slowclients, soak, startup, versus_hami
+from bench import cluster, e2e_load, load, slowclients, soak, startup, versus_hami
 from tests.integration.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -204,6 +204,8 @@ def report(res: dict) -> str:
     lines = [f"gpupool benchmarks ({res['host']}, {res['when']})", ""]
     if res.get("startup"):
         lines += [startup.report(res["startup"]), ""]
+    if res.get("e2e_load"):
+        lines += [e2e_load.report(res["e2e_load"]), ""]
     if res.get("versus_hami"):
         lines += [versus_hami.report(res["versus_hami"]), ""]
     h = res.get("http")
@@ -273,7 +275,8 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="short runs, sizes up to 5,000")
     p.add_argument("--out", default=str(ROOT / "bench/results/results.json"))
     p.add_argument("--skip-http", action="store_true")
-    p.add_argument("--only", choices=("http", "slow", "decision", "agent", "startup", "hami"),
+    p.add_argument("--only", choices=("http", "slow", "decision", "agent", "startup", "hami",
+                                      "e2e"),
                    action="append",
                    help="run only these parts (repeatable)")
     p.add_argument("--worker-class", default="gevent", choices=("gevent", "gthread"),
@@ -281,9 +284,17 @@ def main() -> int:
     a = p.parse_args()
     res: dict = {"host": f"{platform.node()} ({os.cpu_count()} cores)",
                  "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-    parts = set(a.only or ("http", "slow", "decision", "agent", "startup", "hami"))
+    parts = set(a.only or ("http", "slow", "decision", "agent", "startup", "hami", "e2e"))
     if a.skip_http:
         parts -= {"http", "slow"}
+    if "e2e" in parts:
+        with tempfile.TemporaryDirectory(prefix="gpupool-e2e-load-") as tmp:
+            try:
+                res["e2e_load"] = e2e_load.run(
+                    Path(tmp), **e2e_load.PLANS["quick" if a.quick else "full"])
+            except e2e_load.StartError as exc:
+                print(f"e2e load: {exc}", file=sys.stderr)
+                return 2
     if "hami" in parts:
         if not load.have_wrk():
             print("wrk not found: `make bench` installs it (Debian package wrk)", file=sys.stderr)
@@ -313,6 +324,10 @@ def main() -> int:
     Path(a.out).write_text(json.dumps(res, indent=2))
     print(report(res))
     print(f"\nresults: {a.out}")
+    left = (res.get("e2e_load") or {}).get("leftover_processes")
+    if left:
+        print("e2e load: processes left behind:\n" + "\n".join(left), file=sys.stderr)
+        return 1
     return 0
 
 

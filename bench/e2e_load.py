@@ -1,0 +1,446 @@
+"""Pod creation under load through a real API server, with and without the webhooks:
+
+    python -m bench.e2e_load [--quick] [--out bench/results/e2e-load.json]
+
+The suite's real programs: kube-apiserver with etcd, kube-controller-manager, kwok keeping the
+nodes Ready; nodes whose CDI inventories a real `gpupool agent` published. Four
+configurations, switched in place and interleaved round by round:
+
+- ``none``: no webhook;
+- ``hami``: HAMi's webhook alone (v2.10.0, built as the suite builds it, registered by its
+  chart, logging at the chart's -v=4);
+- ``gpupool``: gpupool alone, two replicas (two gunicorn masters, two workers each, sharing one
+  port through SO_REUSEPORT, so the kernel spreads connections between them as a Service
+  spreads them between pods), its webhooks rendered from manifests/;
+- ``gpupool+hami``: gpupool in front of HAMi's webhook, as gpupool is meant to run.
+
+N concurrent creators (10, 50, 200) create a fixed number of pods, a third HAMi GPU pods, a
+third GPU Operator pods, a third without GPUs, all of which every configuration admits. The
+client's create latency (p50, p99) and rate are reported beside the API server's own
+``apiserver_admission_webhook_admission_duration_seconds``, with ratios to ``none`` and to
+``hami`` taken round by round. Then a burst: 1,000 creations from 64 writers with gpupool in
+front of HAMi. A component that does not start is named and the run exits 2; at the end the
+run checks that no process it started is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ("none", "hami", "gpupool", "gpupool+hami")
+NAMESPACE = "load"
+
+
+class StartError(RuntimeError):
+    """A component of the rig did not start; the message names it."""
+
+
+def _component(name: str, fn: Any) -> Any:
+    try:
+        return fn()
+    except BaseException as exc:  # pytest's outcomes from the Go builds are BaseException
+        raise StartError(f"{name} did not start: {str(exc).strip()[-1500:]}") from exc
+
+
+class Rig:
+    """Everything the scenario starts, kept for switching configurations and for the final
+    check that nothing it started outlives it."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.replicas: list[subprocess.Popen] = []
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> Rig:
+        from tests.controlplane import ControlPlane, binaries
+        from tests.e2e import install
+        from tests.e2e.hami import HamiWebhook
+        from tests.integration.conftest import free_port
+        from tests.tools import helm as helmtool
+        from tests.tools.gobuild import built
+
+        k8s = _component("the Kubernetes control plane build", binaries)
+        kwok = _component("the kwok build", lambda: built(ROOT / "tests/tools/build-kwok.sh",
+                                                           "kwok"))
+        helm = _component("the helm build", helmtool.binary)
+        self.cp = _component("kube-apiserver and etcd",
+                             lambda: ControlPlane(self.tmp / "cp", k8s).start())
+        _component("kube-controller-manager", self.cp.start_controller_manager)
+        _component("kwok", lambda: self.cp.start_kwok(kwok))
+        self.objs = _component("gpupool's manifests", lambda: install.prepare(self.cp, self.tmp))
+        _component("the nodes and their agents", self._nodes)
+        port = free_port()
+        self.url = f"https://127.0.0.1:{port}"
+        for i in range(2):
+            self.replicas.append(_component(f"gpupool replica {i + 1}",
+                                            lambda i=i: self._replica(port, i)))
+        certs = self.tmp / "certs"
+        self.hami = _component("HAMi's webhook", lambda: HamiWebhook(
+            certs / "tls.crt", certs / "tls.key", self.tmp / "hami.log").start(verbosity=4))
+        self.hami_cfg = self.hami.configuration(helm, (certs / "caBundle").read_text().strip(),
+                                                self.tmp)
+        self.cp.kubectl("create", "namespace", NAMESPACE)
+        return self
+
+    def _nodes(self) -> None:
+        from tests.e2e import install
+        from tests.layouts import hami_register, per_uuid_spec, write_layout
+        from tests.unit.node.test_driver import fake_driver
+
+        driver = fake_driver(self.tmp / "driver")
+        fixed = write_layout(self.tmp / "layouts/fixed", "operator-management")
+        (fixed["run"] / "management.nvidia.com-gpu-uuid.yaml").write_text(per_uuid_spec())
+        plugin = write_layout(self.tmp / "layouts/plugin", "device-plugin")
+        status = {"capacity": {"cpu": "64", "memory": "512Gi", "pods": "110",
+                               "nvidia.com/gpu": "8"}}
+        status["allocatable"] = status["capacity"]
+        for i in range(4):
+            for name, labels, ann, layout in (
+                    (f"hami-{i}", {"gpupool.io/pool": "hami", "gpu": "on"},
+                     {"hami.io/node-nvidia-register": hami_register()}, fixed),
+                    (f"op-{i}", {}, {}, plugin)):
+                node = {"apiVersion": "v1", "kind": "Node", "metadata": {
+                    "name": name, "annotations": ann,
+                    "labels": {**labels, "nvidia.com/gpu.present": "true",
+                               "type": "kwok"}}}
+                self.cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(node))
+                self.cp.kubectl("patch", "node", name, "--subresource=status", "--type=merge",
+                                "-p", json.dumps({"status": status}))
+                install.agent(self.cp, name, {**layout, "driver": driver})
+
+    def _replica(self, port: int, i: int) -> subprocess.Popen:
+        """One gpupool replica as the Deployment runs it, sharing the port with the other."""
+        from tests.e2e.install import webhook_token_kubeconfig
+        from tests.integration.conftest import wait_ready
+
+        kubeconfig = webhook_token_kubeconfig(self.cp, self.tmp / "webhook.kubeconfig")
+        certs = self.tmp / "certs"
+        cfg = {"bind": f"127.0.0.1:{port}", "certfile": str(certs / "tls.crt"),
+               "keyfile": str(certs / "tls.key"), "kubeconfig": str(kubeconfig),
+               "workers": 2, "audit_stdout": False, "loglevel": "warning",
+               "audit_file": str(self.tmp / f"audit-{i}.log"), "extra": {"reuse_port": True}}
+        log = self.tmp / f"gpupool-{i}.log"
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", "import json, sys\n"
+                 "from webhook.server.runner import ServeConfig, serve\n"
+                 "serve(ServeConfig(**json.loads(sys.argv[1])))", json.dumps(cfg)],
+                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
+        wait_ready(proc, self.url, str(certs / "ca.crt"), log)
+        return proc
+
+    # ------------------------------------------------------------------ configurations
+    def use(self, config: str) -> None:
+        """Register what ``config`` needs, remove the rest, and wait until the API server
+        applies it (a server-side dry run shows the expected mutation)."""
+        from tests.e2e import install
+
+        class _Url:
+            url = self.url
+
+        if "gpupool" in config:
+            install.register(self.cp, self.objs, _Url())  # type: ignore[arg-type]
+        else:
+            for cfg in self.objs:
+                if cfg["kind"] in install.WEBHOOK_KINDS:
+                    self.cp.kubectl("delete", cfg["kind"], cfg["metadata"]["name"],
+                                    "--ignore-not-found")
+        if "hami" in config:
+            install.apply(self.cp, self.hami_cfg)
+        else:
+            self.cp.kubectl("delete", "mutatingwebhookconfiguration",
+                            self.hami_cfg["metadata"]["name"], "--ignore-not-found")
+        # A whole GPU labelled for HAMi's pool tells the four apart: HAMi's webhook sends it
+        # to hami-scheduler and gives it exclusive cores, gpupool routes it and annotates it.
+        probe = pod("probe", "operator")
+        probe["metadata"]["labels"]["gpupool.io/pool"] = "hami"
+        want = (config != "none", "hami" in config, "gpupool" in config)
+
+        def applied() -> bool:
+            r = install.apply(self.cp, probe, "--dry-run=server", "-o", "json")
+            if r.returncode != 0:
+                return False
+            out = json.loads(r.stdout)
+            limits = out["spec"]["containers"][0]["resources"]["limits"]
+            return (out["spec"].get("schedulerName") == "hami-scheduler",
+                    "nvidia.com/gpucores" in limits,
+                    "gpupool.io/pool" in (out["metadata"].get("annotations") or {})) == want
+        install.wait_until(applied, f"configuration {config} to take effect", timeout=60)
+
+    # ------------------------------------------------------------------ load
+    def session(self) -> requests.Session:
+        pki = self.cp.root / "pki"
+        s = requests.Session()
+        s.cert = (str(pki / "admin.crt"), str(pki / "admin.key"))
+        s.trust_env = False  # a CA bundle from the environment would override the cluster's
+        s.verify = str(pki / "ca.crt")
+        return s
+
+    def create(self, pods: list[dict], writers: int) -> tuple[list[float], list[str], float]:
+        base = f"https://127.0.0.1:{self.cp.port}/api/v1/namespaces/{NAMESPACE}/pods"
+        local = threading.local()
+
+        def one(p: dict) -> tuple[float, str]:
+            s = getattr(local, "s", None) or self.session()
+            local.s = s
+            t0 = time.perf_counter()
+            try:
+                r = s.post(base, json=p, timeout=30)
+                err = "" if r.status_code == 201 else f"{r.status_code} {r.text[:200]}"
+            except requests.RequestException as exc:
+                err = f"{type(exc).__name__}: {exc}"
+            return time.perf_counter() - t0, err
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(writers) as pool:
+            results = list(pool.map(one, pods))
+        wall = time.perf_counter() - t0
+        return [r[0] for r in results], [r[1] for r in results if r[1]], wall
+
+    def clear(self) -> None:
+        self.cp.kubectl("delete", "pods", "--all", "-n", NAMESPACE, "--grace-period=0",
+                        "--force", "--wait=true", "--timeout=120s")
+
+    # ------------------------------------------------------------------ stop
+    def stop(self) -> list[str]:
+        """Stop everything; returns the command lines of any process still alive after."""
+        from tests.integration.conftest import stop_group
+
+        for p in self.replicas:
+            stop_group(p)
+        if getattr(self, "hami", None):
+            self.hami.stop()
+        if getattr(self, "cp", None):
+            self.cp.stop()
+        return leftovers(str(self.tmp))
+
+
+def leftovers(marker: str) -> list[str]:
+    """Processes whose command line names ``marker`` (this run's directory)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmd:
+            out.append(f"{entry.name}: {cmd[:200]}")
+    return out
+
+
+def pod(name: str, kind: str) -> dict[str, Any]:
+    limits = {"hami": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000},
+              "operator": {"nvidia.com/gpu": 1}, "plain": {"cpu": "100m"}}[kind]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"load": kind}},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                     "resources": {"limits": limits}}]}}
+
+
+def batch(n: int) -> list[dict]:
+    tag = uuid.uuid4().hex[:6]
+    kinds = ("hami", "operator", "plain")
+    return [pod(f"p-{tag}-{i}", kinds[i % 3]) for i in range(n)]
+
+
+# ---------------------------------------------------------------------- API server metrics
+
+_BUCKET = re.compile(r'^(\w+)_bucket\{(.*)\} (\S+)$', re.M)
+
+
+def buckets(text: str, metric: str, match: dict[str, str]) -> dict[str, dict[float, float]]:
+    """Cumulative buckets of ``metric`` by webhook name (or "" when the series has none),
+    for series whose labels include ``match``."""
+    out: dict[str, dict[float, float]] = {}
+    for name, labels, value in _BUCKET.findall(text):
+        if name != metric:
+            continue
+        lab = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if any(lab.get(k) != v for k, v in match.items()):
+            continue
+        le = math.inf if lab["le"] == "+Inf" else float(lab["le"])
+        series = out.setdefault(lab.get("name", ""), {})
+        series[le] = series.get(le, 0.0) + float(value)
+    return out
+
+
+def quantile(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
+    """The q-quantile of what was observed between two scrapes, interpolated within its
+    bucket as Prometheus' histogram_quantile does; None when nothing was observed."""
+    edges = sorted(after)
+    counts = [after[e] - before.get(e, 0.0) for e in edges]
+    total = counts[-1] if counts else 0
+    if total <= 0:
+        return None
+    rank = q * total
+    prev_edge, prev_count = 0.0, 0.0
+    for edge, count in zip(edges, counts, strict=True):
+        if count >= rank:
+            if math.isinf(edge):
+                return prev_edge
+            span = count - prev_count
+            return prev_edge + (edge - prev_edge) * ((rank - prev_count) / span if span else 1)
+        prev_edge, prev_count = edge, count
+    return prev_edge
+
+
+WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
+REQUEST_METRIC = "apiserver_request_duration_seconds"
+
+
+def server_view(before: str, after: str) -> dict[str, Any]:
+    """p99 per webhook (admission duration) and of the pod create requests themselves."""
+    out: dict[str, Any] = {}
+    b = buckets(before, WEBHOOK_METRIC, {"operation": "CREATE"})
+    for name, series in buckets(after, WEBHOOK_METRIC, {"operation": "CREATE"}).items():
+        p99 = quantile(b.get(name, {}), series, 0.99)
+        if p99 is not None:
+            out[f"webhook {name} p99 ms"] = round(p99 * 1000, 2)
+    create = {"verb": "POST", "resource": "pods", "subresource": ""}
+    p99 = quantile(buckets(before, REQUEST_METRIC, create).get("", {}),
+                   buckets(after, REQUEST_METRIC, create).get("", {}), 0.99)
+    out["create p99 ms"] = round(p99 * 1000, 2) if p99 is not None else None
+    return out
+
+
+# ---------------------------------------------------------------------- the scenario
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000
+
+
+#: the full scenario, and a short smoke of it
+PLANS: dict[str, dict[str, Any]] = {
+    "full": {"writers": (10, 50, 200), "pods": 300, "rounds": 3, "burst": 1000,
+             "burst_writers": 64},
+    "quick": {"writers": (10,), "pods": 60, "rounds": 1, "burst": 200, "burst_writers": 64},
+}
+
+
+def run(tmp: Path, *, writers: tuple[int, ...], pods: int, rounds: int, burst: int,
+        burst_writers: int) -> dict[str, Any]:
+    rig = Rig(tmp)
+    res: dict[str, Any] = {"host": f"{platform.node()} ({os.cpu_count()} cores)",
+                           "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                           "pods_per_batch": pods, "rounds": rounds, "levels": {}}
+    try:
+        rig.start()
+        for n in writers:
+            raw: dict[str, list[dict]] = {c: [] for c in CONFIGS}
+            for _ in range(rounds):
+                for config in CONFIGS:
+                    rig.use(config)
+                    before = rig.cp.metrics()
+                    lat, errors, wall = rig.create(batch(pods), n)
+                    after = rig.cp.metrics()
+                    raw[config].append({"p50_ms": _pct(lat, 0.5), "p99_ms": _pct(lat, 0.99),
+                                        "rate": len(lat) / wall, "failed": len(errors),
+                                        "errors": errors[:3], **server_view(before, after)})
+                    rig.clear()
+            res["levels"][str(n)] = summarise(raw)
+        rig.use("gpupool+hami")
+        before = rig.cp.metrics()
+        lat, errors, wall = rig.create(batch(burst), burst_writers)
+        after = rig.cp.metrics()
+        res["burst"] = {"pods": burst, "writers": burst_writers, "answered": len(lat),
+                        "failed": len(errors), "errors": errors[:5],
+                        "timed_out": sum("Timeout" in e for e in errors),
+                        "client_p99_ms": _pct(lat, 0.99), "seconds": wall,
+                        **server_view(before, after)}
+        rig.clear()
+    finally:
+        res["leftover_processes"] = rig.stop()
+    return res
+
+
+def summarise(raw: dict[str, list[dict]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for config, runs in raw.items():
+        row: dict[str, Any] = {
+            "p50_ms": statistics.median(r["p50_ms"] for r in runs),
+            "p99_ms": statistics.median(r["p99_ms"] for r in runs),
+            "creates_per_s": statistics.median(r["rate"] for r in runs),
+            "failed": sum(r["failed"] for r in runs),
+            "errors": [e for r in runs for e in r["errors"]][:3],
+            "server": {k: statistics.median(r[k] for r in runs if r.get(k) is not None)
+                       for k in {k for r in runs for k in r if k.startswith(("webhook",
+                                                                              "create"))}
+                       if any(r.get(k) is not None for r in runs)}}
+        for base in ("none", "hami"):
+            row[f"p99_vs_{base}"] = statistics.median(
+                a["p99_ms"] / b["p99_ms"] for a, b in zip(runs, raw[base], strict=True))
+        out[config] = row
+    return out
+
+
+def report(res: dict[str, Any]) -> str:
+    lines = [f"Pod creations through a real API server ({res['host']}, {res['when']}; "
+             f"{res['pods_per_batch']} pods per batch, median of {res['rounds']} interleaved "
+             "rounds)",
+             f"{'writers':>7} {'configuration':<14} {'p50 ms':>7} {'p99 ms':>7} "
+             f"{'creates/s':>9} {'p99/none':>8} {'p99/HAMi':>8} {'failed':>6}  API server"]
+    for n, level in res["levels"].items():
+        for config, r in level.items():
+            server = ", ".join(f"{k} {v}" for k, v in sorted(r["server"].items()))
+            lines.append(f"{n:>7} {config:<14} {r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f} "
+                         f"{r['creates_per_s']:>9.1f} {r['p99_vs_none']:>8.2f} "
+                         f"{r['p99_vs_hami']:>8.2f} {r['failed']:>6}  {server}")
+    b = res.get("burst")
+    if b:
+        lines.append(f"burst: {b['pods']} pods from {b['writers']} writers, gpupool in front of "
+                     f"HAMi: {b['answered']} answered, {b['failed']} failed, {b['timed_out']} "
+                     f"timed out, {b['seconds']:.1f} s; client p99 {b['client_p99_ms']:.0f} ms; "
+                     f"API server create p99 {b.get('create p99 ms')} ms")
+    lines.append(f"processes left behind: {len(res['leftover_processes'])}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.e2e_load", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="one round of 60 pods at 10 writers, a 200-pod burst (a smoke run)")
+    p.add_argument("--out", default=str(ROOT / "bench/results/e2e-load.json"),
+                   help="where the JSON results go")
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gpupool-e2e-load-") as tmp:
+        try:
+            res = run(Path(tmp), **PLANS["quick" if a.quick else "full"])
+        except StartError as exc:
+            print(f"e2e load: {exc}", file=sys.stderr)
+            return 2
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(res, indent=2))
+    print(report(res))
+    print(f"\nresults: {a.out}")
+    if res["leftover_processes"]:
+        print("e2e load: processes left behind:\n" + "\n".join(res["leftover_processes"]),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
