@@ -31,6 +31,7 @@ import math
 import os
 import platform
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -217,8 +218,15 @@ class Rig:
         return [r[0] for r in results], [r[1] for r in results if r[1]], wall
 
     def clear(self) -> None:
+        """Remove the batch's pods. They were never scheduled, so a forced delete is
+        immediate; one list confirms it (kubectl's --wait polls each pod, a minute a batch)."""
+        from tests.e2e import install
+
         self.cp.kubectl("delete", "pods", "--all", "-n", NAMESPACE, "--grace-period=0",
-                        "--force", "--wait=true", "--timeout=120s")
+                        "--force", "--wait=false")
+        install.wait_until(lambda: not self.cp.kubectl(
+            "get", "pods", "-n", NAMESPACE, "-o", "name").stdout.strip(),
+            "the batch's pods to be deleted", timeout=120)
 
     # ------------------------------------------------------------------ stop
     def stop(self) -> list[str]:
@@ -425,6 +433,8 @@ def main() -> int:
     p.add_argument("--out", default=str(ROOT / "bench/results/e2e-load.json"),
                    help="where the JSON results go")
     a = p.parse_args()
+    # A stopped run still stops what it started: SIGTERM unwinds through run()'s cleanup.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="gpupool-e2e-load-") as tmp:
         try:
             res = run(Path(tmp), **PLANS["quick" if a.quick else "full"])
