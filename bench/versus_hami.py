@@ -12,11 +12,9 @@ bench. The ratio is gpupool's requests/s over HAMi's, per round, then the median
 from __future__ import annotations
 
 import copy
-import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
 
 from bench import cluster, load
 from tests.integration.conftest import free_port, generate_certs, stop_group
@@ -24,24 +22,14 @@ from tests.integration.conftest import free_port, generate_certs, stop_group
 PATHS = {"hami": "/webhook", "gpupool": "/mutate"}
 
 
-def _review(pod: dict[str, Any], uid: str) -> bytes:
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                       "request": {"uid": uid, "kind": {"group": "", "version": "v1",
-                                                        "kind": "Pod"},
-                                   "resource": {"group": "", "version": "v1",
-                                                "resource": "pods"},
-                                   "operation": "CREATE", "namespace": "ml", "object": pod,
-                                   "dryRun": False,
-                                   "userInfo": {"username": "system:serviceaccount:ml:ci"}}}
-                      ).encode()
-
-
 def bodies() -> dict[str, bytes]:
+    from bench.__main__ import review
+
     pod = cluster.pods()["unpinned"]
     plain = copy.deepcopy(pod)
     for c in plain["spec"]["containers"]:
         c["resources"] = {"limits": {"cpu": "1", "memory": "1Gi"}}
-    return {"gpu-pod": _review(pod, "bench-gpu"), "no-gpu-pod": _review(plain, "bench-plain")}
+    return {"gpu-pod": review(pod, "bench-gpu"), "no-gpu-pod": review(plain, "bench-plain")}
 
 
 def measure(tmp: Path, *, seconds: int = 5, rounds: int = 5, connections: int = 8,
