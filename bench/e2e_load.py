@@ -58,6 +58,8 @@ class StartError(RuntimeError):
 def _component(name: str, fn: Any) -> Any:
     try:
         return fn()
+    except (KeyboardInterrupt, SystemExit):
+        raise
     except BaseException as exc:  # pytest's outcomes from the Go builds are BaseException
         raise StartError(f"{name} did not start: {str(exc).strip()[-1500:]}") from exc
 

@@ -70,15 +70,19 @@ def _new_key(algorithm: str) -> ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey:
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
-    """Write atomically with the final mode from the start: a key is never world-readable."""
+    """Write atomically with the final mode from the start: a key is never world-readable.
+    A file that cannot be written is a CertError naming it (every write comes through here)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise CertError(f"{path}: {exc.strerror}") from exc
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
@@ -91,8 +95,22 @@ def dns_names(service: str, namespace: str) -> list[str]:
             f"{service}.{namespace}.svc.cluster.local"]
 
 
-#: ``certs generate`` and ``renew`` warn when the serving certificate expires sooner.
+#: ``certs generate``/``renew`` warn, and ``doctor`` reports a finding, when the serving
+#: certificate expires sooner than this.
 EXPIRY_WARNING = dt.timedelta(days=30)
+
+
+def not_after(pem: bytes) -> dt.datetime:
+    """When a PEM certificate expires (ValueError if it is not one)."""
+    return x509.load_pem_x509_certificate(pem).not_valid_after_utc
+
+
+def expiry_state(when: dt.datetime) -> str:
+    """"expired", "soon" (within EXPIRY_WARNING) or "" for a certificate expiring ``when``."""
+    left = when - _now()
+    if left.total_seconds() <= 0:
+        return "expired"
+    return "soon" if left < EXPIRY_WARNING else ""
 
 
 @dataclass(frozen=True)
@@ -117,17 +135,13 @@ def generate(out: str | Path, service: str, namespace: str, *, extra_dns: list[s
     A new directory is built beside ``out`` and renamed into place, so a failure leaves
     nothing half-written."""
     _check_days(days)
-    _check_days(ca_days, "--ca-days")
     paths = Paths(Path(out))
     has_ca = paths.ca_cert.exists() or paths.ca_key.exists()
     if has_ca and not force:
         _load_ca(paths)  # a broken CA is an error here, not a silently replaced one
-        try:
-            not_after = _issue(paths, service, namespace, list(extra_dns), list(extra_ips),
-                               days, algorithm)
-        except OSError as exc:
-            raise CertError(f"--out {paths.out}: {exc.strerror}") from exc
-        return Generated(paths, True, not_after)
+        expires = _issue(paths, service, namespace, list(extra_dns), list(extra_ips), days,
+                         algorithm)
+        return Generated(paths, True, expires)
     if paths.out.exists() and not paths.out.is_dir():
         raise CertError(f"--out {paths.out}: exists and is not a directory")
     parent = paths.out.absolute().parent
@@ -139,8 +153,8 @@ def generate(out: str | Path, service: str, namespace: str, *, extra_dns: list[s
     try:
         staged = Paths(tmp)
         _new_ca(staged, namespace, ca_days, algorithm)
-        not_after = _issue(staged, service, namespace, list(extra_dns), list(extra_ips), days,
-                           algorithm)
+        expires = _issue(staged, service, namespace, list(extra_dns), list(extra_ips), days,
+                         algorithm)
         if paths.out.is_dir():
             # --force over an existing directory: replace our files one by one, CA last, so
             # a reader never pairs a new serving certificate with the old CA's key.
@@ -153,7 +167,7 @@ def generate(out: str | Path, service: str, namespace: str, *, extra_dns: list[s
         raise CertError(f"--out {paths.out}: {exc.strerror}") from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return Generated(paths, False, not_after)
+    return Generated(paths, False, expires)
 
 
 def _new_ca(paths: Paths, namespace: str, ca_days: int, algorithm: str) -> None:
@@ -233,8 +247,7 @@ def ca_bundle(paths: Paths) -> str:
 
 
 def expiry(cert_path: str | Path) -> dt.datetime:
-    cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
-    return cert.not_valid_after_utc
+    return not_after(Path(cert_path).read_bytes())
 
 
 def needs_renewal(paths: Paths, renew_before: dt.timedelta) -> bool:
@@ -252,8 +265,5 @@ def renew(out: str | Path, service: str, namespace: str, *, extra_dns: list[str]
     paths = Paths(Path(out))
     if not force and not needs_renewal(paths, dt.timedelta(days=renew_before_days)):
         return False
-    try:
-        _issue(paths, service, namespace, list(extra_dns), list(extra_ips), days, algorithm)
-    except OSError as exc:
-        raise CertError(f"--out {paths.out}: {exc.strerror}") from exc
+    _issue(paths, service, namespace, list(extra_dns), list(extra_ips), days, algorithm)
     return True

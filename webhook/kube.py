@@ -68,7 +68,6 @@ def check_in_cluster() -> None:
 
 def api_client(kubeconfig: str | None = None, context: str | None = None,
                in_cluster: bool = False) -> Any:
-    import yaml
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
@@ -79,18 +78,13 @@ def api_client(kubeconfig: str | None = None, context: str | None = None,
             raise KubeError(f"not running in a pod ({exc}); pass --kubeconfig FILE to run "
                             "outside the cluster") from exc
         return client.ApiClient()
+    check_kubeconfig(kubeconfig, context)  # missing, unparsable, no such context
     path = kubeconfig_path(kubeconfig)
-    files = [p for p in path.split(os.pathsep) if p]
-    if not any(os.path.isfile(os.path.expanduser(p)) for p in files):
-        raise KubeError(f"kubeconfig {path}: no such file; pass --kubeconfig FILE (or set "
-                        "KUBECONFIG)")
     try:
         return config.new_client_from_config(config_file=kubeconfig, context=context)
     except ConfigException as exc:
-        hint = " (see kubectl config get-contexts)" if context else ""
-        raise KubeError(f"kubeconfig {path}: {exc}{hint}") from exc
-    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
-        # a file that is not a kubeconfig at all
+        raise KubeError(f"kubeconfig {path}: {exc}") from exc
+    except (OSError, ValueError, TypeError, AttributeError) as exc:  # right shape, bad values
         raise KubeError(f"kubeconfig {path}: not a usable kubeconfig ({exc})") from exc
 
 

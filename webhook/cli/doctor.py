@@ -16,7 +16,6 @@ from webhook.engine.candidates import Demand
 from webhook.engine.cdi import MISSING, OK, UNKNOWN, assess_node, fix_text
 from webhook.engine.cluster import ClusterView
 from webhook.engine.policy import Policy
-from webhook.snapshot import SnapshotError
 
 
 @dataclass
@@ -91,31 +90,28 @@ class CertificateStatus:
 
 
 def certificate_status(pem: bytes, source: str) -> CertificateStatus:
-    from cryptography import x509
-
-    from webhook.certs import EXPIRY_WARNING
+    from webhook import certs
 
     try:
-        not_after = x509.load_pem_x509_certificate(pem).not_valid_after_utc
+        expires = certs.not_after(pem)
     except ValueError as exc:
         return CertificateStatus(source, problem=f"not a PEM certificate ({exc})", finding=True)
-    left = not_after - dt.datetime.now(dt.UTC)
-    status = CertificateStatus(source, not_after.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                               max(left.days, 0))
-    if left.total_seconds() <= 0:
-        status.problem = "EXPIRED: the API server rejects the webhook; renew it now"
-    elif left < EXPIRY_WARNING:
-        status.problem = "expires soon; renew it (gpupool certs renew, or cert-manager)"
-    status.finding = bool(status.problem)
-    return status
+    problem = {"expired": "EXPIRED: the API server rejects the webhook; renew it now",
+               "soon": "expires soon; renew it (gpupool certs renew, or cert-manager)",
+               "": ""}[certs.expiry_state(expires)]
+    return CertificateStatus(source, expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                             max((expires - dt.datetime.now(dt.UTC)).days, 0), problem,
+                             finding=bool(problem))
 
 
 def certificate_from_file(path: str) -> CertificateStatus:
+    from webhook.certs import CertError
+
     try:
         with open(path, "rb") as fh:
             return certificate_status(fh.read(), path)
     except OSError as exc:
-        raise SnapshotError(f"--cert {path}: {exc.strerror}") from exc
+        raise CertError(f"--cert {path}: {exc.strerror}") from exc
 
 
 def certificate_from_secret(api: Any, ref: str) -> CertificateStatus:

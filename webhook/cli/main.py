@@ -146,14 +146,16 @@ def _check_bind(bind: str) -> None:
 
 
 def _check_tls(cert: str, key: str) -> None:
+    """The pair loaded exactly as each worker will load it."""
     import ssl
+
+    from webhook.server.tls import build_context
 
     for flag, path in (("--cert", cert), ("--key", key)):
         if not os.path.isfile(path):
             raise UsageError(f"{flag} {path}: no such file")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        ctx.load_cert_chain(cert, key)
+        build_context(cert, key)
     except ssl.SSLError as exc:
         raise UsageError(f"--cert {cert} / --key {key}: not a certificate and its key "
                          f"({exc.reason or exc}); are they swapped or from different pairs?"
@@ -230,9 +232,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _expiry_warning(not_after: dt.datetime) -> None:
     from webhook import certs
 
-    left = not_after - dt.datetime.now(dt.UTC)
-    if left < certs.EXPIRY_WARNING:
-        print(f"warning: the serving certificate expires in {max(left.days, 0)} day(s), on "
+    if certs.expiry_state(not_after):
+        left = max((not_after - dt.datetime.now(dt.UTC)).days, 0)
+        print(f"warning: the serving certificate expires in {left} day(s), on "
               f"{not_after:%Y-%m-%d}; renew it with 'gpupool certs renew'", file=sys.stderr)
 
 

@@ -110,31 +110,45 @@ class Webhook:
                ) -> tuple[int, dict[str, Any]]:
         return self.handlers[stage].handle(body, content_type)
 
-    def ready(self) -> tuple[bool, list[str]]:
-        return run_probes(self.ready_checks)
+
+@dataclass(frozen=True)
+class ProbeResult:
+    probe: Probe
+    good: bool
+    detail: str = ""
+    excluded: bool = False
+
+    @property
+    def line(self) -> str:
+        name = self.probe.name
+        if self.excluded:
+            return f"[+]{name} excluded: ok"
+        if self.good:
+            return f"[+]{name} ok" + (f": {self.detail}" if self.detail else "")
+        return (f"[-]{name} failed" + (f": {self.detail}" if self.detail else "")
+                + ("" if self.probe.critical else " (not critical: still ready)"))
 
 
 def run_probes(probes: list[Probe], exclude: frozenset[str] = frozenset()
-               ) -> tuple[bool, list[str]]:
-    """Overall result and one line per check; a check that raises counts as failed."""
-    ok = True
-    lines = []
+               ) -> list[ProbeResult]:
+    """One result per check; a check that raises counts as failed."""
+    results = []
     for probe in probes:
         if probe.name in exclude:
-            lines.append(f"[+]{probe.name} excluded: ok")
+            results.append(ProbeResult(probe, True, excluded=True))
             continue
         try:
             good, detail = probe.run()
         except Exception as exc:  # a broken check is a failed check, never a 500
             log.exception("%s check failed", probe.name)
             good, detail = False, f"check raised {type(exc).__name__}"
-        if good:
-            lines.append(f"[+]{probe.name} ok" + (f": {detail}" if detail else ""))
-        else:
-            lines.append(f"[-]{probe.name} failed" + (f": {detail}" if detail else "")
-                         + ("" if probe.critical else " (not critical: still ready)"))
-            ok = ok and not probe.critical
-    return ok, lines
+        results.append(ProbeResult(probe, good, detail))
+    return results
+
+
+def passed(results: list[ProbeResult]) -> bool:
+    """Only a failing critical check fails the endpoint."""
+    return all(r.good or not r.probe.critical for r in results)
 
 
 def audit_annotations(decision: Decision) -> dict[str, str]:
@@ -192,11 +206,12 @@ def create_app(webhook: Webhook, extra_routes: Callable[[Flask], None] | None = 
         success, every check on failure or with ``?verbose``, ``?exclude=<check>``."""
 
         def overall() -> Response:
-            exclude = frozenset(request.args.getlist("exclude"))
-            ok, lines = run_probes(probes(), exclude)
+            results = run_probes(probes(), frozenset(request.args.getlist("exclude")))
+            ok = passed(results)
             if ok and "verbose" not in request.args:
                 return Response("ok\n", mimetype="text/plain")
-            text = "\n".join([*lines, f"{path} check " + ("passed" if ok else "failed")])
+            text = "\n".join([*(r.line for r in results),
+                               f"{path} check " + ("passed" if ok else "failed")])
             return Response(text + "\n", status=200 if ok else 503, mimetype="text/plain")
 
         def single(name: str) -> Response:
@@ -204,10 +219,9 @@ def create_app(webhook: Webhook, extra_routes: Callable[[Flask], None] | None = 
             if not chosen:
                 return Response(f"no {path} check named {objects.clip(name)}\n", status=404,
                                 mimetype="text/plain")
-            ok, lines = run_probes(chosen)
-            good = ok and lines[0].startswith("[+]")
-            return Response(("ok" if good else lines[0]) + "\n", status=200 if good else 503,
-                            mimetype="text/plain")
+            (result,) = run_probes(chosen[:1])
+            return Response(("ok" if result.good else result.line) + "\n",
+                            status=200 if result.good else 503, mimetype="text/plain")
 
         app.add_url_rule(f"/{path}", path, overall, methods=["GET"])
         app.add_url_rule(f"/{path}/<name>", f"{path}-single", single, methods=["GET"])

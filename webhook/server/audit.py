@@ -227,16 +227,18 @@ class FileSink(_Sink):
         # A gap marker goes out in the same write as the record after it: both land, or
         # neither does and the marker is simply due again with the next record.
         data = _gap_marker(self.health) + line if self.health.unmarked else line
-        if self.max_bytes and os.fstat(fd).st_size + len(data) > self.max_bytes:
-            fd = self._rotate()
-        self._append(fd, data)
+        start = _line_boundary(fd)
+        if self.max_bytes and start + len(data) > self.max_bytes:
+            fd, start = self._rotate(), 0
+        self._append(fd, data, start)
         self.health.unmarked = 0
 
     def _after_failure(self) -> None:
         self._drop_fd()  # reopened on the next record: a remounted volume is picked up
 
-    def _append(self, fd: int, data: bytes) -> None:
-        start = _line_boundary(fd)
+    def _append(self, fd: int, data: bytes, start: int) -> None:
+        """Write at the end (``start``, a line boundary); a write that fails part way is cut
+        back to it."""
         try:
             _write_all(fd, data)
         except OSError:

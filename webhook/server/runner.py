@@ -92,9 +92,12 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
         webhook.ready_checks.append(Probe(
             "node-source", lambda: (True, f"{source} snapshot {cfg.cluster_file}: {count} nodes")))
     elif source == "watch":
+        from webhook.kube import api_client
         from webhook.server.informer import ClusterInformer
 
-        informer = ClusterInformer(view, _api_client(cfg), watch_timeout=cfg.watch_timeout)
+        informer = ClusterInformer(view, api_client(kubeconfig=cfg.kubeconfig,
+                                                    in_cluster=cfg.in_cluster),
+                                   watch_timeout=cfg.watch_timeout)
         informer.start()
         keep.append(informer)
         informer_ref = informer
@@ -136,12 +139,6 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     webhook.hooks.append(metrics.observe)
     keep.append(audit)
     return webhook, metrics, keep
-
-
-def _api_client(cfg: ServeConfig) -> Any:
-    from webhook.kube import api_client
-
-    return api_client(kubeconfig=cfg.kubeconfig, in_cluster=cfg.in_cluster)
 
 
 def _child_exit(server: Any, worker: Any) -> None:
@@ -238,9 +235,9 @@ def serve(cfg: ServeConfig) -> None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = owned.name
     from webhook import __version__
 
-    log.info("gpupool %s: serving on %s, nodes from %s%s", __version__, cfg.bind,
-             node_source_of(cfg), "" if node_source_of(cfg) != "none" else
-             " (--no-cluster: CDI devices are not checked)")
+    source = node_source_of(cfg)
+    log.info("gpupool %s: serving on %s, nodes from %s%s", __version__, cfg.bind, source,
+             " (--no-cluster: CDI devices are not checked)" if source == "none" else "")
     try:
         GunicornApp(cfg).run()
     finally:

@@ -22,9 +22,8 @@ from gunicorn.workers.ggevent import GeventWorker as _GeventWorker
 
 class GeventWorker(_GeventWorker):  # type: ignore[misc]  # gunicorn is untyped
     def init_process(self) -> None:
-        #: greenlet -> its client socket, while it waits for a request to begin
-        self._waiting: dict[Any, Any] = {}
-        self._sockets: dict[Any, Any] = {}
+        self._sockets: dict[Any, Any] = {}  # greenlet -> its client socket
+        self._waiting: set[Any] = set()  # greenlets waiting for their next request
         super().init_process()
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
@@ -40,23 +39,24 @@ class GeventWorker(_GeventWorker):  # type: ignore[misc]  # gunicorn is untyped
         """Wraps the keep-alive wait for the next request (gunicorn reads the request line and
         headers in it), so a stop can tell a connection between requests from a busy one."""
         me = gevent.getcurrent()
-        self._waiting[me] = self._sockets.get(me)
+        self._waiting.add(me)
         try:
             with super().timeout_ctx():
                 if not self.alive:  # stopping: do not start waiting on a connection
                     raise _closing()
                 yield
         finally:
-            self._waiting.pop(me, None)
+            self._waiting.discard(me)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         super().handle_exit(sig, frame)
         gevent.spawn(self._close_idle)  # out of the signal handler
 
     def _close_idle(self) -> None:
-        for greenlet, sock in list(self._waiting.items()):
+        for greenlet in list(self._waiting):
             # The TLS deadline socket notes when a request's first byte arrived
             # (webhook.server.tls); plain sockets (--insecure-http) never have one pending.
+            sock = self._sockets.get(greenlet)
             started = getattr(sock, "__dict__", {}).get("_request_started")
             if started is None:
                 greenlet.kill(_closing(), block=False)
