@@ -207,6 +207,20 @@ def test_audit_directory_going_read_only_never_blocks_and_recovers(readonly_faul
     assert "record(s) lost by worker" in r.stderr
 
 
+def _fill(filler: Path, leave: int = 0) -> None:
+    """Fill the file system ``filler`` is on to the last byte, then free ``leave`` bytes."""
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    if leave:
+        os.truncate(filler, filler.stat().st_size - leave)
+
+
 def test_full_audit_disk_keeps_whole_records_and_loses_nothing_after(tmpfs):
     fs = tmpfs("64k")
     audit = fs / "audit.log"
@@ -217,15 +231,7 @@ def test_full_audit_disk_keeps_whole_records_and_loses_nothing_after(tmpfs):
         _deny(srv, "first")
         record_size = audit.stat().st_size
         # Fill the disk, then free less than a record: the next write tears part way.
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            while os.write(fd, b"\0" * 4096):
-                pass
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-        os.truncate(filler, filler.stat().st_size - 4096)
+        _fill(filler, leave=4096)
         assert 4096 // record_size >= 1  # some records fit whole, then one tears
         full = [f"full-{i}" for i in range(3 * 8192 // record_size)]  # over what is free
         for uid in full:
@@ -247,3 +253,28 @@ def test_full_audit_disk_keeps_whole_records_and_loses_nothing_after(tmpfs):
     log = srv.log.read_text()
     assert all(f'"uid":"{uid}"' in log for uid in full)  # stdout had them all
     assert "No space left on device" in log
+
+
+def test_loss_a_worker_never_wrote_after_is_marked_when_it_stops(tmpfs):
+    """Records lost on a full disk are marked in the file even when no record follows them
+    in that worker: each worker writes what it owes as it stops, so the file's markers and
+    the metric agree whichever worker the requests happened to reach."""
+    fs = tmpfs("64k")
+    audit = fs / "audit.log"
+    srv = start_server(fs.parent / "srv", "--audit-file", str(audit), workers=2,
+                       audit_stdout=False)
+    try:
+        _deny(srv, "first")
+        record_size = audit.stat().st_size
+        _fill(fs / "filler")
+        sent = [f"full-{i}" for i in range(2 * 4096 // record_size)]  # past the last page
+        for uid in sent:
+            _deny(srv, uid)
+        lost_counted = _metric(srv, "gpupool_audit_records_lost_total", "file")
+        (fs / "filler").unlink()
+    finally:
+        stop_server(srv)
+    uids = _uids(audit)
+    lost = [u for u in sent if u not in uids]
+    assert lost, "the disk never filled: the test did not test anything"
+    assert len(lost) == lost_counted == _lost_by_markers(audit)

@@ -200,6 +200,9 @@ class _Sink:
     def _after_failure(self) -> None:
         """Undo what a failed write leaves behind (nothing, unless a sink says otherwise)."""
 
+    def close(self) -> None:
+        """Finish on a worker's exit (nothing to finish, unless a sink says otherwise)."""
+
 
 class FileSink(_Sink):
     """A size-rotated log file that only ever holds whole records.
@@ -279,6 +282,11 @@ class FileSink(_Sink):
         return self._fd
 
     def close(self) -> None:
+        """Mark what this worker lost and has not marked yet: an idle worker may never get
+        another record to carry its gap marker, and the file must not undercount its loss."""
+        if self.health.unmarked:
+            with contextlib.suppress(OSError), self.lock:
+                self._write_locked(b"")
         self._drop_fd()
 
 
@@ -336,3 +344,11 @@ class AuditLog:
                 sink.write(line)
             except Exception:  # a bug in a sink must not cost the reply either
                 log.exception("audit sink failed unexpectedly")
+
+    def close(self) -> None:
+        """On a worker's exit: each sink finishes what it owes; none raises."""
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception:
+                log.exception("audit sink failed to close")

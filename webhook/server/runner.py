@@ -149,6 +149,18 @@ def _child_exit(server: Any, worker: Any) -> None:
         multiprocess.mark_process_dead(worker.pid)
 
 
+def _worker_exit(server: Any, worker: Any) -> None:
+    """Close this worker's audit log, so the loss it counted reaches the file's gap markers
+    even when no later record came its way (gunicorn also calls this in the master, which
+    holds no app)."""
+    from webhook.server.audit import AuditLog
+
+    app = getattr(worker, "wsgi", None)
+    for obj in getattr(app, "config", {}).get("gpupool.keep", []):
+        if isinstance(obj, AuditLog):
+            obj.close()
+
+
 class GunicornApp(BaseApplication):  # type: ignore[misc]
     def __init__(self, cfg: ServeConfig) -> None:
         self.cfg_obj = cfg
@@ -191,6 +203,7 @@ class GunicornApp(BaseApplication):  # type: ignore[misc]
             # root filesystem, shared between servers on one host, and not needed.
             "control_socket_disable": True,
             "child_exit": _child_exit,
+            "worker_exit": _worker_exit,
             "worker_tmp_dir": os.environ.get("GPUPOOL_WORKER_TMP", "/dev/shm")
             if os.path.isdir("/dev/shm") else None,
         }

@@ -82,3 +82,28 @@ def test_a_tail_left_by_a_killed_writer_is_cut_before_the_next_line(tmp_path):
     sink = FileSink(str(path), max_bytes=0, backups=0, health=SinkHealth("file"))
     sink.write(_record("next", pad=70_000))  # longer than one read-back chunk
     assert [r["uid"] for r in _lines(path)] == ["whole", "next"]
+
+
+def test_a_worker_that_lost_records_marks_them_when_it_closes(tmp_path, monkeypatch):
+    """A worker that gets no record after the disk frees up still owes the file its gap
+    marker: closing writes it alone, so the file never undercounts what was lost."""
+    path = tmp_path / "audit.log"
+    sink = FileSink(str(path), max_bytes=0, backups=0, health=SinkHealth("file"))
+    sink.write(_record("before"))
+    real_write = os.write
+
+    def full(fd: int, data) -> int:  # a test double of a full disk
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(audit.os, "write", full)
+    sink.write(_record("lost-0"))
+    sink.write(_record("lost-1"))
+    sink.close()  # still full: the marker cannot be written and closing does not raise
+    monkeypatch.setattr(audit.os, "write", real_write)
+    sink.close()
+    lines = _lines(path)
+    assert [r.get("uid") for r in lines] == ["before", None]
+    assert lines[1]["audit"] == audit.GAP_MARKER and lines[1]["lost"] == 2
+    assert sink.health.unmarked == 0
+    sink.close()  # nothing owed: nothing written
+    assert len(_lines(path)) == 2
