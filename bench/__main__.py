@@ -43,12 +43,13 @@ def review(obj: dict, uid: str) -> bytes:
 
 
 def bodies() -> dict[str, bytes]:
-    from webhook.engine import pods as engine
+    from webhook.engine import Stage, decide_pod
     from webhook.policyfile import default_policy
 
     pod = cluster.pods()["unpinned"]
     mutated = jsonpatch.apply_patch(copy.deepcopy(pod),
-                                    engine.mutate(pod, "ml", None, default_policy()).patch)
+                                    decide_pod(Stage.MUTATE, pod, "ml", None,
+                                               default_policy()).patch)
     return {"mutate": review(pod, "bench-m"), "validate": review(mutated, "bench-v")}
 
 

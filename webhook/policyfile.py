@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from webhook.engine.policy import Policy, PolicyError, load_policy_text
+from webhook.engine import Policy, PolicyError, load_policy_text
 
 #: Package data: the built-in default policy and the demo cluster of ``make run``.
 DATA_DIR = Path(__file__).parent / "data"

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from webhook.api.inventory import INVENTORY_ANNOTATION
-from webhook.engine import objects
+from webhook.engine import meta_of
 
 #: libyaml's loader when PyYAML was built with it: snapshots of thousands of nodes load ~10x
 #: faster. Both are safe loaders.
@@ -74,7 +74,7 @@ def load_cluster_file(path: str) -> tuple[list[dict[str, Any]], dict[str, dict[s
     namespaces: dict[str, dict[str, str]] = {}
     for obj in load_yaml_objects(path):
         kind = obj.get("kind")
-        meta = objects.meta_of(obj)
+        meta = meta_of(obj)
         if kind == "Node":
             if not meta.get("name"):
                 raise SnapshotError(f"{path}: a Node has no metadata.name")
@@ -89,7 +89,7 @@ def restamp_inventories(nodes: list[dict[str, Any]], observed_at: str) -> None:
     inventories were recorded once, and a days-old observation would read like a broken
     agent on a freshly started demo."""
     for node in nodes:
-        annotations = objects.meta_of(node).get("annotations")
+        annotations = meta_of(node).get("annotations")
         raw = annotations.get(INVENTORY_ANNOTATION) if isinstance(annotations, dict) else None
         if not isinstance(raw, str):
             continue

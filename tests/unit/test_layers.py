@@ -74,3 +74,38 @@ def test_the_rule_itself_catches_a_violation(tmp_path):
     bad.write_text("from webhook.server import audit\nimport os.path\n")
     assert sorted(n for n in imports_of(bad) if _hits(n)) == [
         "os.path", "webhook.server", "webhook.server.audit"]
+
+
+SHELLS = sorted(p for p in PKG.rglob("*.py") if (PKG / "engine") not in p.parents)
+ENGINE_MODULES = {p.stem for p in ENGINE if p.stem != "__init__"}
+
+
+def engine_modules_imported(path: Path) -> list[str]:
+    """Engine modules a shell imports by name, bypassing ``webhook.engine``'s surface."""
+    return sorted(n for n in imports_of(path) if n.startswith("webhook.engine.")
+                  and n.split(".")[2] in ENGINE_MODULES)
+
+
+@pytest.mark.parametrize("path", SHELLS, ids=lambda p: str(p.relative_to(PKG)))
+def test_shells_use_only_the_engines_declared_surface(path):
+    bad = engine_modules_imported(path)
+    assert not bad, (f"webhook/{path.relative_to(PKG)} imports {bad}: take what it needs from "
+                     "webhook.engine (declare it in webhook/engine/__init__.py)")
+
+
+def test_every_declared_name_resolves_and_nothing_else_does():
+    import webhook.engine as engine
+
+    for name in engine.__all__:
+        assert getattr(engine, name) is not None
+    with pytest.raises(AttributeError):
+        engine.assess_node  # noqa: B018  (an engine internal: not on the surface)
+
+
+def test_the_surface_rule_catches_a_shell_reaching_in(tmp_path):
+    bad = tmp_path / "shell.py"
+    bad.write_text("from webhook.engine import Policy, cdi\nfrom webhook.engine.pods import mutate\n"
+                   "import webhook.engine.steering\n")
+    assert engine_modules_imported(bad) == ["webhook.engine.cdi", "webhook.engine.pods",
+                                            "webhook.engine.pods.mutate",
+                                            "webhook.engine.steering"]

@@ -12,6 +12,7 @@ import base64
 import copy
 import json
 import os
+from functools import partial
 
 import jsonpatch
 import kubernetes_validate
@@ -19,13 +20,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import IN_CI
-from webhook.engine import admit
-from webhook.engine import pods as engine
+from webhook.engine import Stage, admit, decide_pod
 from webhook.engine.cluster import ClusterView, view_from_objects
 from webhook.engine.decision import WARNING_LIMIT
 from webhook.policyfile import default_policy
 from webhook.server.app import Webhook
 from webhook.server.policysource import PolicySource
+
+#: The engine's entry, one stage at a time, as a pod's review reaches it.
+mutate, validate = partial(decide_pod, Stage.MUTATE), partial(decide_pod, Stage.VALIDATE)
 
 EXAMPLES = int(os.environ.get("GPUPOOL_PROPERTY_EXAMPLES", "1000" if IN_CI else "400"))
 POLICY = default_policy()
@@ -143,7 +146,7 @@ def _within_limits(d) -> None:
 @given(pods())
 def test_engine_invariants(pod):
     original = copy.deepcopy(pod)
-    d = engine.mutate(pod, "default", VIEW, POLICY)
+    d = mutate(pod, "default", VIEW, POLICY)
     assert pod == original  # never mutates its input
     _within_limits(d)
     if not d.gpu:
@@ -157,10 +160,10 @@ def test_engine_invariants(pod):
             pass
         else:
             kubernetes_validate.validate(out, "1.35.0", strict=True)
-        again = engine.mutate(out, "default", VIEW, POLICY)
+        again = mutate(out, "default", VIEW, POLICY)
         assert again.patch == [], again.patch
         assert again.pool == d.pool
-    assert engine.mutate(pod, "default", VIEW, POLICY).to_json() == d.to_json()  # determinism
+    assert mutate(pod, "default", VIEW, POLICY).to_json() == d.to_json()  # determinism
     v = admit.review_pod(pod, "default", VIEW, POLICY)
     _within_limits(v)
     assert admit.review_pod(pod, "default", VIEW, POLICY).to_json() == v.to_json()

@@ -20,14 +20,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from webhook.api.inventory import DEFAULT_KIND, Inventory
 
-VISIBLE_DEVICES = "visibleDevices"
-CDI_DEVICES = "cdiDevices"
-DETECT = "detect"
-NONE = "none"
-WAYS = (DETECT, VISIBLE_DEVICES, CDI_DEVICES, NONE)
+
+class Way(StrEnum):
+    """How a pool's device plugin hands GPUs to containers (the policy's ``delivery``)."""
+
+    DETECT = "detect"
+    VISIBLE_DEVICES = "visibleDevices"
+    CDI_DEVICES = "cdiDevices"
+    NONE = "none"
+
+
+VISIBLE_DEVICES = Way.VISIBLE_DEVICES
+CDI_DEVICES = Way.CDI_DEVICES
+DETECT = Way.DETECT
+NONE = Way.NONE
+WAYS = tuple(w.value for w in Way)
 #: The kind the NVIDIA and HAMi device plugins' CDI specs use.
 DEVICE_PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"
 #: Runtime modes in which NVIDIA_VISIBLE_DEVICES never goes through CDI.

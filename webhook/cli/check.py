@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from webhook.engine import admit, objects, workloads
-from webhook.engine.cluster import ClusterView
-from webhook.engine.policy import Policy
+from webhook import engine
+from webhook.engine import ClusterView, Policy, clip, meta_of, name_of
 from webhook.snapshot import SnapshotError, load_yaml_objects, load_yaml_text
 
 
@@ -49,13 +48,13 @@ def check_object(obj: Mapping[str, Any], view: ClusterView | None, policy: Polic
                  source: str) -> CheckResult | None:
     """The decision the API server would reach for ``obj`` with gpupool's webhooks
     registered (None: a kind they are not registered for)."""
-    subject = admit.Subject.from_manifest(obj)
-    if not any(admit.handles(stage, subject) for stage in admit.Stage):
+    subject = engine.Subject.from_manifest(obj)
+    if not any(engine.handles(stage, subject) for stage in engine.Stage):
         return None
-    if subject.is_workload and workloads.template_pod(obj, subject.kind, None) is None:
+    if subject.is_workload and engine.template_pod(obj, subject.kind, None) is None:
         return None
-    d = admit.review(subject, view, policy).final
-    return CheckResult(subject.kind, subject.namespace or "default", objects.name_of(obj),
+    d = engine.review(subject, view, policy).final
+    return CheckResult(subject.kind, subject.namespace or "default", name_of(obj),
                        source, d.to_json())
 
 
@@ -108,8 +107,8 @@ def load_manifests(files: list[str], stdin: TextIO | None = None,
                     meta["namespace"] = default_namespace
                 elif meta["namespace"] != default_namespace:  # kubectl refuses this too
                     raise SnapshotError(
-                        f"{path}: {obj.get('kind')} {objects.clip(str(meta.get('name')))} is "
-                        f"in namespace {objects.clip(str(meta['namespace']))}, not "
+                        f"{path}: {obj.get('kind')} {clip(str(meta.get('name')))} is "
+                        f"in namespace {clip(str(meta['namespace']))}, not "
                         f"{default_namespace} (-n); drop one of them")
         out.append((path, objs))
     return out
@@ -123,7 +122,7 @@ def run_check(manifests: list[tuple[str, list[dict[str, Any]]]], view: ClusterVi
             result = check_object(obj, view, policy, path)
             if result is None:
                 report.skipped.append(f"{path}: skipped {obj.get('kind') or '(no kind)'} "
-                                      f"{objects.meta_of(obj).get('name', '')}: not a Pod or "
+                                      f"{meta_of(obj).get('name', '')}: not a Pod or "
                                       "a workload with a pod template".replace("  ", " "))
             else:
                 report.results.append(result)

@@ -12,10 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from webhook.api.delivery import LABEL_PREFIX
-from webhook.engine.candidates import Demand
-from webhook.engine.cdi import MISSING, OK, UNKNOWN, assess_node, fix_text
-from webhook.engine.cluster import ClusterView
-from webhook.engine.policy import Policy
+from webhook.engine import ClusterView, NodeState, Policy, fix_text, node_verdict
 
 
 @dataclass
@@ -41,15 +38,15 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
         if not node.is_gpu_node(policy):
             continue
         pool = policy.by_name[policy.pool_for_label_value(node.labels.get(policy.pool_label))]
-        check = assess_node(node, pool, None, Demand(), policy)
+        check = node_verdict(node, view, policy)
         inv = node.inventory
         errors = [f"{p}: {r}" for p, r in inv.errors] if inv else []
         for e in (node.inventory_error, node.register_error):
             if e:
                 errors.append(e)
-        if check.state == OK:
+        if check.state is NodeState.OK:
             fix = ""
-        elif check.state == MISSING:
+        elif check.state is NodeState.MISSING:
             fix = fix_text(pool, [check], policy)
         else:
             fix = ("deploy gpupool's agent DaemonSet on this node" if inv is None
@@ -60,7 +57,8 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
             cdi_kinds={k: len(v) for k, v in sorted(inv.kinds.items())} if inv else {},
             mode=(inv.runtime.mode or "unknown") if inv else "unknown",
             default_kind=(inv.runtime.default_kind or "-") if inv else "-",
-            state=check.state if check.state != UNKNOWN else f"unknown: {check.note}",
+            state=(check.state if check.state is not NodeState.UNKNOWN
+                   else f"unknown: {check.note}"),
             missing=list(check.missing), fix=fix, errors=errors,
             steering={k.removeprefix(LABEL_PREFIX): v for k, v in sorted(node.labels.items())
                       if k.startswith(LABEL_PREFIX)}))
@@ -146,9 +144,9 @@ def format_table(rows: list[Row], cert: CertificateStatus | None = None,
     lines = [head]
     for r in rows:
         kinds = ", ".join(f"{k}({n})" for k, n in r.cdi_kinds.items()) or "-"
-        status = "ok" if r.state == OK else (
+        status = "ok" if r.state == NodeState.OK else (
             f"missing {len(r.missing)}: {', '.join(r.missing[:2])}"
-            f"{' ...' if len(r.missing) > 2 else ''}" if r.state == MISSING else r.state)
+            f"{' ...' if len(r.missing) > 2 else ''}" if r.state == NodeState.MISSING else r.state)
         lines.append(f"{r.node:<24} {r.pool:<10} {r.scheduler:<18} {r.hami_gpus:<9} "
                      f"{r.mode:<7} {r.default_kind:<28} {kinds:<48} {status}")
         if r.steering:

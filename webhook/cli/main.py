@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from webhook import __version__
-from webhook.engine import objects
+from webhook.engine import meta_of
 
 if TYPE_CHECKING:
-    from webhook.engine.cluster import ClusterView
-    from webhook.engine.policy import Policy
+    from webhook.engine import ClusterView, Policy
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 OUTPUTS = ("json", "yaml", "wide")
@@ -59,7 +58,7 @@ def _load_nodes(cluster: str) -> tuple[list[dict[str, Any]], dict[str, dict[str,
 
 def _view(nodes: list[dict[str, Any]], ns: dict[str, dict[str, str]], policy: Policy,
           ns_labels: dict[str, str], namespaces: Sequence[str] = ()) -> ClusterView:
-    from webhook.engine.cluster import view_from_objects
+    from webhook.engine import view_from_objects
 
     for name in namespaces:
         ns.setdefault(name, {}).update(ns_labels)
@@ -71,7 +70,10 @@ def _print_doc(doc: Any, output: str | None) -> None:
     if output == "yaml":
         import yaml
 
-        print(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False), end="")
+        # Through JSON first: YAML then holds exactly what -o json prints (enum members as
+        # their values, which safe_dump would refuse).
+        print(yaml.safe_dump(json.loads(json.dumps(doc)), sort_keys=False,
+                             default_flow_style=False), end="")
     else:
         print(json.dumps(doc, indent=2))
 
@@ -86,7 +88,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     labels = _namespace_labels(args.namespace_labels)
     manifests = load_manifests(expand_paths(args.files, args.recursive),
                                default_namespace=args.namespace)
-    namespaces = {objects.meta_of(obj).get("namespace") or "default"
+    namespaces = {meta_of(obj).get("namespace") or "default"
                   for _, objs in manifests for obj in objs}
     live = bool(args.kubeconfig or args.context)
     if args.cluster and live:
@@ -271,7 +273,7 @@ def _reason_code(text: str) -> str:
     closest codes, never an empty listing."""
     import difflib
 
-    from webhook.engine.decision import Reason
+    from webhook.engine import Reason
 
     by_lower = {code.lower(): code for code in Reason.codes()}
     if text.lower() in by_lower:
@@ -617,7 +619,7 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
     reason = a.add_argument("--reason", type=_reason_code, metavar="CODE",
                             help="only records with this reason code (any case), e.g. "
                                  "CDIDeviceMissing")
-    from webhook.engine.decision import Reason
+    from webhook.engine import Reason
 
     reason.completions = Reason.codes()  # type: ignore[attr-defined]  # read by completion
     dr = a.add_mutually_exclusive_group()
@@ -685,7 +687,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "gpupool") -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     from webhook.certs import CertError
-    from webhook.engine.policy import PolicyError
+    from webhook.engine import PolicyError
     from webhook.kube import KubeError
     from webhook.node.spec import CDIError
     from webhook.snapshot import SnapshotError

@@ -16,7 +16,8 @@ from typing import Any
 from webhook.engine import objects, patch, pods, workloads
 from webhook.engine.cluster import ClusterView
 from webhook.engine.decision import Decision, Reason, allow, deny
-from webhook.engine.policy import Policy
+from webhook.engine.podfacts import PodFacts
+from webhook.engine.policy import Policy, WorkloadTemplates
 
 
 class Stage(StrEnum):
@@ -88,12 +89,18 @@ def decide(stage: Stage, subject: Subject, view: ClusterView | None, policy: Pol
         if subject.operation != "CREATE":
             return allow(Reason.NOT_A_POD, message="pod updates cannot change routing")
         decide_pod = pods.mutate if stage.mutating else pods.validate
-        return decide_pod(obj, subject.namespace, view, policy)
+        return decide_pod(PodFacts.parse(obj, subject.namespace, policy), view, policy)
     if subject.operation == "UPDATE" and isinstance(subject.old_object, Mapping) and \
             workloads.same_template(obj, subject.old_object, subject.kind):
         # Labels, replicas, status...: blocking them would not fix any pod.
         return allow(Reason.NOT_GPU_POD, message="pod template unchanged")
     return _validate_workload(obj, subject, view, policy)
+
+
+def decide_pod(stage: Stage, pod: Mapping[str, Any], namespace: str | None,
+               view: ClusterView | None, policy: Policy) -> Decision:
+    """One stage for one Pod being created: ``decide`` as a pod's review reaches it."""
+    return decide(stage, Subject(kind="Pod", object=pod, namespace=namespace), view, policy)
 
 
 @dataclass
@@ -150,7 +157,7 @@ def _validate_workload(obj: Mapping[str, Any], subject: Subject, view: ClusterVi
     shows it so a user can see, and apply, what the pods will get."""
     kind, namespace = subject.kind, subject.namespace
     pod = workloads.template_pod(obj, kind, namespace)
-    if pod is None or policy.workload_templates == "off":
+    if pod is None or policy.workload_templates is WorkloadTemplates.OFF:
         return allow(Reason.NOT_GPU_POD)
     inner = review_pod(pod, namespace, view, policy)
     who = objects.describe(obj, namespace, kind)
@@ -163,7 +170,7 @@ def _validate_workload(obj: Mapping[str, Any], subject: Subject, view: ClusterVi
             out.warn(w)
         return out
     message = f"{who}: its pods would be denied: {inner.message}"
-    if policy.workload_templates == "warn":
+    if policy.workload_templates is WorkloadTemplates.WARN:
         out = allow(inner.reason, gpu=True, pool=inner.pool, message=message, nodes=inner.nodes,
                     scheduler_name=inner.scheduler_name)
         out.warn(f"gpupool: pods of this {kind} would be denied ({inner.reason}); "

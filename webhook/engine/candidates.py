@@ -16,15 +16,11 @@ from typing import Any
 
 import orjson
 
-from webhook.engine import affinity, hami, objects
+from webhook.engine import affinity, hami
 from webhook.engine.cluster import ClusterView, NodeInfo
+from webhook.engine.podfacts import PodFacts
 from webhook.engine.policy import Policy
-from webhook.engine.resources import (
-    containers,
-    gpu_resources,
-    most_per_container,
-    pod_requests,
-)
+from webhook.engine.resources import most_per_container, pod_requests
 
 _HARD_EFFECTS = ("NoSchedule", "NoExecute")
 
@@ -137,43 +133,23 @@ class Demand:
         return bool(self.use_uuids or self.nouse_uuids or self.use_types or self.nouse_types)
 
 
-_NARROWING = (hami.USE_UUID_ANNOTATION, hami.NOUSE_UUID_ANNOTATION, hami.USE_TYPE_ANNOTATION,
-              hami.NOUSE_TYPE_ANNOTATION)
-
-
-def demand_key(pod: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Everything ``demand_of`` reads, cheaply: a cache key for what the demand decides."""
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    meta = objects.meta_of(pod)
-    ann = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
-    resources = [c.get("resources") for _, _, c in containers(spec)]
-    return (resources, [ann.get(k) for k in _NARROWING])
-
-
-def narrows(pod: Mapping[str, Any], hami_pool: bool) -> bool:
+def narrows(facts: PodFacts, hami_pool: bool) -> bool:
     """``demand_of(...).narrows`` without working out the rest of the demand."""
-    if not hami_pool:
-        return False
-    meta = objects.meta_of(pod)
-    ann = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
-    return any(hami.uuid_list(ann.get(k)) for k in _NARROWING)
+    return hami_pool and any(hami.uuid_list(v) for v in facts.narrowing)
 
 
-def demand_of(pod: Mapping[str, Any], policy: Policy, hami_pool: bool) -> Demand:
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    names = gpu_resources(spec, policy)
-    requests = tuple(sorted(pod_requests(spec, names).items()))
+def demand_of(facts: PodFacts, policy: Policy, hami_pool: bool) -> Demand:
+    requests = tuple(sorted(pod_requests(facts.spec, set(facts.gpus)).items()))
     if not hami_pool:
         return Demand(requests=requests)
-    meta = objects.meta_of(pod)
-    ann = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    use_uuids, nouse_uuids, use_types, nouse_types = (hami.uuid_list(v)
+                                                      for v in facts.narrowing)
     return Demand(
         hami=True, requests=requests,
-        per_container=most_per_container(spec, hami.COUNT_RESOURCE, set(hami.IMPLIES_ONE_GPU)),
-        use_uuids=hami.uuid_list(ann.get(hami.USE_UUID_ANNOTATION)),
-        nouse_uuids=hami.uuid_list(ann.get(hami.NOUSE_UUID_ANNOTATION)),
-        use_types=hami.uuid_list(ann.get(hami.USE_TYPE_ANNOTATION)),
-        nouse_types=hami.uuid_list(ann.get(hami.NOUSE_TYPE_ANNOTATION)))
+        per_container=most_per_container(facts.spec, hami.COUNT_RESOURCE,
+                                         set(hami.IMPLIES_ONE_GPU)),
+        use_uuids=use_uuids, nouse_uuids=nouse_uuids, use_types=use_types,
+        nouse_types=nouse_types)
 
 
 def eligible_gpus(node: NodeInfo, demand: Demand) -> tuple[str, ...]:

@@ -13,19 +13,29 @@ count as "unknown", which the policy turns into a warning by default.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
-from typing import Any
 
 from webhook.api import delivery
 from webhook.engine import affinity
 from webhook.engine import candidates as cand
 from webhook.engine.cluster import ClusterView, NodeInfo
 from webhook.engine.decision import Decision, NodeFinding, Reason, allow, deny
-from webhook.engine.policy import Policy, Pool
+from webhook.engine.podfacts import PodFacts
+from webhook.engine.policy import OnFinding, Policy, Pool
 
-OK, MISSING, UNKNOWN = "ok", "missing", "unknown"
+
+class NodeState(StrEnum):
+    """Whether every GPU the device plugin could hand a pod resolves on a node."""
+
+    OK = "ok"
+    MISSING = "missing"  # some spec lacks a device the pod would get
+    UNKNOWN = "unknown"  # gpupool cannot tell (no inventory, unknown mode or GPUs)
+
+
+OK, MISSING, UNKNOWN = NodeState.OK, NodeState.MISSING, NodeState.UNKNOWN
 _SHOW_NODES = 3
 #: Nodes listed in a decision (and so in its audit record); messages give the totals.
 MAX_FINDINGS = 20
@@ -37,7 +47,7 @@ NO_NODES = "gpupool knows no nodes"
 @dataclass(frozen=True)
 class NodeAssessment:
     node: str
-    state: str  # ok | missing | unknown
+    state: NodeState
     missing: tuple[str, ...] = ()
     note: str = ""
     kind: str = ""
@@ -46,7 +56,9 @@ class NodeAssessment:
 
 
 @dataclass(frozen=True)
-class _Summary:
+class Verdicts:
+    """The pool's candidate nodes for one pod, judged."""
+
     total: int  # nodes the pod's placement allows
     unfit: list[tuple[str, str]]  # of those, nodes its GPU demand rules out, and why
     ok: int
@@ -56,6 +68,14 @@ class _Summary:
     #: True when these are the nodes the pod can reach with its node affinity as it stands;
     #: False when that leaves none and they are the nodes gpupool's steering kept it off
     reachable: bool = True
+    #: Every candidate that has the pod's GPUs but would fail it, reachable or not: the
+    #: nodes steering keeps it off (by state, so ``requireInventory`` can add the unknown)
+    failing_by_state: Mapping[NodeState, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def checked(self) -> int:
+        """Judged nodes: those that have the pod's GPUs (and are reachable, if any are)."""
+        return self.ok + len(self.missing) + len(self.unknown)
 
     @cached_property
     def failing_text(self) -> str:
@@ -132,7 +152,7 @@ _FIT_OK_REACHABLE: _NodeVerdict = (None, True, None)
 _FIT_OK_UNREACHABLE: _NodeVerdict = (None, False, None)
 
 
-def _summarise(verdicts: dict[str, _NodeVerdict]) -> _Summary:
+def _summarise(verdicts: dict[str, _NodeVerdict]) -> Verdicts:
     """Judged on the nodes the pod can reach as it stands. When gpupool's own steering left it
     none, on the nodes it was kept off: a pool whose every node is broken is denied, not left
     pending."""
@@ -141,12 +161,15 @@ def _summarise(verdicts: dict[str, _NodeVerdict]) -> _Summary:
     placed = [v for v in fit if v[1]]
     judged = placed or fit
     failing = sorted((c for _, _, c in judged if c is not None), key=lambda c: c.node)
-    return _Summary(
+    every_failing = sorted((c for _, _, c in fit if c is not None), key=lambda c: c.node)
+    return Verdicts(
         total=len(verdicts), unfit=unfit, ok=len(judged) - len(failing),
         missing=[c for c in failing if c.state == MISSING],
         unknown=[c for c in failing if c.state == UNKNOWN],
         findings=[NodeFinding(c.node, c.missing, c.note) for c in failing][:MAX_FINDINGS],
-        reachable=bool(placed) or not fit)
+        reachable=bool(placed) or not fit,
+        failing_by_state={state: tuple(c.node for c in every_failing if c.state is state)
+                          for state in (NodeState.MISSING, NodeState.UNKNOWN)})
 
 
 def _why(pool: Pool, missing: list[NodeAssessment]) -> str:
@@ -160,25 +183,142 @@ def _why(pool: Pool, missing: list[NodeAssessment]) -> str:
             f"NVIDIA_VISIBLE_DEVICES=GPU-<uuid> as CDI devices {kind}=GPU-<uuid>")
 
 
-class _PodFacts:
-    """What only a fold miss or a node change needs, worked out at most once per review
-    (most reviews hit a kept fold and need neither)."""
+@dataclass(frozen=True)
+class _Outcome:
+    """What a finding turns into: its reason code, and whether the policy makes it a denial
+    (otherwise the pod is allowed with a warning)."""
 
-    def __init__(self, pod: Mapping[str, Any], spec: Mapping[str, Any], policy: Policy,
-                 hami_pool: bool) -> None:
-        self._pod, self._spec, self._policy, self._hami_pool = pod, spec, policy, hami_pool
-
-    @cached_property
-    def demand(self) -> cand.Demand:
-        return cand.demand_of(self._pod, self._policy, self._hami_pool)
-
-    @cached_property
-    def unsteered(self) -> Mapping[str, Any]:
-        return affinity.without_steering(self._spec)
+    reason: Reason
+    denies: Callable[[Policy], bool]
 
 
-def pod_decision(pod: Mapping[str, Any], who: str, pool_name: str, view: ClusterView,
-                 policy: Policy) -> Decision | None:
+class Finding(StrEnum):
+    """What the candidate nodes' verdicts say about a pod as a whole."""
+
+    NO_CANDIDATES = "noCandidates"  # no node of the pool matches its placement
+    NO_GPU_FIT = "noGPUFit"  # candidates exist, none has the GPUs it asks for
+    NO_ALLOWED_GPU = "noAllowedGPU"  # ... and it narrowed them with HAMi's annotations
+    STEERED_OUT = "steeredOut"  # the working nodes are outside its own node affinity
+    SOME_FAIL = "someFail"  # some candidates work, others would fail it
+    UNKNOWN = "unknown"  # none known to work; doubt is not proof
+    MISSING = "missing"  # every candidate lacks its devices
+
+
+def _on_no_candidates(p: Policy) -> bool:
+    return p.on_no_candidates is OnFinding.DENY
+
+
+#: The policy table: one row per finding.
+OUTCOMES: dict[Finding, _Outcome] = {
+    Finding.NO_CANDIDATES: _Outcome(Reason.NO_CANDIDATE_NODES, _on_no_candidates),
+    Finding.NO_GPU_FIT: _Outcome(Reason.NO_CANDIDATE_NODES, _on_no_candidates),
+    Finding.NO_ALLOWED_GPU: _Outcome(Reason.GPU_UUID_UNAVAILABLE, lambda p: True),
+    Finding.STEERED_OUT: _Outcome(Reason.NO_CANDIDATE_NODES, _on_no_candidates),
+    Finding.SOME_FAIL: _Outcome(Reason.ROUTED, lambda p: False),
+    Finding.UNKNOWN: _Outcome(Reason.INVENTORY_MISSING, lambda p: p.on_missing_inventory
+                              is OnFinding.DENY or p.require_inventory),
+    Finding.MISSING: _Outcome(Reason.CDI_DEVICE_MISSING, lambda p: True),
+}
+
+
+def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy) -> Verdicts:
+    """Which nodes of the pool would fail this pod, and why: the one answer the admission
+    decision, steering and ``doctor`` share. Kept per pod shape as nodes change
+    (``ClusterView.fold``): the pods of one workload pay for the scan of their candidates
+    once, and a node change costs that node alone."""
+    pool = policy.by_name[pool_name]
+    node_name = facts.node_name
+    hami_pool = policy.is_hami_pool(pool_name)
+    demand: list[cand.Demand] = []  # worked out on the first node that needs it
+
+    def demand_of() -> cand.Demand:
+        if not demand:
+            demand.append(cand.demand_of(facts, policy, hami_pool))
+        return demand[0]
+
+    def per_node(n: NodeInfo) -> _NodeVerdict | None:
+        """This node's part in the verdicts (None: not a candidate at all)."""
+        if node_name:
+            if n.name != node_name or not affinity.node_matches(facts.unsteered, n.labels,
+                                                                n.name):
+                return None
+        elif not (n.is_gpu_node(policy) and policy.pool_for_label_value(
+                n.labels.get(policy.pool_label)) == pool_name
+                and cand.schedulable(facts.unsteered, n)):
+            return None
+        why = cand.unfit_reason(n, demand_of())
+        if why:
+            return (why, False, None)
+        matches = affinity.node_matches(facts.spec, n.labels, n.name)
+        check = assess_node(n, pool, facts.runtime_class, demand_of(), policy)
+        if check.state is NodeState.OK:
+            return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
+        return (None, matches, check)
+
+    key = ("cdi", policy.cache_key, pool_name,
+           cand.shape_key(facts.spec, (facts.runtime_class, facts.demand_key)))
+    fold = view.fold(key, per_node,
+                     lambda: cand.candidates(facts.unsteered, pool_name, view, policy))
+    summary: Verdicts = fold.derive(_summarise)
+    return summary
+
+
+def _finding(s: Verdicts, facts: PodFacts, hami_pool: bool, policy: Policy) -> Finding | None:
+    if not s.total:
+        return Finding.NO_CANDIDATES
+    if not s.checked:
+        return Finding.NO_ALLOWED_GPU if cand.narrows(facts, hami_pool) else Finding.NO_GPU_FIT
+    if s.ok:
+        if not s.reachable:
+            return Finding.STEERED_OUT
+        return Finding.SOME_FAIL if s.missing or s.unknown else None
+    if s.unknown and (policy.on_missing_inventory is OnFinding.WARN or not s.missing):
+        return Finding.UNKNOWN
+    return Finding.MISSING
+
+
+def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy
+           ) -> tuple[str, str]:
+    """The decision's message, and the warning an allowed pod gets."""
+    name, failing = pool.name, len(s.missing) + len(s.unknown)
+    unfit = "; ".join(f"{n}: {why}" for n, why in s.unfit[:_SHOW_NODES])
+    match finding:
+        case Finding.NO_CANDIDATES:
+            return (f"{who}: no node of pool {name} matches its nodeName, nodeSelector, "
+                    f"affinity and tolerations; its CDI devices were not checked",
+                    f"gpupool: no candidate node in pool {name} yet; CDI devices not checked")
+        case Finding.NO_ALLOWED_GPU:
+            return (f"{who} asks for GPUs its HAMi annotations allow, but no candidate node in "
+                    f"pool {name} has them: {unfit}", "")
+        case Finding.NO_GPU_FIT:
+            return (f"{who}: no node of pool {name} has the GPUs it asks for: {unfit}",
+                    f"gpupool: no node in pool {name} has the GPUs this pod asks for yet")
+        case Finding.STEERED_OUT:
+            return (f"{who}: its node affinity leaves it no node of pool {name}: the nodes "
+                    f"where its GPUs resolve are excluded, and {failing} are steered off "
+                    f"because they would fail it: {s.failing_text}",
+                    f"gpupool: no node of pool {name} is left to this pod; it stays pending")
+        case Finding.SOME_FAIL:
+            return (f"{who}: {failing} of {s.checked} candidate nodes may fail it: "
+                    f"{s.failing_text}",
+                    f"gpupool: {failing} of {s.checked} candidate nodes lack CDI devices this "
+                    f"pod needs; see gpupool doctor")
+        case Finding.UNKNOWN:
+            if OUTCOMES[finding].denies(policy):
+                return (f"{who}: CDI inventory unknown on every candidate node of pool "
+                        f"{name}: {_summary(s.unknown)}", "")
+            return (f"{who}: CDI devices not verified: {s.failing_text}",
+                    f"gpupool: CDI inventory unknown on {len(s.unknown)} candidate node(s); "
+                    "devices not verified")
+        case Finding.MISSING:
+            return (f"{who} would fail on its node with 'unresolvable CDI devices': no "
+                    f"candidate node of pool {name} defines the CDI devices it needs: "
+                    f"{s.failing_text}. {_why(pool, s.missing)}. "
+                    f"Fix: {fix_text(pool, s.missing, policy)}", "")
+
+
+def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
+                 ) -> Decision | None:
     """None: nothing to say. Otherwise a Decision carrying a denial or warnings and nodes."""
     pool = policy.by_name[pool_name]
     if not pool.cdi.checked:
@@ -187,99 +327,27 @@ def pod_decision(pod: Mapping[str, Any], who: str, pool_name: str, view: Cluster
         # No node source (serve --no-cluster, check without --cluster): say so on every GPU
         # pod rather than let an unchecked pod read as a checked one.
         d = allow(Reason.ROUTED, gpu=True, pool=pool_name,
-                  message=f"{who}: CDI devices not checked: {NO_NODES}")
+                  message=f"{facts.who}: CDI devices not checked: {NO_NODES}")
         d.warn(f"gpupool: CDI devices not checked: {NO_NODES}")
         return d
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    runtime_class = spec.get("runtimeClassName") if isinstance(spec.get("runtimeClassName"),
-                                                               str) else None
-    hami_pool = policy.is_hami_pool(pool_name)
+    s = verdicts(facts, pool_name, view, policy)
+    finding = _finding(s, facts, policy.is_hami_pool(pool_name), policy)
+    if finding is None:
+        return None
+    outcome = OUTCOMES[finding]
+    message, warning = _texts(finding, s, facts.who, pool, policy)
+    if outcome.denies(policy):
+        return deny(outcome.reason, message, gpu=True, pool=pool_name, nodes=s.findings)
+    d = allow(Reason.ROUTED, gpu=True, pool=pool_name, nodes=s.findings, message=message)
+    d.warn(warning)
+    return d
 
-    facts = _PodFacts(pod, spec, policy, hami_pool)
-    node_name = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) else None
 
-    def per_node(n: NodeInfo) -> _NodeVerdict | None:
-        """This node's part in the decision (None: not a candidate at all)."""
-        if node_name:
-            if n.name != node_name or not affinity.node_matches(facts.unsteered, n.labels, n.name):
-                return None
-        elif not (n.is_gpu_node(policy) and policy.pool_for_label_value(
-                n.labels.get(policy.pool_label)) == pool_name
-                and cand.schedulable(facts.unsteered, n)):
-            return None
-        why = cand.unfit_reason(n, facts.demand)
-        if why:
-            return (why, False, None)
-        matches = affinity.node_matches(spec, n.labels, n.name)
-        check = assess_node(n, pool, runtime_class, facts.demand, policy)
-        if check.state == OK:
-            return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
-        return (None, matches, check)
-
-    # Kept per pod shape as nodes change (ClusterView.fold): the pods of one workload pay for
-    # the scan of their candidates once, and a node change costs that node alone.
-    key = ("cdi", policy.cache_key, pool_name,
-           cand.shape_key(spec, (runtime_class, cand.demand_key(pod))))
-    fold = view.fold(key, per_node,
-                     lambda: cand.candidates(facts.unsteered, pool_name, view, policy))
-    summary: _Summary = fold.derive(_summarise)
-    findings = list(summary.findings)
-    missing, unknown = summary.missing, summary.unknown
-    if not summary.total:
-        msg = (f"{who}: no node of pool {pool_name} matches its nodeName, nodeSelector, "
-               f"affinity and tolerations; its CDI devices were not checked")
-        if policy.on_no_candidates == "deny":
-            return deny(Reason.NO_CANDIDATE_NODES, msg, gpu=True, pool=pool_name)
-        d = allow(Reason.ROUTED, gpu=True, pool=pool_name, message=msg)
-        d.warn(f"gpupool: no candidate node in pool {pool_name} yet; CDI devices not checked")
-        return d
-    checked = summary.ok + len(missing) + len(unknown)
-    if not checked:
-        shown = "; ".join(f"{n}: {why}" for n, why in summary.unfit[:_SHOW_NODES])
-        if facts.demand.narrows:
-            return deny(Reason.GPU_UUID_UNAVAILABLE,
-                        f"{who} asks for GPUs its HAMi annotations allow, but no candidate "
-                        f"node in pool {pool_name} has them: {shown}", gpu=True,
-                        pool=pool_name)
-        msg = f"{who}: no node of pool {pool_name} has the GPUs it asks for: {shown}"
-        if policy.on_no_candidates == "deny":
-            return deny(Reason.NO_CANDIDATE_NODES, msg, gpu=True, pool=pool_name)
-        d = allow(Reason.ROUTED, gpu=True, pool=pool_name, message=msg)
-        d.warn(f"gpupool: no node in pool {pool_name} has the GPUs this pod asks for yet")
-        return d
-    if summary.ok and not summary.reachable:
-        msg = (f"{who}: its node affinity leaves it no node of pool {pool_name}: the nodes "
-               f"where its GPUs resolve are excluded, and {len(missing) + len(unknown)} are "
-               f"steered off because they would fail it: {summary.failing_text}")
-        if policy.on_no_candidates == "deny":
-            return deny(Reason.NO_CANDIDATE_NODES, msg, gpu=True, pool=pool_name,
-                        nodes=findings)
-        d = allow(Reason.ROUTED, gpu=True, pool=pool_name, nodes=findings, message=msg)
-        d.warn(f"gpupool: no node of pool {pool_name} is left to this pod; it stays pending")
-        return d
-    if summary.ok:
-        if not missing and not unknown:
-            return None
-        d = allow(Reason.ROUTED, gpu=True, pool=pool_name, nodes=findings,
-                  message=f"{who}: {len(missing) + len(unknown)} of {checked} candidate "
-                          f"nodes may fail it: {summary.failing_text}")
-        d.warn(f"gpupool: {len(missing) + len(unknown)} of {checked} candidate nodes lack "
-               f"CDI devices this pod needs; see gpupool doctor")
-        return d
-    if unknown and (policy.on_missing_inventory == "warn" or not missing):
-        if policy.on_missing_inventory == "deny" or policy.require_inventory:
-            return deny(Reason.INVENTORY_MISSING,
-                        f"{who}: CDI inventory unknown on every candidate node of pool "
-                        f"{pool_name}: {_summary(unknown)}", gpu=True, pool=pool_name,
-                        nodes=findings)
-        d = allow(Reason.ROUTED, gpu=True, pool=pool_name, nodes=findings,
-                  message=f"{who}: CDI devices not verified: {summary.failing_text}")
-        d.warn(f"gpupool: CDI inventory unknown on {len(unknown)} candidate node(s); "
-               "devices not verified")
-        return d
-    return deny(Reason.CDI_DEVICE_MISSING,
-                f"{who} would fail on its node with 'unresolvable CDI devices': no candidate "
-                f"node of pool {pool_name} defines the CDI devices it needs: "
-                f"{summary.failing_text}. {_why(pool, missing)}. "
-                f"Fix: {fix_text(pool, missing, policy)}",
-                gpu=True, pool=pool_name, nodes=findings)
+def node_verdict(node: NodeInfo, view: ClusterView, policy: Policy) -> NodeAssessment:
+    """How a pod of the node's pool that asks for nothing in particular fares on the node:
+    ``doctor``'s row, from the same verdicts admission and steering use."""
+    pool_name = policy.pool_for_label_value(node.labels.get(policy.pool_label))
+    probe = PodFacts.parse({"spec": {"nodeName": node.name}}, None, policy)
+    s = verdicts(probe, pool_name, view, policy)
+    failing = s.missing + s.unknown
+    return failing[0] if failing else NodeAssessment(node.name, NodeState.OK)

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from webhook.engine.patch import Op
 
 
-class Reason:
+class Reason(StrEnum):
+    """A member compares equal to its code, so the code is what JSON, metrics and audit
+    records carry."""
+
     # allowed
     NOT_GPU_POD = "NotGPUPod"
     ROUTED = "Routed"
@@ -38,7 +43,7 @@ class Reason:
     @classmethod
     def codes(cls) -> tuple[str, ...]:
         """Every reason code, in declaration order."""
-        return tuple(v for k, v in vars(cls).items() if k.isupper() and isinstance(v, str))
+        return tuple(r.value for r in cls)
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ class NodeFinding:
 @dataclass
 class Decision:
     allowed: bool
-    reason: str
+    reason: Reason
     message: str = ""
     gpu: bool = False
     pool: str | None = None
@@ -87,12 +92,18 @@ class Decision:
         }
 
 
-def allow(reason: str, **kw: Any) -> Decision:
-    return Decision(allowed=True, reason=reason, **kw)
+def allow(reason: Reason, *, message: str = "", gpu: bool = False, pool: str | None = None,
+          scheduler_name: str | None = None, patch: list[Op] | None = None,
+          nodes: Iterable[NodeFinding] = ()) -> Decision:
+    return Decision(allowed=True, reason=reason, message=message, gpu=gpu, pool=pool,
+                    scheduler_name=scheduler_name, patch=list(patch or ()), nodes=list(nodes))
 
 
-def deny(reason: str, message: str, **kw: Any) -> Decision:
-    return Decision(allowed=False, reason=reason, message=message, **kw)
+def deny(reason: Reason, message: str, *, gpu: bool = False, pool: str | None = None,
+         scheduler_name: str | None = None, nodes: Iterable[NodeFinding] = ()) -> Decision:
+    """A denial carries no patch: the API server applies none from a denied review."""
+    return Decision(allowed=False, reason=reason, message=message, gpu=gpu, pool=pool,
+                    scheduler_name=scheduler_name, nodes=list(nodes))
 
 
 WARNING_LIMIT = 120

@@ -7,89 +7,65 @@ because HAMi's webhook may run after ours and rewrite what we set.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from webhook.engine import affinity, objects, patch, routing, steering
 from webhook.engine import cdi as cdi_needs
 from webhook.engine.cluster import ClusterView
 from webhook.engine.decision import Decision, Reason, allow, deny
+from webhook.engine.podfacts import DEFAULT_SCHEDULER, PodFacts
 from webhook.engine.policy import HAMI_IGNORE_LABEL, HAMI_IGNORE_VALUE, POOL_ANNOTATION, Policy
-from webhook.engine.resources import gpu_resources
 
-DEFAULT_SCHEDULER = "default-scheduler"
 WEBHOOK_ORDER_FIX = ("name gpupool's MutatingWebhookConfiguration so it sorts before "
                      "hami-webhook and keep reinvocationPolicy: IfNeeded")
 
 
-def describe(pod: Mapping[str, Any], namespace: str | None) -> str:
-    kind = pod.get("kind") if isinstance(pod.get("kind"), str) else "Pod"
-    return objects.describe(pod, namespace, kind.lower())
-
-
-def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = pod.get("spec")
-    return spec if isinstance(spec, dict) else {}
-
-
-def _scheduler(spec: Mapping[str, Any]) -> str:
-    name = spec.get("schedulerName")
-    return name if isinstance(name, str) and name else DEFAULT_SCHEDULER
-
-
-def _prelude(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | None,
-             policy: Policy) -> tuple[Decision | None, routing.Route | None, set[str]]:
+def _prelude(facts: PodFacts, view: ClusterView | None, policy: Policy
+             ) -> tuple[Decision | None, routing.Route | None]:
     """Shared first steps: GPU pod? custom scheduler? which pool? Returns an early decision,
     or the route for the caller to act on."""
-    spec = _spec(pod)
-    gpus = gpu_resources(spec, policy)
-    if not gpus:
-        return allow(Reason.NOT_GPU_POD), None, gpus
-    scheduler = _scheduler(spec)
+    if not facts.is_gpu_pod:
+        return allow(Reason.NOT_GPU_POD), None
+    scheduler = facts.scheduler
     if scheduler != DEFAULT_SCHEDULER and scheduler not in policy.schedulers:
         d = allow(Reason.CUSTOM_SCHEDULER, gpu=True, scheduler_name=scheduler,
-                  message=f"{describe(pod, namespace)} uses scheduler "
-                          f"{objects.clip(scheduler)}; gpupool leaves it alone")
+                  message=f"{facts.who} uses scheduler {objects.clip(scheduler)}; gpupool "
+                          "leaves it alone")
         d.warn(f"gpupool: scheduler {scheduler} is not a pool's; pod not routed to a GPU pool")
-        return d, None, gpus
-    r = routing.route(pod, namespace, view, policy, gpus)
+        return d, None
+    r = routing.route(facts, view, policy)
     if r.denial is not None:
         reason, message = r.denial
-        d = deny(reason, f"{describe(pod, namespace)}: {message}", gpu=True, pool=r.pool)
-        return d, r, gpus
-    return None, r, gpus
+        return deny(reason, f"{facts.who}: {message}", gpu=True, pool=r.pool), r
+    return None, r
 
 
-def mutate(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | None,
-           policy: Policy) -> Decision:
-    early, r, _ = _prelude(pod, namespace, view, policy)
+def mutate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decision:
+    early, r = _prelude(facts, view, policy)
     if early is not None:
         return early
     assert r is not None and r.pool is not None
     pool = policy.by_name[r.pool]
-    spec = _spec(pod)
+    spec = facts.spec
     d = allow(Reason.ROUTED, gpu=True, pool=pool.name, scheduler_name=pool.scheduler_name,
-              message=f"{describe(pod, namespace)} routed to pool {pool.name} "
-                      f"(by {r.source})")
+              message=f"{facts.who} routed to pool {pool.name} (by {r.source})")
     for w in r.warnings:
         d.warn(w)
-    obj = dict(pod)
+    obj = dict(facts.obj)
     ops: list[patch.Op] = []
-    if not isinstance(obj.get("metadata"), dict):
+    if not facts.has_metadata:
         obj["metadata"] = {}
         ops.append(patch.add("/metadata", {}))
     if not policy.is_hami_pool(pool.name):
         ops += patch.set_map_entry(obj, ("metadata", "labels"), HAMI_IGNORE_LABEL,
                                    HAMI_IGNORE_VALUE)
     ops += patch.set_map_entry(obj, ("metadata", "annotations"), POOL_ANNOTATION, pool.name)
-    current = spec.get("schedulerName")
+    current = facts.scheduler_field
     if current != pool.scheduler_name:
         if isinstance(current, str) and current not in ("", DEFAULT_SCHEDULER):
             d.warn(f"gpupool: schedulerName {current} replaced by {pool.scheduler_name} "
                    f"for pool {pool.name}")
         op = patch.replace if "schedulerName" in spec else patch.add
         ops.append(op("/spec/schedulerName", pool.scheduler_name))
-    steer, warnings = steering.requirements(pod, pool.name, view, policy)
+    steer, warnings = steering.requirements(facts, pool.name, view, policy)
     for w in warnings:
         d.warn(w)
     ops += affinity.affinity_patch({"spec": spec}, affinity.pool_expression(policy, pool.name),
@@ -98,26 +74,23 @@ def mutate(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | No
     return d
 
 
-def validate(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | None,
-             policy: Policy) -> Decision:
-    early, r, gpus = _prelude(pod, namespace, view, policy)
+def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decision:
+    early, r = _prelude(facts, view, policy)
     if early is not None:
         if early.reason == Reason.EXCLUSIVE_RESOURCE_CONFLICT and r is not None:
-            return _hami_resource_outside_pool(early, pod, namespace, policy, r, gpus)
+            return _hami_resource_outside_pool(early, facts, policy, r)
         return early
     assert r is not None and r.pool is not None
     pool = policy.by_name[r.pool]
-    spec = _spec(pod)
-    who = describe(pod, namespace)
-    scheduler = _scheduler(spec)
+    who = facts.who
+    scheduler = facts.scheduler
     if scheduler != pool.scheduler_name:
         return deny(Reason.SCHEDULER_MISMATCH,
                     f"{who} is in pool {pool.name} (by {r.source}) but "
-                    f"{_scheduler_cause(spec, pool.scheduler_name)}",
+                    f"{_scheduler_cause(facts.scheduler_field, pool.scheduler_name)}",
                     gpu=True, pool=pool.name, scheduler_name=scheduler)
     admitted = r.admitted
-    node_name = spec.get("nodeName")
-    node = view.node(node_name) if view is not None and isinstance(node_name, str) else None
+    node = view.node(facts.node_name) if view is not None and facts.node_name else None
     on_pool_node = node is not None and policy.pool_for_label_value(
         node.labels.get(policy.pool_label)) == pool.name
     if admitted != frozenset({pool.name}) and not on_pool_node:
@@ -132,7 +105,7 @@ def validate(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | 
     for w in r.warnings:
         d.warn(w)
     if view is not None:
-        found = cdi_needs.pod_decision(pod, who, pool.name, view, policy)
+        found = cdi_needs.pod_decision(facts, pool.name, view, policy)
         if found is not None:
             if not found.allowed:
                 found.scheduler_name = scheduler
@@ -144,9 +117,8 @@ def validate(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | 
     return d
 
 
-def _scheduler_cause(spec: Mapping[str, Any], wanted: str) -> str:
+def _scheduler_cause(current: object, wanted: str) -> str:
     """Why a pod reached validation unrouted, as far as the object itself tells."""
-    current = spec.get("schedulerName")
     if not isinstance(current, str) or not current:
         return (f"it has no spec.schedulerName, so it is not routed as its pool requires "
                 f"({wanted}). The API server sets one on every pod, so this review did not "
@@ -163,15 +135,14 @@ def _scheduler_cause(spec: Mapping[str, Any], wanted: str) -> str:
             f"webhook changed it after gpupool; {WEBHOOK_ORDER_FIX}")
 
 
-def _hami_resource_outside_pool(early: Decision, pod: Mapping[str, Any],
-                                namespace: str | None, policy: Policy,
-                                r: routing.Route, gpus: set[str]) -> Decision:
+def _hami_resource_outside_pool(early: Decision, facts: PodFacts, policy: Policy,
+                                r: routing.Route) -> Decision:
     """Name the usual culprit when a pod pinned outside HAMi's pool carries HAMi-only asks."""
     for hp in (p for p in policy.pools if policy.is_hami_pool(p.name)):
-        hits = sorted(set(hp.exclusive_resources) & gpus)
+        hits = sorted(set(hp.exclusive_resources) & facts.gpus)
         if hits and r.pool is not None and r.pool != hp.name:
             return deny(Reason.HAMI_RESOURCE_OUTSIDE_POOL,
-                        f"{describe(pod, namespace)} is in pool {r.pool} (by {r.source}) but "
+                        f"{facts.who} is in pool {r.pool} (by {r.source}) but "
                         f"carries {', '.join(hits)}, which only HAMi's pool {hp.name} serves. "
                         f"If the pod did not ask for it, HAMi's webhook added it before "
                         f"gpupool labelled the pod {HAMI_IGNORE_LABEL}={HAMI_IGNORE_VALUE}: "

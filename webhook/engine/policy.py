@@ -12,6 +12,7 @@ import fnmatch
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
@@ -24,6 +25,7 @@ from webhook.api.delivery import (
     NONE,
     VISIBLE_DEVICES,
     WAYS,
+    Way,
 )
 
 API_VERSION = "gpupool.io/v1alpha1"
@@ -39,8 +41,26 @@ HAMI_IGNORE_VALUE = "ignore"
 #: Fields of the first policy version, still read (docs/policy.md, "Deprecated fields").
 CDI_REQUIRE = ("perGPU", "anyDevice", "none")
 CDI_WHEN = ("runtimeUsesCDI", "always")
-ON_FINDING = ("warn", "deny")
-WORKLOAD_TEMPLATES = ("deny", "warn", "off")
+
+
+class OnFinding(StrEnum):
+    """What a policy switch does when its finding occurs (``onNoCandidates``,
+    ``onMissingInventory``)."""
+
+    WARN = "warn"
+    DENY = "deny"
+
+
+class WorkloadTemplates(StrEnum):
+    """What a workload whose pods would be denied gets (``workloadTemplates``)."""
+
+    DENY = "deny"
+    WARN = "warn"
+    OFF = "off"
+
+
+ON_FINDING = tuple(v.value for v in OnFinding)
+WORKLOAD_TEMPLATES = tuple(v.value for v in WorkloadTemplates)
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -77,7 +97,7 @@ class CDIRequirement:
     whose agent says their GPUs will not resolve.
     """
 
-    delivery: str = "none"
+    delivery: Way = Way.NONE
     device_kind: str = DEVICE_PLUGIN_KIND
     steer: bool = True
 
@@ -104,19 +124,17 @@ class Policy:
     pools: tuple[Pool, ...]
     hami_scheduler_name: str = "hami-scheduler"
     non_cdi_runtime_classes: tuple[str, ...] = ("nvidia-legacy",)
-    on_no_candidates: str = "warn"
-    on_missing_inventory: str = "warn"
+    on_no_candidates: OnFinding = OnFinding.WARN
+    on_missing_inventory: OnFinding = OnFinding.WARN
     require_inventory: bool = False
-    workload_templates: str = "deny"
+    workload_templates: WorkloadTemplates = WorkloadTemplates.DENY
     audit_mutations: bool = False
 
     @cached_property
     def cache_key(self) -> int:
-        """Stable per policy content; memo keys use it instead of hashing the whole policy."""
-        return hash((self.pool_label, self.default_pool, self.gpu_resources, self.pools,
-                     self.non_cdi_runtime_classes, self.on_no_candidates,
-                     self.on_missing_inventory, self.hami_scheduler_name,
-                     self.require_inventory))
+        """Stable per policy content (every field: the dataclass's own hash); memo keys use
+        it instead of hashing the whole policy on each lookup."""
+        return hash(self)
 
     @cached_property
     def by_name(self) -> dict[str, Pool]:
@@ -243,7 +261,7 @@ def _resource_name(name: str) -> bool:
 
 def _parse_cdi(data: Any, path: str) -> CDIRequirement:
     f = _Fields(data, path)
-    delivery = f.choice("delivery", WAYS, DETECT) if "delivery" in f.data else None
+    delivery = Way(f.choice("delivery", WAYS, DETECT)) if "delivery" in f.data else None
     device_kind = f.get("deviceKind", str, DEVICE_PLUGIN_KIND)
     steer = f.get("steer", bool, True)
     # The first version's fields, mapped onto the delivery ways they meant.
@@ -336,10 +354,11 @@ def parse_policy(data: Any) -> Policy:
     hami_scheduler = f.get("hamiSchedulerName", str, "hami-scheduler")
     non_cdi = f.strings("nonCDIRuntimeClasses", default=("nvidia-legacy",),
                         check=lambda v: bool(_DNS_SUBDOMAIN.match(v)), what="RuntimeClass name")
-    on_no_candidates = f.choice("onNoCandidates", ON_FINDING, "warn")
-    on_missing_inventory = f.choice("onMissingInventory", ON_FINDING, "warn")
+    on_no_candidates = OnFinding(f.choice("onNoCandidates", ON_FINDING, "warn"))
+    on_missing_inventory = OnFinding(f.choice("onMissingInventory", ON_FINDING, "warn"))
     require_inventory = f.get("requireInventory", bool, False)
-    workload_templates = f.choice("workloadTemplates", WORKLOAD_TEMPLATES, "deny")
+    workload_templates = WorkloadTemplates(
+        f.choice("workloadTemplates", WORKLOAD_TEMPLATES, "deny"))
     audit_raw = f.get("audit", dict, None)
     audit_mutations = False
     if audit_raw is not None:

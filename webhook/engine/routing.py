@@ -9,13 +9,12 @@ another cannot be placed without breaking one of them, so it is denied rather th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from webhook.engine import affinity, objects
 from webhook.engine.cluster import ClusterView
 from webhook.engine.decision import Reason
+from webhook.engine.podfacts import PodFacts
 from webhook.engine.policy import POOL_LABEL, Policy
 
 
@@ -24,32 +23,24 @@ class Route:
     pool: str | None = None
     source: str = ""
     admitted: frozenset[str] = frozenset()  # pools the pod's selector/affinity allow
-    denial: tuple[str, str] | None = None  # (reason, message)
+    denial: tuple[Reason, str] | None = None
     warnings: list[str] = field(default_factory=list)
 
 
-def _labels(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = meta.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def _exclusive_pools(pod: Mapping[str, Any], spec: Mapping[str, Any], policy: Policy,
-                     gpu_resources: set[str]) -> dict[str, list[str]]:
+def _exclusive_pools(facts: PodFacts, policy: Policy) -> dict[str, list[str]]:
     """pool -> the resources/annotations in this pod that only that pool serves."""
-    annotations = _labels(pod.get("metadata") or {}, "annotations")
     found: dict[str, list[str]] = {}
     for pool in policy.pools:
-        hits = sorted(r for r in pool.exclusive_resources if r in gpu_resources)
-        hits += sorted(f"annotation {a}" for a in pool.exclusive_annotations if a in annotations)
+        hits = sorted(r for r in pool.exclusive_resources if r in facts.gpus)
+        hits += sorted(f"annotation {a}" for a in pool.exclusive_annotations
+                       if a in facts.annotations)
         if hits:
             found[pool.name] = hits
     return found
 
 
-def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | None,
-          policy: Policy, gpu_resources: set[str]) -> Route:
-    meta = objects.meta_of(pod)
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
+    spec, namespace = facts.spec, facts.namespace
     out = Route()
 
     def bind(pool: str, source: str) -> bool:
@@ -66,7 +57,7 @@ def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | Non
         return True
 
     # 1. The pod's own label.
-    label = _labels(meta, "labels").get(POOL_LABEL)
+    label = facts.labels.get(POOL_LABEL)
     if label is not None:
         if label not in policy.by_name:
             out.denial = (Reason.UNKNOWN_POOL,
@@ -76,8 +67,8 @@ def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | Non
         bind(label, f"label {POOL_LABEL}={label}")
 
     # 2. Where the pod is pinned: nodeName, then nodeSelector / required affinity.
-    node_name = spec.get("nodeName")
-    if isinstance(node_name, str) and node_name:
+    node_name = facts.node_name
+    if node_name:
         node = view.node(node_name) if view is not None else None
         if node is None:
             out.warnings.append(f"node {objects.clip(node_name)} is not in gpupool's node "
@@ -130,7 +121,7 @@ def route(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | Non
                                     "names no pool; ignored")
 
     # 4. Resources or annotations only one pool serves.
-    exclusive = _exclusive_pools(pod, spec, policy, gpu_resources)
+    exclusive = _exclusive_pools(facts, policy)
     if len(exclusive) > 1:
         parts = "; ".join(f"{', '.join(v)} only in pool {k!r}" for k, v in exclusive.items())
         out.denial = (Reason.EXCLUSIVE_RESOURCE_CONFLICT,

@@ -14,14 +14,12 @@ node instead, and the nodes that would fail it are excluded by name (``matchFiel
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from webhook.api import delivery
 from webhook.engine import candidates as cand
-from webhook.engine.affinity import NAME_FIELD, Requirement, without_steering
-from webhook.engine.cdi import MISSING, UNKNOWN, assess_node
+from webhook.engine.affinity import NAME_FIELD, Requirement
+from webhook.engine.cdi import NodeState, verdicts
 from webhook.engine.cluster import ClusterView
+from webhook.engine.podfacts import PodFacts
 from webhook.engine.policy import Policy
 
 #: More nodes than this to exclude by name and the requirement is left off (with a warning):
@@ -29,7 +27,7 @@ from webhook.engine.policy import Policy
 MAX_EXCLUDED_NAMES = 100
 
 
-def label_requirement(way: str, policy: Policy) -> Requirement:
+def label_requirement(way: delivery.Way, policy: Policy) -> Requirement:
     if policy.require_inventory:
         return ("matchExpressions", {"key": delivery.LABELS[way], "operator": "In",
                                      "values": ["true"]})
@@ -37,27 +35,25 @@ def label_requirement(way: str, policy: Policy) -> Requirement:
                                  "values": ["false"]})
 
 
-def requirements(pod: Mapping[str, Any], pool_name: str, view: ClusterView | None,
+def requirements(facts: PodFacts, pool_name: str, view: ClusterView | None,
                  policy: Policy) -> tuple[list[Requirement], list[str]]:
     """The requirements to add to every required term, and warnings."""
     pool = policy.by_name[pool_name]
     if not pool.cdi.checked or not pool.cdi.steer:
         return [], []
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    rc = spec.get("runtimeClassName") if isinstance(spec.get("runtimeClassName"), str) else None
+    rc = facts.runtime_class
     way = pool.cdi.delivery
     if rc and way == delivery.VISIBLE_DEVICES and rc in policy.non_cdi_runtime_classes:
         return [], []
-    hami_pool = policy.is_hami_pool(pool_name)
-    if not cand.narrows(pod, hami_pool) and not (rc and way != delivery.CDI_DEVICES):
+    if not cand.narrows(facts, policy.is_hami_pool(pool_name)) and \
+            not (rc and way != delivery.CDI_DEVICES):
         return [label_requirement(way, policy)], []
     if view is None or len(view) == 0:
         return [], []
-    demand = cand.demand_of(pod, policy, hami_pool)
-    bad_states = (MISSING, UNKNOWN) if policy.require_inventory else (MISSING,)
-    bad = sorted(n.name for n in cand.candidates(without_steering(spec), pool_name, view, policy)
-                 if cand.unfit_reason(n, demand) is None
-                 and assess_node(n, pool, rc, demand, policy).state in bad_states)
+    by_state = verdicts(facts, pool_name, view, policy).failing_by_state
+    bad = sorted(n for state in ((NodeState.MISSING, NodeState.UNKNOWN)
+                                 if policy.require_inventory else (NodeState.MISSING,))
+                 for n in by_state.get(state, ()))
     if not bad:
         return [], []
     if len(bad) > MAX_EXCLUDED_NAMES:

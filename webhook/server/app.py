@@ -18,10 +18,8 @@ from typing import Any
 import orjson
 from flask import Flask, Response, request
 
-from webhook.engine import admit, objects
-from webhook.engine.admit import Stage
-from webhook.engine.cluster import ClusterView
-from webhook.engine.decision import Decision, Reason, allow
+from webhook import engine
+from webhook.engine import ClusterView, Decision, Reason, Stage, allow, clip
 from webhook.server import review
 from webhook.server.policysource import PolicySource
 from webhook.server.review import BadRequest, Request
@@ -63,7 +61,7 @@ class Handler:
         start = time.perf_counter()
         try:
             req = review.parse_review(body, content_type)
-            decision = admit.decide(self.stage, subject_of(req), self.view,
+            decision = engine.decide(self.stage, subject_of(req), self.view,
                                     self.policies.policy)
         except BadRequest as err:
             log.warning("bad admission request on /%s: %s", self.stage.value, err.message)
@@ -85,8 +83,8 @@ class Handler:
                                     audit_annotations=audit_annotations(decision))
 
 
-def subject_of(req: Request) -> admit.Subject:
-    return admit.Subject(kind=req.kind, group=req.group, operation=req.operation,
+def subject_of(req: Request) -> engine.Subject:
+    return engine.Subject(kind=req.kind, group=req.group, operation=req.operation,
                          object=req.object, old_object=req.old_object,
                          namespace=req.namespace, sub_resource=req.sub_resource)
 
@@ -104,7 +102,7 @@ class Webhook:
     def __post_init__(self) -> None:
         # The handlers share the hook list: a hook added later reaches both paths.
         self.handlers = {stage: Handler(stage, self.policies, self.view, self.hooks)
-                         for stage in admit.Stage}
+                         for stage in engine.Stage}
 
     def handle(self, stage: Stage, body: bytes, content_type: str | None
                ) -> tuple[int, dict[str, Any]]:
@@ -217,7 +215,7 @@ def create_app(webhook: Webhook, extra_routes: Callable[[Flask], None] | None = 
         def single(name: str) -> Response:
             chosen = [p for p in probes() if p.name == name]
             if not chosen:
-                return Response(f"no {path} check named {objects.clip(name)}\n", status=404,
+                return Response(f"no {path} check named {clip(name)}\n", status=404,
                                 mimetype="text/plain")
             (result,) = run_probes(chosen[:1])
             return Response(("ok" if result.good else result.line) + "\n",

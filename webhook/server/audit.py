@@ -22,9 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from webhook.engine.decision import MESSAGE_LIMIT, Decision
-from webhook.engine.objects import clip
-from webhook.engine.policy import Policy
+from webhook.engine import MESSAGE_LIMIT, Decision, Policy, clip
 from webhook.server.review import Request
 
 log = logging.getLogger(__name__)

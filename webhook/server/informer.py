@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from webhook.engine.cluster import ClusterView, NodeInfo
+from webhook.engine import ClusterView, NodeInfo
 
 log = logging.getLogger(__name__)
 #: Backoff jitter from a private generator: never perturbs anyone else's random state.

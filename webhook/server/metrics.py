@@ -28,8 +28,7 @@ from webhook import __version__
 if TYPE_CHECKING:
     from flask import Flask
 
-    from webhook.engine.cluster import ClusterView
-    from webhook.engine.decision import Decision
+    from webhook.engine import ClusterView, Decision
     from webhook.server.policysource import PolicySource
     from webhook.server.review import Request
     from webhook.server.tls import ReloadingContext

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from webhook.engine.policy import Policy, PolicyError
+from webhook.engine import Policy, PolicyError
 from webhook.policyfile import default_policy, load_policy_file
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,15 @@ from typing import Any
 
 import orjson
 
-from webhook.engine import objects
-from webhook.engine import patch as jsonpatch_ops
-from webhook.engine.decision import MESSAGE_LIMIT, Decision, clean_warning
+from webhook.engine import (
+    MESSAGE_LIMIT,
+    Decision,
+    clean_warning,
+    clip,
+    encode_patch,
+    meta_of,
+    name_of,
+)
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 #: The API server caps request bodies at 3 MiB; a review carries object and oldObject, so
@@ -56,12 +62,12 @@ class Request:
 
     @property
     def obj_name(self) -> str:
-        named = objects.name_of(self.object) if isinstance(self.object, Mapping) else ""
+        named = name_of(self.object) if isinstance(self.object, Mapping) else ""
         return named or self.name or ""
 
     @property
     def owner(self) -> str:
-        meta = objects.meta_of(self.object) if isinstance(self.object, Mapping) else {}
+        meta = meta_of(self.object) if isinstance(self.object, Mapping) else {}
         refs = meta.get("ownerReferences")
         if isinstance(refs, list):
             for ref in refs:
@@ -159,11 +165,11 @@ def response(req: Request, decision: Decision, *, mutating: bool,
     resp: dict[str, Any] = {"uid": req.uid, "allowed": decision.allowed}
     if not decision.allowed:
         resp["status"] = {"code": 403, "reason": "Forbidden",
-                          "message": objects.clip(f"gpupool: {decision.reason}: "
+                          "message": clip(f"gpupool: {decision.reason}: "
                                                   f"{decision.message}", MESSAGE_LIMIT)}
     elif mutating and decision.patch:
         resp["patchType"] = "JSONPatch"
-        resp["patch"] = jsonpatch_ops.encode(decision.patch)
+        resp["patch"] = encode_patch(decision.patch)
     warnings = [w for w in (clean_warning(x) for x in decision.warnings) if w][:MAX_WARNINGS]
     if warnings:
         resp["warnings"] = warnings

@@ -18,7 +18,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from webhook.engine.cluster import ClusterView
+from webhook.engine import ClusterView, NodeInfo
 from webhook.server.app import Probe, Webhook, create_app
 from webhook.server.policysource import PolicySource
 from webhook.server.tls import ReloadingContext, configure_deadlines
@@ -66,7 +66,6 @@ def node_source_of(cfg: ServeConfig) -> str:
 
 def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     """Everything one worker needs: the webhook, its metrics, and things to keep alive."""
-    from webhook.engine import cluster as cluster_mod
     from webhook.server import metrics as metrics_mod
     from webhook.server.audit import AuditLog
     from webhook.snapshot import load_cluster_file, restamp_inventories
@@ -86,7 +85,7 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
             restamp_inventories(nodes, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
         nodes.reverse()
         # Convert and drop each raw node as we go: the raw dicts are many times larger.
-        view.replace_nodes(cluster_mod.NodeInfo.from_object(nodes.pop()) for _ in range(len(nodes)))
+        view.replace_nodes(NodeInfo.from_object(nodes.pop()) for _ in range(len(nodes)))
         view.replace_namespaces(namespaces)
         count = len(view)
         webhook.ready_checks.append(Probe(

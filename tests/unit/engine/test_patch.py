@@ -4,15 +4,18 @@ minimal and correctly escaped."""
 from __future__ import annotations
 
 import copy
+from functools import partial
 
 import jsonpatch
 import kubernetes_validate
 import pytest
 
 from tests.conftest import gpu_pod, upstream_pods
-from webhook.engine import patch
-from webhook.engine import pods as engine
+from webhook.engine import Stage, decide_pod, patch
 from webhook.engine.affinity import affinity_patch
+
+#: The engine's entry, one stage at a time, as a pod's review reaches it.
+mutate, validate = partial(decide_pod, Stage.MUTATE), partial(decide_pod, Stage.VALIDATE)
 
 K8S_VERSION = "1.35.0"
 REQ = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -43,12 +46,12 @@ def _shapes():
                          ids=lambda v: v if isinstance(v, str) else "")
 def test_patch_applies_validates_and_is_idempotent(pod_id, pod, policy):
     original = copy.deepcopy(pod)
-    d = engine.mutate(pod, "default", None, policy)
+    d = mutate(pod, "default", None, policy)
     assert d.allowed and d.patch
     out = jsonpatch.apply_patch(pod, d.patch)
     assert pod == original
     kubernetes_validate.validate(out, K8S_VERSION, strict=True)
-    assert engine.mutate(out, "default", None, policy).patch == []
+    assert mutate(out, "default", None, policy).patch == []
     # Preferred terms and everything we do not own survive untouched.
     before_aff = (original["spec"].get("affinity") or {})
     after_aff = out["spec"]["affinity"]
@@ -62,7 +65,7 @@ def test_patch_applies_validates_and_is_idempotent(pod_id, pod, policy):
 
 def test_expression_added_to_every_term(policy):
     pod = dict(_shapes())["three-terms"]
-    d = engine.mutate(pod, "default", None, policy)
+    d = mutate(pod, "default", None, policy)
     out = jsonpatch.apply_patch(pod, d.patch)
     terms = out["spec"]["affinity"]["nodeAffinity"][REQ]["nodeSelectorTerms"]
     want = {"key": "gpupool.io/pool", "operator": "NotIn", "values": ["hami"]}
@@ -73,7 +76,7 @@ def test_expression_added_to_every_term(policy):
 
 
 def test_minimal_operations(policy):
-    d = engine.mutate(gpu_pod(), "default", None, policy)
+    d = mutate(gpu_pod(), "default", None, policy)
     assert [op["op"] for op in d.patch] == ["add", "add", "add"]
     assert [op["path"] for op in d.patch] == ["/metadata/labels", "/metadata/annotations",
                                              "/spec/affinity"]
@@ -106,7 +109,7 @@ def test_encoded_patch_round_trips():
                          ids=lambda v: v if isinstance(v, str) else "")
 def test_own_applier_agrees_with_jsonpatch_and_leaves_input_alone(pod_id, pod, policy):
     original = copy.deepcopy(pod)
-    ops = engine.mutate(pod, "default", None, policy).patch
+    ops = mutate(pod, "default", None, policy).patch
     assert patch.apply(pod, ops) == jsonpatch.apply_patch(pod, ops)
     assert pod == original
 

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import copy
+from functools import partial
 
 import jsonpatch
 import pytest
 
 from tests.conftest import UPSTREAM, gpu_pod, load_docs, upstream_pods
-from webhook.engine import admit
-from webhook.engine import pods as engine
+from webhook.engine import Stage, admit, decide_pod
 from webhook.engine.cluster import view_from_objects
 from webhook.engine.decision import Reason
 from webhook.engine.policy import load_policy_text
+
+#: The engine's entry, one stage at a time, as a pod's review reaches it.
+mutate, validate = partial(decide_pod, Stage.MUTATE), partial(decide_pod, Stage.VALIDATE)
 
 # What a reader of each upstream example expects: HAMi's sharing knobs and HAMi-only
 # annotations go to HAMi; a plain whole-GPU request goes to the default (operator) pool.
@@ -47,7 +50,7 @@ def test_every_upstream_pod_has_an_expectation():
 @pytest.mark.parametrize("pod_id", sorted(EXPECTED))
 def test_upstream_pod_routes_where_a_reader_expects(pod_id, policy):
     pod = PODS[pod_id]
-    d = engine.mutate(pod, "default", None, policy)
+    d = mutate(pod, "default", None, policy)
     assert d.allowed and d.gpu, d.message
     assert d.pool == EXPECTED[pod_id]
     out = jsonpatch.apply_patch(pod, d.patch)
@@ -61,7 +64,7 @@ def test_upstream_pod_routes_where_a_reader_expects(pod_id, policy):
             else {"key": "gpupool.io/pool", "operator": "NotIn", "values": ["hami"]})
     assert all(want in t["matchExpressions"] for t in terms)
     # The validating pass accepts what the mutating pass produced.
-    v = engine.validate(out, "default", None, policy)
+    v = validate(out, "default", None, policy)
     assert v.allowed and v.pool == d.pool, v.message
 
 
@@ -75,26 +78,26 @@ def test_upstream_deployment_template_routes_to_hami(policy):
 
 def test_non_gpu_pod_untouched(policy):
     pod = gpu_pod(limits={"cpu": "1", "memory": "1Gi"})
-    d = engine.mutate(pod, "default", None, policy)
+    d = mutate(pod, "default", None, policy)
     assert d.allowed and not d.gpu and d.patch == [] and d.reason == Reason.NOT_GPU_POD
 
 
 def test_zero_quantity_is_not_a_gpu_request(policy):
-    d = engine.mutate(gpu_pod(limits={"nvidia.com/gpu": "0"}), "default", None, policy)
+    d = mutate(gpu_pod(limits={"nvidia.com/gpu": "0"}), "default", None, policy)
     assert not d.gpu and d.patch == []
 
 
 def test_requests_alone_make_a_gpu_pod(policy):
     pod = gpu_pod()
     pod["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": "1"}}
-    assert engine.mutate(pod, "default", None, policy).gpu
+    assert mutate(pod, "default", None, policy).gpu
 
 
 def test_init_container_gpu_counts(policy):
     pod = gpu_pod(limits={"cpu": "1"})
     pod["spec"]["initContainers"] = [{"name": "i", "image": "x", "resources": {
         "limits": {"nvidia.com/gpucores": 10}}}]
-    d = engine.mutate(pod, "default", None, policy)
+    d = mutate(pod, "default", None, policy)
     assert d.gpu and d.pool == "hami"
 
 
@@ -120,45 +123,45 @@ def view(policy):
 def test_pod_label_wins_over_namespace(policy, view):
     pod = gpu_pod(limits={"nvidia.com/gpu": 1})
     pod["metadata"]["labels"] = {"gpupool.io/pool": "operator"}
-    d = engine.mutate(pod, "team-hami", view, policy)
+    d = mutate(pod, "team-hami", view, policy)
     assert d.pool == "operator" and "label" in d.message
 
 
 def test_unknown_pool_label_denied_listing_known(policy, view):
     pod = gpu_pod()
     pod["metadata"]["labels"] = {"gpupool.io/pool": "hamii"}
-    d = engine.mutate(pod, "default", view, policy)
+    d = mutate(pod, "default", view, policy)
     assert not d.allowed and d.reason == Reason.UNKNOWN_POOL
     assert "hami, operator" in d.message and "pod default/p" in d.message
 
 
 def test_node_name_pins_pool(policy, view):
-    assert engine.mutate(gpu_pod(nodeName="h1"), "default", view, policy).pool == "hami"
-    assert engine.mutate(gpu_pod(nodeName="o2"), "default", view, policy).pool == "operator"
+    assert mutate(gpu_pod(nodeName="h1"), "default", view, policy).pool == "hami"
+    assert mutate(gpu_pod(nodeName="o2"), "default", view, policy).pool == "operator"
 
 
 def test_node_name_contradicting_label_denied(policy, view):
     pod = gpu_pod(nodeName="o1")
     pod["metadata"]["labels"] = {"gpupool.io/pool": "hami"}
-    d = engine.mutate(pod, "default", view, policy)
+    d = mutate(pod, "default", view, policy)
     assert d.reason == Reason.POOL_CONFLICT
     assert "spec.nodeName o1" in d.message and "gpupool.io/pool=hami" in d.message
 
 
 def test_node_selector_pins_pool_over_namespace(policy, view):
     pod = gpu_pod(nodeSelector={"gpupool.io/pool": "hami"})
-    assert engine.mutate(pod, "team-op", view, policy).pool == "hami"
+    assert mutate(pod, "team-op", view, policy).pool == "hami"
 
 
 def test_node_selector_with_unknown_value_means_default_pool(policy, view):
     pod = gpu_pod(nodeSelector={"gpupool.io/pool": "something-else"})
-    assert engine.mutate(pod, "team-hami", view, policy).pool == "operator"
+    assert mutate(pod, "team-hami", view, policy).pool == "operator"
 
 
 def test_node_selector_contradicting_label_denied(policy, view):
     pod = gpu_pod(nodeSelector={"gpupool.io/pool": "hami"})
     pod["metadata"]["labels"] = {"gpupool.io/pool": "operator"}
-    d = engine.mutate(pod, "default", view, policy)
+    d = mutate(pod, "default", view, policy)
     assert d.reason == Reason.POOL_CONFLICT
     assert "nodeSelector gpupool.io/pool=hami" in d.message and "operator" in d.message
 
@@ -172,7 +175,7 @@ def test_node_selector_contradicting_label_denied(policy, view):
 def test_required_affinity_on_pool_label_pins(policy, view, expr, pool):
     aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpupool.io/pool", **expr}]}]}}}
-    assert engine.mutate(gpu_pod(affinity=aff), "team-hami" if pool == "operator" else "team-op",
+    assert mutate(gpu_pod(affinity=aff), "team-hami" if pool == "operator" else "team-op",
                          view, policy).pool == pool
 
 
@@ -182,35 +185,35 @@ def test_affinity_admitting_both_pools_does_not_pin(policy, view):
             {"matchExpressions": [{"key": "gpupool.io/pool", "operator": "In",
                                    "values": ["hami"]}]},
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}
-    assert engine.mutate(gpu_pod(affinity=aff), "team-op", view, policy).pool == "operator"
-    assert engine.mutate(gpu_pod(affinity=aff), "team-hami", view, policy).pool == "hami"
+    assert mutate(gpu_pod(affinity=aff), "team-op", view, policy).pool == "operator"
+    assert mutate(gpu_pod(affinity=aff), "team-hami", view, policy).pool == "hami"
 
 
 def test_namespace_label_routes(policy, view):
-    assert engine.mutate(gpu_pod(), "team-hami", view, policy).pool == "hami"
+    assert mutate(gpu_pod(), "team-hami", view, policy).pool == "hami"
 
 
 def test_namespace_label_naming_no_pool_warns_and_falls_through(policy, view):
-    d = engine.mutate(gpu_pod(), "typo", view, policy)
+    d = mutate(gpu_pod(), "typo", view, policy)
     assert d.allowed and d.pool == "operator"
     assert any("hamii" in w for w in d.warnings)
 
 
 def test_exclusive_resource_routes_to_its_pool(policy, view):
-    d = engine.mutate(gpu_pod(limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}),
+    d = mutate(gpu_pod(limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}),
                       "default", view, policy)
     assert d.pool == "hami" and "nvidia.com/gpumem" in d.message
 
 
 def test_exclusive_resource_in_pod_bound_elsewhere_denied(policy, view):
     pod = gpu_pod(limits={"nvidia.com/gpu": 1, "nvidia.com/gpucores": 50})
-    d = engine.mutate(pod, "team-op", view, policy)
+    d = mutate(pod, "team-op", view, policy)
     assert d.reason == Reason.EXCLUSIVE_RESOURCE_CONFLICT
     assert "nvidia.com/gpucores" in d.message and "namespace team-op" in d.message
 
 
 def test_default_pool_when_no_evidence(policy, view):
-    d = engine.mutate(gpu_pod(), "default", view, policy)
+    d = mutate(gpu_pod(), "default", view, policy)
     assert d.pool == "operator" and "default pool" in d.message
 
 
@@ -218,14 +221,14 @@ def test_default_pool_when_no_evidence(policy, view):
 
 
 def test_custom_scheduler_left_alone_with_warning(policy):
-    d = engine.mutate(gpu_pod(schedulerName="volcano"), "default", None, policy)
+    d = mutate(gpu_pod(schedulerName="volcano"), "default", None, policy)
     assert d.allowed and d.patch == [] and d.reason == Reason.CUSTOM_SCHEDULER
     assert any("volcano" in w for w in d.warnings)
-    assert engine.validate(gpu_pod(schedulerName="volcano"), "default", None, policy).allowed
+    assert validate(gpu_pod(schedulerName="volcano"), "default", None, policy).allowed
 
 
 def test_other_pools_scheduler_is_overwritten_with_warning(policy):
-    d = engine.mutate(gpu_pod(schedulerName="hami-scheduler"), "default", None, policy)
+    d = mutate(gpu_pod(schedulerName="hami-scheduler"), "default", None, policy)
     assert d.pool == "operator"
     assert {"op": "replace", "path": "/spec/schedulerName", "value": "default-scheduler"} in d.patch
     assert any("hami-scheduler replaced" in w for w in d.warnings)
@@ -235,13 +238,13 @@ def test_other_pools_scheduler_is_overwritten_with_warning(policy):
 
 
 def _mutated(policy, pod, ns="default", view=None):
-    return jsonpatch.apply_patch(pod, engine.mutate(pod, ns, view, policy).patch)
+    return jsonpatch.apply_patch(pod, mutate(pod, ns, view, policy).patch)
 
 
 def test_validate_catches_hami_rewriting_scheduler(policy):
     out = _mutated(policy, gpu_pod())
     out["spec"]["schedulerName"] = "hami-scheduler"  # as HAMi's webhook would, running later
-    d = engine.validate(out, "default", None, policy)
+    d = validate(out, "default", None, policy)
     assert d.reason == Reason.SCHEDULER_MISMATCH
     assert "hami-webhook" in d.message and "pod default/p" in d.message
 
@@ -252,7 +255,7 @@ def test_validate_without_scheduler_name_says_what_is_known(policy):
     pod = gpu_pod()
     pod["spec"].pop("schedulerName", None)
     pod["metadata"]["labels"] = {"gpupool.io/pool": "hami"}
-    d = engine.validate(pod, "default", None, policy)
+    d = validate(pod, "default", None, policy)
     assert d.reason == Reason.SCHEDULER_MISMATCH
     assert "has no spec.schedulerName" in d.message and "/mutate" in d.message
     assert "another mutating webhook changed" not in d.message
@@ -262,14 +265,14 @@ def test_validate_with_default_scheduler_names_both_likely_causes(policy):
     pod = gpu_pod()
     pod["metadata"]["labels"] = {"gpupool.io/pool": "hami"}
     pod["spec"]["schedulerName"] = "default-scheduler"
-    d = engine.validate(pod, "default", None, policy)
+    d = validate(pod, "default", None, policy)
     assert "did not run" in d.message and "reset the field" in d.message
 
 
 def test_validate_catches_hami_adding_gpucores(policy):
     out = _mutated(policy, gpu_pod())
     out["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] = 100
-    d = engine.validate(out, "default", None, policy)
+    d = validate(out, "default", None, policy)
     assert d.reason == Reason.HAMI_RESOURCE_OUTSIDE_POOL
     assert "nvidia.com/gpucores" in d.message and "hami-webhook" in d.message
 
@@ -277,13 +280,13 @@ def test_validate_catches_hami_adding_gpucores(policy):
 def test_validate_catches_missing_affinity(policy):
     pod = gpu_pod()
     pod["metadata"]["annotations"] = {"gpupool.io/pool": "operator"}
-    d = engine.validate(pod, "default", None, policy)
+    d = validate(pod, "default", None, policy)
     assert d.reason == Reason.AFFINITY_MISMATCH and "hami" in d.message
 
 
 def test_validate_accepts_pod_bound_to_pool_node(policy, view):
     pod = gpu_pod(nodeName="h1", schedulerName="hami-scheduler")
-    assert engine.validate(pod, "default", view, policy).allowed
+    assert validate(pod, "default", view, policy).allowed
 
 
 # ------------------------------------------------------------- other conventions
@@ -307,22 +310,22 @@ pools:
 
 def test_hami_gpu_on_convention():
     policy = load_policy_text(GPU_ON_POLICY)
-    d = engine.mutate(gpu_pod(limits={"nvidia.com/gpumem": 100}), "default", None, policy)
+    d = mutate(gpu_pod(limits={"nvidia.com/gpumem": 100}), "default", None, policy)
     assert d.pool == "hami"
     expr = {"key": "gpu", "operator": "In", "values": ["on"]}
     assert d.patch[-1]["value"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
         "matchExpressions"] == [expr]
-    d = engine.mutate(gpu_pod(nodeSelector={"gpu": "on"}), "default", None, policy)
+    d = mutate(gpu_pod(nodeSelector={"gpu": "on"}), "default", None, policy)
     assert d.pool == "hami"
 
 
 def test_other_vendor_resources_when_configured():
     policy = load_policy_text(GPU_ON_POLICY.replace(
         "gpuResources: [", "gpuResources: [cambricon.com/vmlu, "))
-    d = engine.mutate(gpu_pod(limits={"cambricon.com/vmlu": 1}), "default", None, policy)
+    d = mutate(gpu_pod(limits={"cambricon.com/vmlu": 1}), "default", None, policy)
     assert d.gpu and d.pool == "operator"
-    d = engine.mutate(gpu_pod(limits={"cambricon.com/vmlu": 1}), "default", None,
+    d = mutate(gpu_pod(limits={"cambricon.com/vmlu": 1}), "default", None,
                       load_policy_text(GPU_ON_POLICY))
     assert not d.gpu
 
@@ -338,11 +341,11 @@ def test_daemonset_pods_pinned_by_match_fields_follow_their_node(policy, view):
     ds_affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
                                                 "values": ["h1"]}]}]}}}
-    d = engine.mutate(gpu_pod(affinity=ds_affinity), "default", view, policy)
+    d = mutate(gpu_pod(affinity=ds_affinity), "default", view, policy)
     assert d.pool == "hami" and "metadata.name h1" in d.message
     out = jsonpatch.apply_patch(gpu_pod(affinity=ds_affinity), d.patch)
-    assert engine.validate(out, "default", view, policy).allowed
+    assert validate(out, "default", view, policy).allowed
     ds_affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"][0]["matchFields"][0]["values"] = ["o1"]
-    assert engine.mutate(gpu_pod(affinity=ds_affinity), "default", view, policy).pool == \
+    assert mutate(gpu_pod(affinity=ds_affinity), "default", view, policy).pool == \
         "operator"
