@@ -26,9 +26,10 @@ run: $(VENV)/.installed
 	exec $(PY) -m webhook serve --bind 127.0.0.1:$(PORT) --demo \
 	  --cert $(RUN)/certs/tls.crt --key $(RUN)/certs/tls.key
 
-# The whole suite: lint, unit, HTTPS and end-to-end tests.
+# The whole suite: lint, strict type check (webhook/), unit, HTTPS and end-to-end tests.
 test: $(VENV)/.installed
 	$(PY) -m ruff check webhook tests bench
+	$(PY) -m mypy
 	$(PY) -m pytest
 
 # Benchmarks (not tests): throughput and latency against a same-run baseline, decision cost

@@ -10,7 +10,8 @@ from typing import Any
 
 from flask import Flask, Response, request
 
-from webhook.server.runner import GunicornApp, ServeConfig
+from webhook.server.config import ServeConfig
+from webhook.server.runner import GunicornApp
 
 
 def make_app() -> Flask:

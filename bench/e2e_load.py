@@ -145,7 +145,8 @@ class Rig:
         with open(log, "wb") as fh:
             proc = subprocess.Popen(
                 [sys.executable, "-c", "import json, sys\n"
-                 "from webhook.server.runner import ServeConfig, serve\n"
+                 "from webhook.server.config import ServeConfig\n"
+                 "from webhook.server.runner import serve\n"
                  "serve(ServeConfig(**json.loads(sys.argv[1])))", json.dumps(cfg)],
                 stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
         wait_ready(proc, self.url, str(certs / "ca.crt"), log)

@@ -13,6 +13,7 @@ import ipaddress
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,8 +126,8 @@ def _check_days(days: int, flag: str = "--days") -> None:
         raise CertError(f"{flag} {days}: a certificate must be valid for at least 1 day")
 
 
-def generate(out: str | Path, service: str, namespace: str, *, extra_dns: list[str] = (),
-             extra_ips: list[str] = (), days: int = 365, ca_days: int = 3650,
+def generate(out: str | Path, service: str, namespace: str, *, extra_dns: Sequence[str] = (),
+             extra_ips: Sequence[str] = (), days: int = 365, ca_days: int = 3650,
              algorithm: str = "ecdsa", force: bool = False) -> Generated:
     """A serving certificate in ``out``, issued by the CA already there, or by a new one.
 
@@ -190,7 +191,8 @@ def _new_ca(paths: Paths, namespace: str, ca_days: int, algorithm: str) -> None:
     _write(paths.ca_cert, ca.public_bytes(serialization.Encoding.PEM), 0o644)
 
 
-def _load_ca(paths: Paths) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+def _load_ca(paths: Paths
+             ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey]:
     try:
         ca = x509.load_pem_x509_certificate(paths.ca_cert.read_bytes())
         key = serialization.load_pem_private_key(paths.ca_key.read_bytes(), password=None)
@@ -200,7 +202,9 @@ def _load_ca(paths: Paths) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey
         raise CertError(f"{exc.filename}: {exc.strerror}") from exc
     except ValueError as exc:
         raise CertError(f"{paths.out}: CA files are not valid PEM: {exc}") from exc
-    return ca, key  # type: ignore[return-value]
+    if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise CertError(f"{paths.ca_key}: not an ECDSA or RSA key (gpupool signs with those)")
+    return ca, key
 
 
 def _issue(paths: Paths, service: str, namespace: str, extra_dns: list[str],
@@ -257,8 +261,8 @@ def needs_renewal(paths: Paths, renew_before: dt.timedelta) -> bool:
         return True
 
 
-def renew(out: str | Path, service: str, namespace: str, *, extra_dns: list[str] = (),
-          extra_ips: list[str] = (), days: int = 365, renew_before_days: float = 30,
+def renew(out: str | Path, service: str, namespace: str, *, extra_dns: Sequence[str] = (),
+          extra_ips: Sequence[str] = (), days: int = 365, renew_before_days: float = 30,
           algorithm: str = "ecdsa", force: bool = False) -> bool:
     """Reissue the serving certificate from the existing CA when it is due; True if reissued."""
     _check_days(days)

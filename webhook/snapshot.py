@@ -90,7 +90,9 @@ def restamp_inventories(nodes: list[dict[str, Any]], observed_at: str) -> None:
     agent on a freshly started demo."""
     for node in nodes:
         annotations = meta_of(node).get("annotations")
-        raw = annotations.get(INVENTORY_ANNOTATION) if isinstance(annotations, dict) else None
+        if not isinstance(annotations, dict):
+            continue
+        raw = annotations.get(INVENTORY_ANNOTATION)
         if not isinstance(raw, str):
             continue
         try:

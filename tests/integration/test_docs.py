@@ -208,3 +208,28 @@ def test_make_run_serves_and_the_commands_it_prints_work(tmp_path):
         assert resp["allowed"] is False and "hami-node-1" in resp["status"]["message"]
     finally:
         stop_group(proc)
+
+
+def test_the_documented_server_flags_and_defaults_are_the_parsers():
+    """docs/install.md's table of `gpupool serve` flags: every flag, each default as the
+    parser has it (the parser's defaults come from ServeConfig)."""
+    from webhook.server.config import ServeConfig
+
+    parser, _ = _subcommand(build_parser(), ["serve"])
+    real = {a.option_strings[-1]: a for a in parser._actions
+            if a.option_strings and a.option_strings[-1] not in ("--help", "--version")}
+    table = (ROOT / "docs/install.md").read_text().split("## Server flags")[1].split("\n## ")[0]
+    documented: dict[str, str] = {}
+    for flags, default in re.findall(r"^\| ((?:`--[\w-]+`(?:, )?)+) \| ([^|]+) \|", table, re.M):
+        for flag in re.findall(r"`(--[\w-]+)`", flags):
+            documented[flag] = default.strip().strip("`")
+    assert sorted(documented) == sorted(real)
+    for flag, action in real.items():
+        if isinstance(action, argparse._StoreTrueAction):
+            assert documented[flag] == "off", flag
+        elif action.default is None:
+            assert documented[flag] == "-", flag
+        else:
+            assert documented[flag] == str(action.default), flag
+            field = action.dest.replace("log_level", "loglevel")
+            assert getattr(ServeConfig, field) == action.default, flag

@@ -65,7 +65,7 @@ def test_policy_reload_and_bad_update(tmp_path):
         for _ in range(6):
             assert _pool(srv) == "operator/gpu-batch-scheduler"  # the last good policy serves
         log = srv.log.read_text()
-        assert "policy update rejected, keeping the last good policy" in log
+        assert "policy changed but does not load; keeping the last good one" in log
         assert "poolLable: unknown field" in log
     finally:
         stop_server(srv)

@@ -104,8 +104,8 @@ def test_every_declared_name_resolves_and_nothing_else_does():
 
 def test_the_surface_rule_catches_a_shell_reaching_in(tmp_path):
     bad = tmp_path / "shell.py"
-    bad.write_text("from webhook.engine import Policy, cdi\nfrom webhook.engine.pods import mutate\n"
-                   "import webhook.engine.steering\n")
+    bad.write_text("from webhook.engine import Policy, cdi\n"
+                   "from webhook.engine.pods import mutate\nimport webhook.engine.steering\n")
     assert engine_modules_imported(bad) == ["webhook.engine.cdi", "webhook.engine.pods",
                                             "webhook.engine.pods.mutate",
                                             "webhook.engine.steering"]

@@ -112,7 +112,7 @@ def steering_labels(inv: Inventory, gpus: tuple[str, ...],
 def resolving_gpus(inv: Inventory, gpus: tuple[str, ...],
                    device_kind: str = DEVICE_PLUGIN_KIND) -> dict[str, tuple[str, ...]]:
     """Per way, which of the node's GPUs resolve (the inventory's ``resolves`` field)."""
-    out = {}
+    out: dict[str, tuple[str, ...]] = {}
     for way in (VISIBLE_DEVICES, CDI_DEVICES):
         if gpus and resolve(inv, way, (), None, device_kind).ok is not None:
             out[way] = tuple(u for u in gpus if resolve(inv, way, (u,), None, device_kind).ok)

@@ -55,8 +55,9 @@ class RuntimeInfo:
         NVIDIA config's mode. None when unknown."""
         if runtime_class and runtime_class in self.handlers:
             return self.handlers[runtime_class]
-        if not runtime_class and self.default_handler in self.handlers:
-            return self.handlers[self.default_handler]  # type: ignore[index]
+        if not runtime_class and self.default_handler is not None \
+                and self.default_handler in self.handlers:
+            return self.handlers[self.default_handler]
         return self.mode
 
     def uses_cdi(self, runtime_class: str | None = None) -> bool | None:

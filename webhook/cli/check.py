@@ -69,7 +69,7 @@ def expand_paths(paths: list[str], recursive: bool = False) -> list[str]:
         if path == "-" or not os.path.isdir(path):
             out.append(path)
             continue
-        found = []
+        found: list[str] = []
         for root, dirs, names in os.walk(path):
             dirs.sort()
             found.extend(os.path.join(root, n) for n in sorted(names)

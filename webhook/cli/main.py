@@ -143,7 +143,8 @@ def _check_bind(bind: str) -> None:
         try:
             sock.bind(addr)
         except OSError as exc:
-            raise UsageError(f"--bind {bind}: {exc.strerror.lower()}; choose another address "
+            raise UsageError(f"--bind {bind}: {(exc.strerror or str(exc)).lower()}; choose "
+                             "another address "
                              "or stop what listens there") from exc
 
 
@@ -179,7 +180,8 @@ def _check_audit_file(path: str) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from webhook.server.runner import ServeConfig, serve
+    from webhook.server.config import ServeConfig
+    from webhook.server.runner import serve
 
     cluster = args.cluster
     if args.demo:
@@ -394,7 +396,8 @@ def _live_objects(kubeconfig: str | None, context: str | None
         nodes = [api.sanitize_for_serialization(n)
                  for n in core.list_node(_request_timeout=REQUEST_TIMEOUT).items]
         namespaces = {n.metadata.name: dict(n.metadata.labels or {})
-                      for n in core.list_namespace(_request_timeout=REQUEST_TIMEOUT).items}
+                      for n in core.list_namespace(_request_timeout=REQUEST_TIMEOUT).items
+                      if n.metadata is not None and n.metadata.name}
     except Exception as exc:
         _raise_api_error(exc, api)
     return api, nodes, namespaces
@@ -518,7 +521,9 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
           --policy /policy/policy.yaml
         {prog} serve --demo --bind 127.0.0.1:8443 \\
           --cert .run/certs/tls.crt --key .run/certs/tls.key""")
-    s.add_argument("--bind", default="0.0.0.0:8443", metavar="HOST:PORT",
+    from webhook.server.config import ServeConfig as D  # the defaults, defined once
+
+    s.add_argument("--bind", default=D.bind, metavar="HOST:PORT",
                    help="address to listen on (default: %(default)s)")
     s.add_argument("--cert", metavar="FILE",
                    help="serving certificate (PEM); reloaded when it changes")
@@ -536,34 +541,39 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
     src.add_argument("--no-cluster", action="store_true",
                      help="serve with no nodes: routing only, CDI devices never checked (every "
                           "GPU pod gets a warning; /readyz and gpupool_node_source say so)")
-    s.add_argument("--workers", type=_positive(int), default=2,
+    s.add_argument("--workers", type=_positive(int), default=D.workers,
                    help="worker processes (default: %(default)s)")
-    s.add_argument("--worker-class", choices=("gevent", "gthread"), default="gevent",
+    s.add_argument("--worker-class", choices=("gevent", "gthread"), default=D.worker_class,
                    help="gevent (default): slow clients cost no thread; gthread: a thread per "
                         "request in progress")
-    s.add_argument("--worker-connections", type=_positive(int), default=2000,
+    s.add_argument("--worker-connections", type=_positive(int), default=D.worker_connections,
                    help="gevent: open connections per worker (default: %(default)s)")
-    s.add_argument("--threads", type=_positive(int), default=4,
+    s.add_argument("--threads", type=_positive(int), default=D.threads,
                    help="gthread: threads per worker (default: %(default)s)")
-    s.add_argument("--handshake-deadline", type=_positive(float), default=3.0,
-                   metavar="SECONDS", help="drop a connection whose TLS handshake takes longer")
-    s.add_argument("--request-deadline", type=_positive(float), default=10.0,
+    s.add_argument("--handshake-deadline", type=_positive(float), default=D.handshake_deadline,
+                   metavar="SECONDS", help="drop a connection whose TLS handshake takes longer "
+                                           "(default: %(default)s)")
+    s.add_argument("--request-deadline", type=_positive(float), default=D.request_deadline,
                    metavar="SECONDS",
-                   help="drop a connection whose request, from its first byte, takes longer")
-    s.add_argument("--keepalive", type=_non_negative_int, default=75, metavar="SECONDS",
-                   help="how long an idle keep-alive connection stays open")
-    s.add_argument("--max-staleness", type=_positive(float), default=180.0, metavar="SECONDS",
-                   help="seconds the node cache may go without a sync before /readyz fails")
+                   help="drop a connection whose request, from its first byte, takes longer "
+                        "(default: %(default)s)")
+    s.add_argument("--keepalive", type=_non_negative_int, default=D.keepalive, metavar="SECONDS",
+                   help="how long an idle keep-alive connection stays open (default: "
+                        "%(default)s)")
+    s.add_argument("--max-staleness", type=_positive(float), default=D.max_staleness,
+                   metavar="SECONDS", help="seconds the node cache may go without a sync "
+                                           "before /readyz fails (default: %(default)s)")
     s.add_argument("--audit-file", metavar="FILE",
                    help="also write audit records here (rotated by size; its directory must "
                         "exist)")
-    s.add_argument("--audit-max-bytes", type=_non_negative_int, default=50 * 1024 * 1024,
-                   help="rotate the audit file past this size (0: never)")
-    s.add_argument("--audit-backups", type=_non_negative_int, default=5,
-                   help="rotated audit files kept")
+    s.add_argument("--audit-max-bytes", type=_non_negative_int, default=D.audit_max_bytes,
+                   help="rotate the audit file past this size (0: never; default: "
+                        "%(default)s)")
+    s.add_argument("--audit-backups", type=_non_negative_int, default=D.audit_backups,
+                   help="rotated audit files kept (default: %(default)s)")
     s.add_argument("--no-audit-stdout", action="store_true",
                    help="do not write audit records to standard output")
-    s.add_argument("--log-level", default="info",
+    s.add_argument("--log-level", default=D.loglevel,
                    choices=("debug", "info", "warning", "error", "critical"),
                    help="server log level (default: %(default)s)")
     s.set_defaults(func=cmd_serve)

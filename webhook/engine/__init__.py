@@ -45,34 +45,39 @@ def __getattr__(name: str) -> Any:
     module = _SURFACE.get(name)
     if module is None:
         raise AttributeError(f"module 'webhook.engine' has no attribute {name!r}")
-    attr = "encode" if name == "encode_patch" else name
-    value = getattr(importlib.import_module(f"webhook.engine.{module}"), attr)
+    value = getattr(importlib.import_module(f"webhook.engine.{module}"), name)
     globals()[name] = value
     return value
 
 
-if TYPE_CHECKING:
-    from webhook.engine.admit import (
-        Review,
-        Stage,
-        Subject,
-        decide,
-        decide_pod,
-        handles,
-        review,
-        review_pod,
-    )
-    from webhook.engine.cdi import NodeAssessment, NodeState, fix_text, node_verdict
-    from webhook.engine.cluster import ClusterView, NodeInfo, view_from_objects
-    from webhook.engine.decision import (
-        MESSAGE_LIMIT,
-        Decision,
-        NodeFinding,
-        Reason,
-        allow,
-        clean_warning,
-    )
-    from webhook.engine.objects import clip, describe, meta_of, name_of
-    from webhook.engine.patch import encode as encode_patch
-    from webhook.engine.policy import Policy, PolicyError, load_policy_text
-    from webhook.engine.workloads import template_pod
+if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
+    from webhook.engine.admit import Review as Review
+    from webhook.engine.admit import Stage as Stage
+    from webhook.engine.admit import Subject as Subject
+    from webhook.engine.admit import decide as decide
+    from webhook.engine.admit import decide_pod as decide_pod
+    from webhook.engine.admit import handles as handles
+    from webhook.engine.admit import review as review
+    from webhook.engine.admit import review_pod as review_pod
+    from webhook.engine.cdi import NodeAssessment as NodeAssessment
+    from webhook.engine.cdi import NodeState as NodeState
+    from webhook.engine.cdi import fix_text as fix_text
+    from webhook.engine.cdi import node_verdict as node_verdict
+    from webhook.engine.cluster import ClusterView as ClusterView
+    from webhook.engine.cluster import NodeInfo as NodeInfo
+    from webhook.engine.cluster import view_from_objects as view_from_objects
+    from webhook.engine.decision import MESSAGE_LIMIT as MESSAGE_LIMIT
+    from webhook.engine.decision import Decision as Decision
+    from webhook.engine.decision import NodeFinding as NodeFinding
+    from webhook.engine.decision import Reason as Reason
+    from webhook.engine.decision import allow as allow
+    from webhook.engine.decision import clean_warning as clean_warning
+    from webhook.engine.objects import clip as clip
+    from webhook.engine.objects import describe as describe
+    from webhook.engine.objects import meta_of as meta_of
+    from webhook.engine.objects import name_of as name_of
+    from webhook.engine.patch import encode_patch as encode_patch
+    from webhook.engine.policy import Policy as Policy
+    from webhook.engine.policy import PolicyError as PolicyError
+    from webhook.engine.policy import load_policy_text as load_policy_text
+    from webhook.engine.workloads import template_pod as template_pod

@@ -241,18 +241,19 @@ def expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bo
     key = expr.get("key")
     op = expr.get("operator")
     values = expression_values(expr)
-    present = isinstance(key, str) and key in labels
+    value = labels.get(key) if isinstance(key, str) else None
+    present = value is not None
     if op == "In":
-        return present and labels[key] in values
+        return present and value in values
     if op == "NotIn":
-        return not present or labels[key] not in values
+        return not present or value not in values
     if op == "Exists":
         return present
     if op == "DoesNotExist":
         return not present
-    if op in ("Gt", "Lt") and present and len(values) == 1:
+    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
         try:
-            have, want = int(labels[key]), int(values[0])
+            have, want = int(value), int(values[0])
         except ValueError:
             return False
         return have > want if op == "Gt" else have < want

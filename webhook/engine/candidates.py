@@ -46,7 +46,8 @@ def schedulable(spec: Mapping[str, Any], node: NodeInfo) -> bool:
     """Would the scheduler's node-affinity and taint filters let the pod onto this node?"""
     if not affinity.node_matches(spec, node.labels, node.name):
         return False
-    tolerations = spec.get("tolerations") if isinstance(spec.get("tolerations"), list) else []
+    found = spec.get("tolerations")
+    tolerations: list[Any] = found if isinstance(found, list) else []
     for taint in node.taints:
         if taint.get("effect") in _HARD_EFFECTS and not tolerates(tolerations, taint):
             return False

@@ -95,8 +95,8 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None,
         note = node.inventory_error or "no CDI inventory published (is gpupool's agent running?)"
         return NodeAssessment(node.name, UNKNOWN, note=note)
     way = req.delivery
-    if way == delivery.DETECT:
-        way = delivery.detected_way(inv, req.device_kind)
+    if way is delivery.Way.DETECT:
+        way = delivery.Way(delivery.detected_way(inv, req.device_kind))
     if way == delivery.VISIBLE_DEVICES and runtime_class in policy.non_cdi_runtime_classes:
         return NodeAssessment(node.name, OK, note=f"RuntimeClass {runtime_class} uses no CDI",
                               way=way)

@@ -15,7 +15,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
 from webhook.engine import hami, objects
@@ -35,6 +35,10 @@ def _intern_map(m: Any) -> dict[str, str]:
         return {}
     return {sys.intern(k): sys.intern(v) for k, v in m.items()
             if isinstance(k, str) and isinstance(v, str)}
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +61,8 @@ class NodeInfo:
     def from_object(cls, obj: Mapping[str, Any]) -> NodeInfo:
         """Build from a Node as the API returns it (camelCase dict); tolerant of missing parts."""
         meta = objects.meta_of(obj)
-        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-        status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+        spec = _mapping(obj.get("spec"))
+        status = _mapping(obj.get("status"))
         name = meta.get("name")
         if not isinstance(name, str) or not name:
             raise ValueError("node has no metadata.name")
@@ -229,6 +233,7 @@ class ClusterView:
     def _index(self, node: NodeInfo) -> None:
         self._by_pool_value.setdefault(node.labels.get(self._pool_label), set()).add(node.name)
         labels = node.labels
+        own: Mapping[str, str]
         if isinstance(labels, NodeLabels):
             own, shared = labels.own, labels.shared
         else:
@@ -323,7 +328,12 @@ class ClusterView:
         def compute() -> tuple[NodeInfo, ...]:
             with self._lock:
                 if self._pool_label != policy.pool_label:
-                    self.set_pool_label(policy.pool_label)
+                    # The index follows another label (the server re-keys it through
+                    # set_pool_label when its policy changes): scan, and leave it alone.
+                    return tuple(sorted(
+                        (n for n in self._nodes.values() if n.is_gpu_node(policy)
+                         and policy.pool_for_label_value(n.labels.get(policy.pool_label))
+                         == pool), key=lambda n: n.name))
                 if pool == policy.default_pool:
                     names: set[str] = set()
                     for value, bucket in self._by_pool_value.items():
@@ -363,7 +373,7 @@ class ClusterView:
             hit = self._memo.get(key)
             if hit is not None:
                 self._memo.move_to_end(key)
-                return hit  # type: ignore[no-any-return]
+                return cast(T, hit)  # stored by this method under this key: a T
         value = compute()
         with self._lock:
             if self.version == version:

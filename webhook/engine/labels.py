@@ -23,6 +23,10 @@ PER_NODE_KEYS = frozenset({
 })
 
 _EMPTY: dict[str, str] = {}
+#: Distinct shared label sets kept for sharing. Past this the table starts over: sharing is
+#: a memory saving, never a correctness matter, and a cluster whose labels churn must not
+#: grow it without end.
+SHARED_LIMIT = 4096
 _shared: dict[frozenset[tuple[str, str]], dict[str, str]] = {}
 _lock = threading.Lock()
 
@@ -34,6 +38,8 @@ def _intern_shared(items: dict[str, str]) -> dict[str, str]:
     with _lock:
         found = _shared.get(key)
         if found is None:
+            if len(_shared) >= SHARED_LIMIT:
+                _shared.clear()
             found = _shared[key] = items
         return found
 
@@ -70,7 +76,7 @@ class NodeLabels(Mapping[str, str]):
         v = self.get(key)
         if v is None:
             raise KeyError(key)
-        return v  # type: ignore[no-any-return]
+        return str(v)
 
     def __contains__(self, key: object) -> bool:
         return key in self.own or key in self.shared

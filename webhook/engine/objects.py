@@ -16,8 +16,9 @@ def name_of(obj: Mapping[str, Any]) -> str:
     meta = meta_of(obj)
     if meta.get("name"):
         return str(meta["name"])
-    if isinstance(meta.get("generateName"), str) and meta["generateName"]:
-        return meta["generateName"] + "*"
+    generate = meta.get("generateName")
+    if isinstance(generate, str) and generate:
+        return generate + "*"
     return ""
 
 

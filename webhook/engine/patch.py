@@ -32,7 +32,7 @@ def replace(path: str, value: Any) -> Op:
     return {"op": "replace", "path": path, "value": value}
 
 
-def encode(ops: list[Op]) -> str:
+def encode_patch(ops: list[Op]) -> str:
     """The base64 text an AdmissionResponse carries in ``patch``."""
     return base64.b64encode(orjson.dumps(ops)).decode()
 

@@ -238,7 +238,7 @@ class _Fields:
         value = self.get(key, str, default)
         if value not in choices:
             raise PolicyError(f"{self._p(key)}: {value!r} is not one of {', '.join(choices)}")
-        return value
+        return str(value)
 
     def done(self) -> None:
         extra = sorted(set(self.data) - self.seen)

@@ -41,7 +41,7 @@ def template_of(obj: Mapping[str, Any], kind: str) -> Any:
 
 
 def same_template(new: Mapping[str, Any], old: Mapping[str, Any], kind: str) -> bool:
-    return template_of(new, kind) == template_of(old, kind)
+    return bool(template_of(new, kind) == template_of(old, kind))
 
 
 def template_pod(obj: Mapping[str, Any], kind: str, namespace: str | None

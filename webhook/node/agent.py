@@ -143,8 +143,8 @@ class KubeNodeClient:
 
     def get_state(self) -> NodeState:
         meta = self.core.read_node(self.node_name).metadata
-        labels = {k: v for k, v in (meta.labels or {}).items() if k in STEERING_KEYS}
-        return (meta.annotations or {}).get(INVENTORY_ANNOTATION), labels
+        labels = {k: v for k, v in ((meta and meta.labels) or {}).items() if k in STEERING_KEYS}
+        return ((meta and meta.annotations) or {}).get(INVENTORY_ANNOTATION), labels
 
     def set_state(self, annotation: str, labels: Mapping[str, str | None]) -> None:
         # A merge patch: a label set to None is removed.

@@ -78,7 +78,8 @@ class ContainerdConfig:
 def _cri_sections(doc: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any], int]:
     """(section holding enable_cdi, section holding containerd.runtimes, config version)."""
     version = doc.get("version", 1)
-    plugins = doc.get("plugins") if isinstance(doc.get("plugins"), Mapping) else {}
+    found = doc.get("plugins")
+    plugins: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     if version == 3:
         rt = plugins.get("io.containerd.cri.v1.runtime") or {}
         return rt, rt, 3

@@ -1,4 +1,5 @@
-"""The audit log of rejections: one JSON line per denial, to stdout and/or a rotated file.
+"""The audit log: one JSON line per denial (and per routing patch, when the policy sets
+``audit.mutations``), to stdout and/or a rotated file.
 
 Several gunicorn workers, each serving many connections, write at once. Each record is one
 complete line written to a descriptor opened with O_APPEND under an ``flock`` that also

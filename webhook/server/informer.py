@@ -27,11 +27,12 @@ class Reflector:
     """One resource's list+watch loop in a daemon thread."""
 
     def __init__(self, name: str, list_fn: Callable[..., Any],
-                 on_list: Callable[[list[dict[str, Any]]], None],
-                 on_event: Callable[[str, dict[str, Any]], None], api_client: Any,
+                 on_list: Callable[[list[Any]], None],
+                 on_event: Callable[[str, Any], None], api_client: Any,
                  *, watch_timeout: int = 300, max_backoff: float = 30.0,
                  page_size: int = 500,
                  convert: Callable[[dict[str, Any]], Any] = lambda obj: obj) -> None:
+        """``on_list`` and ``on_event`` get objects as ``convert`` returns them."""
         self.name = name
         self.list_fn = list_fn
         self.on_list = on_list

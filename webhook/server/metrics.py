@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from flask import Flask
 
     from webhook.engine import ClusterView, Decision
+    from webhook.server.informer import ClusterInformer
     from webhook.server.policysource import PolicySource
     from webhook.server.review import Request
     from webhook.server.tls import ReloadingContext
@@ -135,6 +136,8 @@ class _StateCollector:
                                 value=len(nodes))
         oldest = None
         for n in with_inv:
+            if n.inventory is None:
+                continue
             try:
                 t = dt.datetime.fromisoformat(n.inventory.observed_at.replace("Z", "+00:00"))
             except (ValueError, AttributeError):
@@ -153,7 +156,7 @@ class _StateCollector:
                                 "Full relists of the node cache (watch expiries, outages)",
                                 value=self.metrics.relists())
         p = self.metrics.policies
-        p.policy  # noqa: B018 - runs the reload check so the scrape is current
+        p.maybe_reload()  # so the scrape is current
         yield GaugeMetricFamily("gpupool_policy_last_update_ok",
                                 "1 if the last policy update loaded, 0 if it was rejected",
                                 value=0 if p.last_error else 1)
@@ -167,15 +170,17 @@ class _StateCollector:
 
 
 class Metrics:
-    def __init__(self, policies: PolicySource, view: ClusterView) -> None:
+    def __init__(self, policies: PolicySource, view: ClusterView,
+                 informer: ClusterInformer | None = None) -> None:
         self.policies = policies
         self.view = view
-        self.informer: Any = None
+        self.informer = informer
 
     def staleness(self) -> float | None:
         if self.informer is None:
             return None
-        return max(self.informer.nodes.staleness(), self.informer.namespaces.staleness())
+        return float(max(self.informer.nodes.staleness(),
+                         self.informer.namespaces.staleness()))
 
     def relists(self) -> int:
         return self.informer.nodes.relists if self.informer is not None else 0

@@ -13,46 +13,20 @@ import datetime as dt
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
 
 from webhook.engine import ClusterView, NodeInfo
 from webhook.server.app import Probe, Webhook, create_app
+from webhook.server.config import ServeConfig
 from webhook.server.policysource import PolicySource
 from webhook.server.tls import ReloadingContext, configure_deadlines
 
+if TYPE_CHECKING:
+    from webhook.server.informer import ClusterInformer
+
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ServeConfig:
-    bind: str = "0.0.0.0:8443"
-    certfile: str = ""
-    keyfile: str = ""
-    policy: str | None = None
-    cluster_file: str | None = None  # a static snapshot instead of a watch (demo, tests)
-    demo: bool = False  # the snapshot is the bundled demo: its inventories read as fresh
-    kubeconfig: str | None = None
-    in_cluster: bool = False
-    workers: int = 2
-    worker_class: str = "gevent"
-    worker_connections: int = 2000
-    threads: int = 4
-    handshake_deadline: float = 3.0
-    request_deadline: float = 10.0
-    keepalive: int = 75
-    timeout: int = 30
-    graceful_timeout: int = 25
-    max_staleness: float = 180.0
-    watch_timeout: int = 60
-    audit_file: str | None = None
-    audit_stdout: bool = True
-    audit_max_bytes: int = 50 * 1024 * 1024
-    audit_backups: int = 5
-    loglevel: str = "info"
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def node_source_of(cfg: ServeConfig) -> str:
@@ -67,11 +41,11 @@ def node_source_of(cfg: ServeConfig) -> str:
 def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     """Everything one worker needs: the webhook, its metrics, and things to keep alive."""
     from webhook.server import metrics as metrics_mod
-    from webhook.server.audit import AuditLog
+    from webhook.server.audit import AuditLog, SinkHealth
     from webhook.snapshot import load_cluster_file, restamp_inventories
 
     keep: list[Any] = []
-    informer_ref = None
+    informer_ref: ClusterInformer | None = None
     view = ClusterView()
     policies = PolicySource(cfg.policy, on_change=lambda p: view.set_pool_label(p.pool_label))
     policies.start()
@@ -125,15 +99,14 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
                                  on_lost=metrics_mod.audit_record_lost)
     metrics_mod.audit_sinks_declared([sink.health.name for sink in audit.sinks])
     for sink in audit.sinks:
-        def sink_ready(health: Any = sink.health) -> tuple[bool, str]:
+        def sink_ready(health: SinkHealth = sink.health) -> tuple[bool, str]:
             lost, failing = metrics_mod.audit_totals().get(health.name, (0.0, False))
             return health.status(lost, failing)
 
         # Not critical: a denial is still served without its record.
         webhook.ready_checks.append(Probe(f"audit-{sink.health.name}", sink_ready,
                                           critical=False))
-    metrics = metrics_mod.Metrics(policies=policies, view=view)
-    metrics.informer = informer_ref
+    metrics = metrics_mod.Metrics(policies=policies, view=view, informer=informer_ref)
     webhook.hooks.append(lambda ep, req, d, _s: audit.record(ep, req, d, policies.policy))
     webhook.hooks.append(metrics.observe)
     keep.append(audit)
@@ -160,7 +133,7 @@ def _worker_exit(server: Any, worker: Any) -> None:
             obj.close()
 
 
-class GunicornApp(BaseApplication):  # type: ignore[misc]
+class GunicornApp(BaseApplication):  # type: ignore[misc]  # gunicorn is untyped
     def __init__(self, cfg: ServeConfig) -> None:
         self.cfg_obj = cfg
         self._tls: dict[str, ReloadingContext] = {}

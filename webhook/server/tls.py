@@ -1,9 +1,9 @@
 """A TLS server context that follows certificate files as they are rotated.
 
 Each new connection is wrapped by ``ReloadingContext.wrap_socket`` with a cached context that
-is rebuilt when the files change: new connections get the new certificate, connections
-already open keep theirs, and no request in flight fails. A half-written pair (key not
-matching cert) keeps the previous context until the files settle.
+is rebuilt when the files change (``webhook.server.filewatch``): new connections get the new
+certificate, connections already open keep theirs, and no request in flight fails. A
+half-written pair (key not matching cert) keeps the previous context until the files settle.
 """
 
 from __future__ import annotations
@@ -13,11 +13,18 @@ import errno
 import logging
 import os
 import ssl
-import threading
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from cryptography import x509
+
+from webhook.server.filewatch import Watched
+
+if TYPE_CHECKING:  # a mixin: the class it is mixed into is an SSLSocket
+    _SocketBase = ssl.SSLSocket
+else:
+    _SocketBase = object
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +78,7 @@ def _cut(stage: str) -> ConnectionResetError:
     return ConnectionResetError(errno.ECONNRESET, f"slow client: {stage} over its deadline")
 
 
-class _Deadlines:
+class _Deadlines(_SocketBase):
     """Bounds how long one client can keep a connection busy without finishing a request.
 
     The handshake and each request (from its first byte to its last; a response resets the
@@ -88,7 +95,7 @@ class _Deadlines:
     def do_handshake(self, *args: Any) -> None:
         self.settimeout(HANDSHAKE_DEADLINE)  # the stdlib applies it to the whole handshake
         try:
-            super().do_handshake(*args)  # type: ignore[misc]
+            super().do_handshake(*args)
         except TimeoutError:
             raise _cut("handshake") from None
         finally:
@@ -113,7 +120,7 @@ class _Deadlines:
     def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
         started = self._before_read()
         try:
-            data = super().recv(buflen, flags)  # type: ignore[misc]
+            data = super().recv(buflen, flags)
         except TimeoutError:
             raise _cut("request") from None
         self._after_read(started, len(data))
@@ -123,9 +130,9 @@ class _Deadlines:
         started = self._before_read()
         try:
             if nbytes is None:
-                got = super().recv_into(buffer, flags=flags)  # type: ignore[misc]
+                got = super().recv_into(buffer, flags=flags)
             else:
-                got = super().recv_into(buffer, nbytes, flags)  # type: ignore[misc]
+                got = super().recv_into(buffer, nbytes, flags)
         except TimeoutError:
             raise _cut("request") from None
         self._after_read(started, got)
@@ -134,7 +141,7 @@ class _Deadlines:
     def sendall(self, data: Any, flags: int = 0) -> None:
         self.__dict__.pop("_request_started", None)  # the request was read: clock off
         self.settimeout(None)
-        super().sendall(data, flags)  # type: ignore[misc]
+        super().sendall(data, flags)
 
 
 class _GeventDeadlines(_Deadlines):
@@ -160,14 +167,6 @@ def deadline_socket_class(base: type) -> type:
     return _DEADLINE_CLASSES[base]
 
 
-def _identity(path: str) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 def build_context(certfile: str, keyfile: str) -> ssl.SSLContext:
     # ``ssl.SSLContext`` looked up now, not at import: in a gevent worker it is gevent's
     # cooperative class by the time the first context is built.
@@ -180,23 +179,41 @@ def build_context(certfile: str, keyfile: str) -> ssl.SSLContext:
     return ctx
 
 
+@dataclass(frozen=True)
+class _Served:
+    context: ssl.SSLContext
+    not_after: dt.datetime
+
+
 class ReloadingContext:
+    """The serving context, rebuilt when the certificate pair changes
+    (``webhook.server.filewatch``)."""
+
     def __init__(self, certfile: str, keyfile: str, check_interval: float = 1.0) -> None:
         self.certfile = certfile
         self.keyfile = keyfile
-        self.check_interval = check_interval
-        self._lock = threading.Lock()
-        self._ids = (_identity(certfile), _identity(keyfile))
-        self._ctx = build_context(certfile, keyfile)
-        self._not_after = _not_after(certfile)
-        self._next_check = time.monotonic() + check_interval
-        self.reloads = 0
-        self.last_error: str | None = None
+
+        def load() -> _Served:
+            return _Served(build_context(certfile, keyfile), _not_after(certfile))
+
+        def changed(served: _Served) -> None:
+            log.info("serving certificate reloaded (valid until %s)",
+                     served.not_after.isoformat())
+
+        self._watch = Watched("certificate pair", [certfile, keyfile], load,
+                              interval=check_interval,
+                              errors=(OSError, ssl.SSLError, ValueError), on_change=changed)
+
+    @property
+    def reloads(self) -> int:
+        return self._watch.reloads
+
+    @property
+    def last_error(self) -> str | None:
+        return self._watch.last_error
 
     def get(self) -> ssl.SSLContext:
-        if time.monotonic() >= self._next_check:
-            self._maybe_reload()
-        return self._ctx
+        return self._watch.value.context
 
     def wrap_socket(self, sock: Any, **kwargs: Any) -> ssl.SSLSocket:
         """What both worker classes call: gthread asks gunicorn's hook for a context per
@@ -207,37 +224,18 @@ class ReloadingContext:
         kwargs["do_handshake_on_connect"] = False
         return self.get().wrap_socket(sock, **kwargs)
 
-    def _maybe_reload(self) -> None:
-        with self._lock:
-            self._next_check = time.monotonic() + self.check_interval
-            ids = (_identity(self.certfile), _identity(self.keyfile))
-            if ids == self._ids:
-                return
-            try:
-                ctx = build_context(self.certfile, self.keyfile)
-                not_after = _not_after(self.certfile)
-            except (OSError, ssl.SSLError, ValueError) as exc:
-                # Mid-rotation: try again on the next check, keep serving the old pair.
-                self.last_error = str(exc)
-                log.warning("certificate files changed but do not load yet: %s", exc)
-                return
-            self._ids, self._ctx, self._not_after = ids, ctx, not_after
-            self.reloads += 1
-            self.last_error = None
-            log.info("serving certificate reloaded (valid until %s)", not_after.isoformat())
-
     @property
     def not_after(self) -> dt.datetime:
-        return self._not_after
+        return self._watch.value.not_after
 
     def ready(self) -> tuple[bool, str]:
         """Not ready when the certificate files are gone or what we serve has expired."""
         if not os.path.exists(self.certfile) or not os.path.exists(self.keyfile):
             return False, f"{self.certfile} or {self.keyfile} is missing"
-        self.get()
-        if self._not_after <= dt.datetime.now(dt.UTC):
-            return False, f"expired at {self._not_after.isoformat()}"
-        return True, f"expires {self._not_after.isoformat()}"
+        not_after = self.not_after
+        if not_after <= dt.datetime.now(dt.UTC):
+            return False, f"expired at {not_after.isoformat()}"
+        return True, f"expires {not_after.isoformat()}"
 
 
 def _not_after(certfile: str) -> dt.datetime:

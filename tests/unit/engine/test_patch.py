@@ -102,7 +102,7 @@ def test_encoded_patch_round_trips():
     import json
 
     ops = [patch.add("/metadata/labels/x~1y", "z")]
-    assert json.loads(base64.b64decode(patch.encode(ops))) == ops
+    assert json.loads(base64.b64decode(patch.encode_patch(ops))) == ops
 
 
 @pytest.mark.parametrize("pod_id,pod", list(_shapes()) + upstream_pods(),

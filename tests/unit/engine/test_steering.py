@@ -293,3 +293,41 @@ def test_policy_delivery_and_the_first_version_fields():
         load_policy_text(mixed)
     with pytest.raises(PolicyError, match="delivery: 'sometimes' is not one of"):
         load_policy_text(base.replace("delivery: detect", "delivery: sometimes", 1))
+
+
+@pytest.mark.parametrize("require_inventory", [False, True])
+def test_steering_the_decision_and_doctor_name_the_same_failing_nodes(tmp_path,
+                                                                      require_inventory):
+    """One answer to "which nodes would fail this pod": the nodes steering excludes by name
+    are the nodes the unsteered pod's validation reports, and doctor marks them alike."""
+    from webhook.cli.doctor import diagnose
+
+    nodes = [agent_node(tmp_path, "hami-broken", "hami", "operator-management"),
+             agent_node(tmp_path, "hami-fixed", "hami", "operator-management", per_uuid=True),
+             agent_node(tmp_path, "hami-silent", "hami", "operator-management", agent=False)]
+    text = default_policy_text()
+    if require_inventory:
+        text = text.replace("defaultPool:", "requireInventory: true\ndefaultPool:", 1)
+    policy = load_policy_text(text)
+    view = view_from_objects(nodes, policy)
+    pod = hami_pod()
+    pod["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": ",".join(UUIDS[:2])}
+    mutation = admit.decide(admit.Stage.MUTATE, admit.Subject(kind="Pod", object=pod,
+                                                              namespace="default"), view, policy)
+    routed = jsonpatch.apply_patch(pod, mutation.patch)
+    required = routed["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    excluded = next(e["values"] for t in required for e in t.get("matchFields", ()))
+    unsteered = copy.deepcopy(routed)  # routed to its pool, not kept off any node
+    for t in unsteered["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]:
+        t.pop("matchFields")
+    validation = admit.decide(admit.Stage.VALIDATE, admit.Subject(
+        kind="Pod", object=unsteered, namespace="default"), view, policy)
+    reported = {f.node: f for f in validation.nodes}
+    failing = {n for n, f in reported.items() if f.missing or require_inventory}
+    assert sorted(failing) == excluded
+    assert excluded == (["hami-broken", "hami-silent"] if require_inventory else ["hami-broken"])
+    rows = {r.node: r.state for r in diagnose(view, policy)}
+    assert rows["hami-broken"] == "missing" and rows["hami-fixed"] == "ok"
+    assert rows["hami-silent"].startswith("unknown")

@@ -51,10 +51,8 @@ def broken_view(tmp_path):
 
 
 def _handler(view, policy_text=None) -> Webhook:
-    h = Webhook(policies=PolicySource(), view=view)
-    if policy_text:
-        h.policies._policy = load_policy_text(policy_text)
-    return h
+    fixed = load_policy_text(policy_text) if policy_text else None
+    return Webhook(policies=PolicySource(fixed=fixed), view=view)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -166,7 +166,8 @@ def test_audit_records_denials_and_optionally_mutations(tmp_path):
     recs = list(read_records((tmp_path / "a.log").read_text().splitlines()))
     assert [r["uid"] for r in recs] == ["u-deny"]
     assert recs[0]["owner"] == "ReplicaSet/rs-1" and recs[0]["reason"] == "UnknownPool"
-    h.policies._policy = load_policy_text(default_policy_text() + "audit:\n  mutations: true\n")
+    h.policies = PolicySource(fixed=load_policy_text(default_policy_text()
+                                                     + "audit:\n  mutations: true\n"))
     h.handle("mutate", body(gpu_pod("ok"), uid="u-ok2"), "application/json")
     recs = list(read_records((tmp_path / "a.log").read_text().splitlines()))
     assert recs[-1]["uid"] == "u-ok2" and recs[-1]["decision"] == "allowed"

@@ -1,0 +1,75 @@
+"""The cluster view's caches: each has one owner, and what invalidates it is tested here,
+not described. The pool-node memo and the per-shape folds follow every node change; reading
+never writes; the shared-label table stays bounded."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tests.conftest import gpu_pod
+from webhook.engine import labels as labels_mod
+from webhook.engine.admit import review_pod
+from webhook.engine.cluster import ClusterView, NodeInfo, view_from_objects
+from webhook.engine.labels import NodeLabels
+from webhook.policyfile import default_policy
+
+
+def node(name: str, pool: str | None, **labels: str) -> dict:
+    lab = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": name, **labels}
+    if pool:
+        lab["gpupool.io/pool"] = pool
+    return {"kind": "Node", "metadata": {"name": name, "labels": lab}, "spec": {}}
+
+
+def names(view: ClusterView, pool: str) -> list[str]:
+    return [n.name for n in view.pool_nodes(default_policy(), pool)]
+
+
+def test_pool_nodes_follow_every_node_change():
+    policy = default_policy()
+    view = view_from_objects([node("h1", "hami"), node("o1", None)], policy)
+    assert names(view, "hami") == ["h1"] and names(view, "operator") == ["o1"]
+    view.upsert_node(NodeInfo.from_object(node("h2", "hami")))
+    assert names(view, "hami") == ["h1", "h2"]
+    view.upsert_node(NodeInfo.from_object(node("h1", None)))  # relabelled to the default
+    assert names(view, "hami") == ["h2"] and names(view, "operator") == ["h1", "o1"]
+    view.delete_node("h2")
+    assert names(view, "hami") == []
+
+
+def test_reading_with_another_pool_label_answers_by_it_and_writes_nothing():
+    policy = default_policy()
+    view = view_from_objects([node("a", None, team="hami"), node("b", "hami")], policy)
+    version = view.version
+    other = dataclasses.replace(policy, pool_label="team")
+    assert [n.name for n in view.pool_nodes(other, "hami")] == ["a"]
+    assert [n.name for n in view.pool_nodes(policy, "hami")] == ["b"]  # index untouched
+    assert view.version == version
+
+
+def test_kept_decisions_are_dropped_when_the_pool_label_changes():
+    policy = default_policy()
+    nodes = [node("a", None, team="hami"), node("b", "hami")]
+    view = view_from_objects(nodes, policy)
+    pod = gpu_pod("p", limits={"nvidia.com/gpu": 1}, nodeName="a")
+    before = review_pod(pod, "default", view, policy)
+    assert before.pool == "operator"
+    relabelled = dataclasses.replace(policy, pool_label="team")
+    view.set_pool_label("team")
+    after = review_pod(pod, "default", view, relabelled)
+    fresh = review_pod(pod, "default", view_from_objects(nodes, relabelled), relabelled)
+    assert after.pool == fresh.pool == "hami"
+    assert after.to_json() == fresh.to_json()
+
+
+def test_shared_label_table_shares_and_stays_bounded(monkeypatch):
+    monkeypatch.setattr(labels_mod, "SHARED_LIMIT", 8)
+    monkeypatch.setattr(labels_mod, "_shared", {})
+    a = NodeLabels.build({"zone": "z1", "kubernetes.io/hostname": "n1"}, "n1")
+    b = NodeLabels.build({"zone": "z1", "kubernetes.io/hostname": "n2"}, "n2")
+    assert a.shared is b.shared  # one dict for the nodes that share labels
+    for i in range(50):  # labels that churn
+        NodeLabels.build({"zone": f"z{i}"}, f"n{i}")
+    assert len(labels_mod._shared) <= 8
+    c = NodeLabels.build({"zone": "z1", "kubernetes.io/hostname": "n3"}, "n3")
+    assert dict(c.shared) == dict(a.shared) and c.get("zone") == "z1"

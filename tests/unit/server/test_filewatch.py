@@ -1,0 +1,75 @@
+"""One rule for files that change under the server (certificates, policy): a change is
+picked up, a version that does not load never replaces the last good one, and the next
+change is tried again."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from webhook.server.filewatch import Watched
+
+
+def _load(path):
+    def load() -> int:
+        text = path.read_text()
+        if not text.strip().isdigit():
+            raise ValueError(f"{path.name}: not a number: {text!r}")
+        return int(text)
+    return load
+
+
+def _touch_later(path, text: str) -> None:
+    st = path.stat()
+    path.write_text(text)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # a new identity
+
+
+def test_changes_are_followed_and_bad_versions_never_served(tmp_path):
+    f = tmp_path / "value"
+    f.write_text("1")
+    seen: list[int] = []
+    w = Watched("value", [str(f)], _load(f), interval=0, errors=(ValueError,),
+                on_change=seen.append)
+    assert w.value == 1 and not w.check()  # unchanged: not loaded again
+    _touch_later(f, "2")
+    assert w.value == 2 and seen == [2] and w.reloads == 1
+    _touch_later(f, "two")
+    assert w.value == 2  # the last good one keeps serving
+    assert w.failed_reloads == 1 and "not a number" in (w.last_error or "")
+    assert not w.check()  # the bad version is not retried until it changes
+    _touch_later(f, "3")
+    assert w.value == 3 and w.last_error is None and seen == [2, 3]
+
+
+def test_a_pair_is_one_value_and_a_missing_file_is_a_change(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text("1")
+    b.write_text("2")
+
+    def load() -> int:
+        return int(a.read_text()) + int(b.read_text())
+
+    w = Watched("pair", [str(a), str(b)], load, interval=0, errors=(OSError, ValueError))
+    assert w.value == 3
+    b.unlink()
+    assert w.value == 3 and w.failed_reloads == 1  # mid-rotation: keep serving
+    b.write_text("5")
+    assert w.value == 6
+
+
+def test_reads_check_at_most_every_interval(tmp_path):
+    f = tmp_path / "value"
+    f.write_text("1")
+    w = Watched("value", [str(f)], _load(f), interval=3600, errors=(ValueError,))
+    _touch_later(f, "2")
+    assert w.value == 1  # not due yet
+    assert w.check() and w.value == 2
+
+
+def test_a_first_load_that_fails_is_the_callers_error(tmp_path):
+    f = tmp_path / "value"
+    f.write_text("x")
+    with pytest.raises(ValueError):
+        Watched("value", [str(f)], _load(f), interval=0, errors=(ValueError,))
