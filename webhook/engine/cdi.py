@@ -13,8 +13,8 @@ count as "unknown", which the policy turns into a warning by default.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
 
@@ -68,9 +68,15 @@ class Verdicts:
     #: True when these are the nodes the pod can reach with its node affinity as it stands;
     #: False when that leaves none and they are the nodes gpupool's steering kept it off
     reachable: bool = True
-    #: Every candidate that has the pod's GPUs but would fail it, reachable or not: the
-    #: nodes steering keeps it off (by state, so ``requireInventory`` can add the unknown)
-    failing_by_state: Mapping[NodeState, tuple[str, ...]] = field(default_factory=dict)
+    #: Every candidate that has the pod's GPUs but would fail it, reachable or not
+    every_failing: tuple[NodeAssessment, ...] = ()
+
+    @cached_property
+    def failing_by_state(self) -> dict[NodeState, tuple[str, ...]]:
+        """The nodes steering keeps the pod off, by state (so ``requireInventory`` can add
+        the unknown ones); worked out only for the pods steering judges by name."""
+        return {state: tuple(c.node for c in self.every_failing if c.state is state)
+                for state in (NodeState.MISSING, NodeState.UNKNOWN)}
 
     @property
     def checked(self) -> int:
@@ -161,15 +167,15 @@ def _summarise(verdicts: dict[str, _NodeVerdict]) -> Verdicts:
     placed = [v for v in fit if v[1]]
     judged = placed or fit
     failing = sorted((c for _, _, c in judged if c is not None), key=lambda c: c.node)
-    every_failing = sorted((c for _, _, c in fit if c is not None), key=lambda c: c.node)
+    every_failing = failing if len(judged) == len(fit) else sorted(
+        (c for _, _, c in fit if c is not None), key=lambda c: c.node)
     return Verdicts(
         total=len(verdicts), unfit=unfit, ok=len(judged) - len(failing),
         missing=[c for c in failing if c.state == MISSING],
         unknown=[c for c in failing if c.state == UNKNOWN],
         findings=[NodeFinding(c.node, c.missing, c.note) for c in failing][:MAX_FINDINGS],
         reachable=bool(placed) or not fit,
-        failing_by_state={state: tuple(c.node for c in every_failing if c.state is state)
-                          for state in (NodeState.MISSING, NodeState.UNKNOWN)})
+        every_failing=tuple(every_failing))
 
 
 def _why(pool: Pool, missing: list[NodeAssessment]) -> str:

@@ -10,9 +10,7 @@ interpret; they get it from here, already shaped.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from webhook.engine import affinity, hami, objects
 from webhook.engine.policy import Policy
@@ -24,18 +22,11 @@ NARROWING_ANNOTATIONS = (hami.USE_UUID_ANNOTATION, hami.NOUSE_UUID_ANNOTATION,
                          hami.USE_TYPE_ANNOTATION, hami.NOUSE_TYPE_ANNOTATION)
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _string(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-@dataclass(frozen=True)
-class PodFacts:
-    """What the engine knows of one pod. ``obj`` is the object as received: only the patch
-    builder reads it, because a JSON patch must address the object's actual shape."""
+class PodFacts(NamedTuple):
+    """What the engine knows of one pod; immutable. ``obj`` is the object as received: only
+    the patch builder reads it, because a JSON patch must address the object's actual shape.
+    (A named tuple: every review builds two, and a frozen dataclass costs several times
+    more to build.)"""
 
     obj: Mapping[str, Any]
     namespace: str | None
@@ -49,44 +40,61 @@ class PodFacts:
     scheduler: str
     node_name: str | None  # a non-empty string, or None
     runtime_class: str | None
-    gpus: frozenset[str] = field(default_factory=frozenset)  # GPU resources it asks for
+    gpus: frozenset[str]  # the GPU resources it asks for
+    #: what the properties below worked out, each at most once (not part of the facts)
+    memo: dict[str, Any]
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any], namespace: str | None, policy: Policy) -> PodFacts:
         meta = objects.meta_of(obj)
-        spec = _mapping(obj.get("spec"))
-        kind = _string(obj.get("kind")) or "Pod"
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            spec = {}
+        kind = obj.get("kind")
         scheduler = spec.get("schedulerName")
-        node_name = _string(spec.get("nodeName"))
+        node_name = spec.get("nodeName")
+        runtime_class = spec.get("runtimeClassName")
+        labels, annotations = meta.get("labels"), meta.get("annotations")
         return cls(
-            obj=obj, namespace=namespace, who=objects.describe(obj, namespace, kind.lower()),
-            has_metadata=isinstance(obj.get("metadata"), dict),
-            labels=_mapping(meta.get("labels")), annotations=_mapping(meta.get("annotations")),
-            spec=spec, scheduler_field=scheduler,
-            scheduler=scheduler if isinstance(scheduler, str) and scheduler
-            else DEFAULT_SCHEDULER,
-            node_name=node_name or None, runtime_class=_string(spec.get("runtimeClassName")),
-            gpus=frozenset(gpu_resources(spec, policy)))
+            obj, namespace,
+            objects.describe(obj, namespace, kind.lower() if isinstance(kind, str) and kind
+                             else "pod"),
+            isinstance(obj.get("metadata"), dict),
+            labels if isinstance(labels, dict) else {},
+            annotations if isinstance(annotations, dict) else {},
+            spec, scheduler,
+            scheduler if isinstance(scheduler, str) and scheduler else DEFAULT_SCHEDULER,
+            node_name if isinstance(node_name, str) and node_name else None,
+            runtime_class if isinstance(runtime_class, str) else None,
+            frozenset(gpu_resources(spec, policy)), {})
 
     @property
     def is_gpu_pod(self) -> bool:
         return bool(self.gpus)
 
-    @cached_property
+    @property
     def unsteered(self) -> Mapping[str, Any]:
         """The placement fields without gpupool's own steering requirements: the nodes the
         pod could reach had gpupool not kept it off the failing ones."""
-        return affinity.without_steering(self.spec)
+        found = self.memo.get("unsteered")
+        if found is None:
+            found = self.memo["unsteered"] = affinity.without_steering(self.spec)
+        return cast(Mapping[str, Any], found)
 
-    @cached_property
+    @property
     def narrowing(self) -> tuple[object, ...]:
         """HAMi's GPU-picking annotations, as sent (None where absent)."""
-        return tuple(self.annotations.get(k) for k in NARROWING_ANNOTATIONS)
+        found = self.memo.get("narrowing")
+        if found is None:
+            found = self.memo["narrowing"] = tuple(self.annotations.get(k)
+                                                   for k in NARROWING_ANNOTATIONS)
+        return cast(tuple[object, ...], found)
 
-    @cached_property
+    @property
     def demand_key(self) -> tuple[Any, ...]:
         """Everything a pod's GPU demand is computed from: a cache key for what it decides."""
-        return ([c.get("resources") for _, _, c in containers(self.spec)], self.narrowing)
-
-    def annotation_list(self, key: str) -> tuple[str, ...]:
-        return hami.uuid_list(self.annotations.get(key))
+        found = self.memo.get("demand_key")
+        if found is None:
+            found = self.memo["demand_key"] = (
+                [c.get("resources") for _, _, c in containers(self.spec)], self.narrowing)
+        return cast(tuple[Any, ...], found)

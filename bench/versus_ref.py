@@ -1,0 +1,79 @@
+"""Decision time of this tree against another commit's, paired in one run.
+
+`python -m bench.versus_ref REF [--sizes 1000 10000] [--rounds 4]` extracts REF's ``webhook/``
+with ``git archive`` and runs this tree's ``bench.decision`` timings against both packages,
+alternating which goes first each round, so machine noise lands on both alike. It reports
+this tree's median time over REF's, per cluster size and pod shape: the check a refactor
+of the engine must pass (no regression beyond noise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def extract(ref: str, into: Path) -> None:
+    archive = subprocess.run(["git", "archive", "--format=tar", ref, "webhook"],
+                             cwd=ROOT, capture_output=True, check=True, timeout=120).stdout
+    with tempfile.TemporaryFile() as fh:
+        fh.write(archive)
+        fh.seek(0)
+        with tarfile.open(fileobj=fh) as tar:
+            tar.extractall(into, filter="data")
+
+
+def timings(package_root: Path, sizes: list[int]) -> dict:
+    """This tree's benchmark, deciding with the ``webhook`` package under ``package_root``."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import webhook\n"
+            "assert webhook.__file__.startswith(sys.argv[1]), webhook.__file__\n"
+            "from bench.decision import timings; import json\n"
+            "print(json.dumps(timings([int(x) for x in sys.argv[2:]])))")
+    r = subprocess.run([sys.executable, "-c", code, str(package_root), *map(str, sizes)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    if r.returncode:
+        raise SystemExit(f"bench.versus_ref: the run against {package_root} failed:\n"
+                         f"{r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = argparse.ArgumentParser(prog="python -m bench.versus_ref", description=__doc__)
+    a.add_argument("ref", help="the commit to compare against (e.g. HEAD~3, a tag)")
+    a.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
+    a.add_argument("--rounds", type=int, default=4)
+    args = a.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="gpupool-ref-") as tmp:
+        base = Path(tmp)
+        extract(args.ref, base)
+        runs: dict[str, list[dict]] = {"head": [], "ref": []}
+        for r in range(args.rounds):
+            order = [("head", ROOT), ("ref", base)]
+            for name, tree in order if r % 2 == 0 else order[::-1]:
+                runs[name].append(timings(tree, args.sizes))
+                print(f"round {r + 1}/{args.rounds}: {name} done", file=sys.stderr)
+    print(f"decision time, this tree / {args.ref} (median of {args.rounds} paired rounds; "
+          "< 1 is faster)")
+    print(f"{'nodes':>7}  {'pod shape':<24} {'warm':>6} {'cold':>6} {'node update':>12}")
+    for n in map(str, args.sizes):
+        for shape in runs["head"][0][n]:
+            ratios = []
+            for metric in ("warm_us", "cold_us", "node_update_us"):
+                head = [run[n][shape][metric] for run in runs["head"]]
+                ref = [run[n][shape][metric] for run in runs["ref"]]
+                ratios.append(statistics.median(h / b for h, b in zip(head, ref, strict=True)
+                                                if b))
+            print(f"{n:>7}  {shape:<24} {ratios[0]:>6.2f} {ratios[1]:>6.2f} {ratios[2]:>12.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
