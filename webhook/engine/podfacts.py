@@ -20,6 +20,7 @@ DEFAULT_SCHEDULER = "default-scheduler"
 #: HAMi's annotations that pick among a node's GPUs.
 NARROWING_ANNOTATIONS = (hami.USE_UUID_ANNOTATION, hami.NOUSE_UUID_ANNOTATION,
                          hami.USE_TYPE_ANNOTATION, hami.NOUSE_TYPE_ANNOTATION)
+_USE_UUID, _NOUSE_UUID, _USE_TYPE, _NOUSE_TYPE = NARROWING_ANNOTATIONS
 
 
 class PodFacts(NamedTuple):
@@ -86,8 +87,9 @@ class PodFacts(NamedTuple):
         """HAMi's GPU-picking annotations, as sent (None where absent)."""
         found = self.memo.get("narrowing")
         if found is None:
-            found = self.memo["narrowing"] = tuple(self.annotations.get(k)
-                                                   for k in NARROWING_ANNOTATIONS)
+            get = self.annotations.get
+            found = self.memo["narrowing"] = (get(_USE_UUID), get(_NOUSE_UUID),
+                                              get(_USE_TYPE), get(_NOUSE_TYPE))
         return cast(tuple[object, ...], found)
 
     @property
