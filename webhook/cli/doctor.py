@@ -57,8 +57,9 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
             cdi_kinds={k: len(v) for k, v in sorted(inv.kinds.items())} if inv else {},
             mode=(inv.runtime.mode or "unknown") if inv else "unknown",
             default_kind=(inv.runtime.default_kind or "-") if inv else "-",
-            state=(check.state if check.state is not NodeState.UNKNOWN
-                   else f"unknown: {check.note}"),
+            state=(f"unknown: {check.note}" if check.state is NodeState.UNKNOWN
+                   else f"ok: {check.note}" if check.state is NodeState.OK and check.note
+                   else check.state),
             missing=list(check.missing), fix=fix, errors=errors,
             steering={k.removeprefix(LABEL_PREFIX): v for k, v in sorted(node.labels.items())
                       if k.startswith(LABEL_PREFIX)}))

@@ -356,4 +356,8 @@ def node_verdict(node: NodeInfo, view: ClusterView, policy: Policy) -> NodeAsses
     probe = PodFacts.parse({"spec": {"nodeName": node.name}}, None, policy)
     s = verdicts(probe, pool_name, view, policy)
     failing = s.missing + s.unknown
-    return failing[0] if failing else NodeAssessment(node.name, NodeState.OK)
+    if failing:
+        return failing[0]
+    # No GPU of it can serve the pool's pods (HAMi cordons them all, say): nothing fails
+    # there, and nothing will run there either.
+    return NodeAssessment(node.name, NodeState.OK, note="; ".join(why for _, why in s.unfit))

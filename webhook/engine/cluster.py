@@ -55,6 +55,8 @@ class NodeInfo:
     register_error: str | None = None
     inventory: Inventory | None = None
     inventory_error: str | None = None
+    #: GPUs HAMi's device cordon takes out of new allocations (``hami.io/device-cordon``)
+    cordoned: frozenset[str] = frozenset()
     fingerprint: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -100,14 +102,16 @@ class NodeInfo:
         labels = NodeLabels.build(meta.get("labels"), name)
         # A digest of exactly what decisions read: status heartbeats leave it unchanged, so
         # they never invalidate the view's memo.
+        cordoned = hami.cordoned(annotations.get(hami.CORDON_ANNOTATION))
         fingerprint = hashlib.blake2b(repr((sorted(labels.items()), taints, raw_register,
                                             raw_inventory, sorted(extended),
-                                            sorted((allocatable or {}).items()))).encode(),
+                                            sorted((allocatable or {}).items()),
+                                            sorted(cordoned))).encode(),
                                       digest_size=16).digest()
         return cls(name=sys.intern(name), labels=labels, taints=taints,
                    extended_resources=frozenset(extended), allocatable=allocatable, gpus=gpus,
                    register_error=register_error, inventory=inventory,
-                   inventory_error=inventory_error,
+                   inventory_error=inventory_error, cordoned=cordoned,
                    fingerprint=fingerprint)
 
     def is_gpu_node(self, policy: Policy) -> bool:

@@ -16,6 +16,9 @@ USE_UUID_ANNOTATION = "nvidia.com/use-gpuuuid"
 NOUSE_UUID_ANNOTATION = "nvidia.com/nouse-gpuuuid"
 USE_TYPE_ANNOTATION = "nvidia.com/use-gputype"
 NOUSE_TYPE_ANNOTATION = "nvidia.com/nouse-gputype"
+#: Node annotation: GPU UUIDs (comma-separated) HAMi's scheduler allocates no new pod to, a
+#: live per-GPU ``kubectl cordon`` (HAMi pkg/device/nvidia/device.go, cordonedDevices).
+CORDON_ANNOTATION = "hami.io/device-cordon"
 #: HAMi counts physical GPUs in this resource; a container asking only for a memory or core
 #: share gets one added by HAMi's webhook.
 COUNT_RESOURCE = "nvidia.com/gpu"
@@ -77,3 +80,11 @@ def type_allowed(card_type: str, use: tuple[str, ...], nouse: tuple[str, ...]) -
     if use and not any(t.upper() in card for t in use):
         return False
     return not any(t.upper() in card for t in nouse)
+
+
+def cordoned(value: object) -> frozenset[str]:
+    """The UUIDs a ``hami.io/device-cordon`` value names, parsed as HAMi parses it: split on
+    commas, spaces trimmed, empty entries skipped; anything but a string cordons nothing."""
+    if not isinstance(value, str):
+        return frozenset()
+    return frozenset(u for u in (part.strip() for part in value.split(",")) if u)

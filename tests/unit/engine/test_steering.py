@@ -24,10 +24,12 @@ from webhook.policyfile import default_policy_text
 DETECTED = delivery.LABELS[delivery.DETECT]
 
 
-def agent_node(tmp_path, name: str, pool: str | None, layout: str, *, per_uuid: bool = False,
-               register: bool = True, agent: bool = True, allocatable: int | None = None,
-               types: tuple[str, ...] = ()) -> dict:
-    """A node as gpupool's agent publishes it (inventory annotation and steering labels)."""
+def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
+               per_uuid: bool | tuple[str, ...] = False, register: bool = True,
+               agent: bool = True, allocatable: int | None = None,
+               types: tuple[str, ...] = (), cordon: str | None = None) -> dict:
+    """A node as gpupool's agent publishes it (inventory annotation and steering labels);
+    ``per_uuid``: a per-UUID spec for every GPU, or for those listed."""
     labels = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": name}
     if pool:
         labels["gpupool.io/pool"] = pool
@@ -40,12 +42,15 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *, per_uuid: 
     if agent:
         paths = write_layout(tmp_path / name, layout)
         if per_uuid:
-            (paths["run"] / "per-uuid.yaml").write_text(per_uuid_spec())
+            (paths["run"] / "per-uuid.yaml").write_text(
+                per_uuid_spec() if per_uuid is True else per_uuid_spec(uuids=per_uuid))
         inv = Observer([str(paths["etc"]), str(paths["run"])], str(paths["config"]),
                        str(paths["containerd"]),
                        driver_gpus_dir=str(fake_driver(tmp_path / name / "drv"))).observe()
         ann["gpupool.io/cdi-inventory"] = inv.dumps()
         labels.update({k: v for k, v in node_labels(inv).items() if v})
+    if cordon is not None:
+        ann["hami.io/device-cordon"] = cordon
     out = {"apiVersion": "v1", "kind": "Node",
            "metadata": {"name": name, "labels": labels, "annotations": ann}, "spec": {}}
     if allocatable is not None:
@@ -331,3 +336,66 @@ def test_steering_the_decision_and_doctor_name_the_same_failing_nodes(tmp_path,
     rows = {r.node: r.state for r in diagnose(view, policy)}
     assert rows["hami-broken"] == "missing" and rows["hami-fixed"] == "ok"
     assert rows["hami-silent"].startswith("unknown")
+
+
+# ------------------------------------------------------------------ HAMi's device cordon
+
+
+def test_a_cordoned_gpu_is_not_one_the_pod_can_get(tmp_path):
+    """HAMi's scheduler hands a cordoned GPU to no new pod (hami.io/device-cordon), so a GPU
+    whose device is missing does not fail the node once it is cordoned; a node whose GPUs
+    are all cordoned is no candidate at all."""
+    half = agent_node(tmp_path, "hami-half", "hami", "operator-management",
+                      per_uuid=UUIDS[:1])  # only the first GPU resolves
+    rv, _, _ = decide([half], hami_pod())
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
+    assert UUIDS[1] in rv.final.message
+    cordoned = agent_node(tmp_path / "c", "hami-half", "hami", "operator-management",
+                          per_uuid=UUIDS[:1], cordon=f" {UUIDS[1]} ,, ")  # HAMi trims
+    rv, _, _ = decide([cordoned], hami_pod())
+    assert rv.final.allowed and not rv.final.warnings
+    # The steering label still says "false" (not every GPU resolves): the pod is judged by
+    # name instead, and the node is not excluded.
+    assert cordoned["metadata"]["labels"][DETECTED] == "false"
+    assert not any(e["key"] == DETECTED for t in terms(hami_pod(), rv.mutation.patch)
+                   for e in t.get("matchExpressions", ()))
+    assert not any(t.get("matchFields") for t in terms(hami_pod(), rv.mutation.patch))
+    every = agent_node(tmp_path / "e", "hami-half", "hami", "operator-management",
+                       per_uuid=UUIDS[:1], cordon=",".join(UUIDS))
+    rv, _, _ = decide([every], hami_pod())
+    assert rv.final.allowed and any("has the GPUs" in w for w in rv.final.warnings)
+    assert "all its GPUs are cordoned" in rv.validation.message
+    from webhook.cli.doctor import diagnose
+
+    _, view, policy = decide([every], hami_pod())  # doctor: the same answer per node
+    assert [r.state for r in diagnose(view, policy)] == [
+        "ok: all its GPUs are cordoned (hami.io/device-cordon)"]
+
+
+def test_a_cordon_in_the_pool_steers_by_name_and_keeps_off_what_still_fails(tmp_path):
+    broken = agent_node(tmp_path, "hami-broken", "hami", "operator-management")
+    fixed = agent_node(tmp_path, "hami-cordoned", "hami", "operator-management",
+                       per_uuid=UUIDS[:1], cordon=UUIDS[1])
+    rv, _, _ = decide([broken, fixed], hami_pod())
+    assert rv.final.allowed
+    got = terms(hami_pod(), rv.mutation.patch)[0]
+    assert got["matchFields"] == [{"key": "metadata.name", "operator": "NotIn",
+                                   "values": ["hami-broken"]}]
+
+
+def test_a_cordon_on_a_device_plugin_pool_changes_nothing(tmp_path):
+    """Only HAMi's scheduler reads the cordon: an operator-pool pod is judged on every GPU."""
+    node = agent_node(tmp_path, "op-1", None, "operator-management", register=False,
+                      cordon=",".join(UUIDS))
+    rv, _, _ = decide([node], gpu_pod("g", limits={"nvidia.com/gpu": 1}))
+    rv2, _, _ = decide([agent_node(tmp_path / "b", "op-1", None, "operator-management",
+                                   register=False)], gpu_pod("g", limits={"nvidia.com/gpu": 1}))
+    assert (rv.final.allowed, rv.final.reason) == (rv2.final.allowed, rv2.final.reason)
+
+
+def test_junk_in_the_cordon_annotation_cordons_nothing():
+    from webhook.engine import hami
+
+    assert hami.cordoned(None) == frozenset() and hami.cordoned(42) == frozenset()
+    assert hami.cordoned(" , ,") == frozenset()
+    assert hami.cordoned("GPU-a, GPU-b,") == {"GPU-a", "GPU-b"}
