@@ -89,13 +89,6 @@ def candidates(spec: Mapping[str, Any], pool: str, view: ClusterView, policy: Po
     return view.memo(("candidates", policy.cache_key, pool, shape_key(spec)), compute)
 
 
-def pool_has_cordons(view: ClusterView, pool: str, policy: Policy) -> bool:
-    """Does some node of the pool cordon GPUs (HAMi's device cordon)? Then a node's steering
-    label, which speaks for all its GPUs, may speak for GPUs no pod will get there."""
-    return view.memo(("cordons", policy.cache_key, pool),
-                     lambda: any(n.cordoned for n in view.pool_nodes(policy, pool)))
-
-
 def _indexed_names(spec: Mapping[str, Any], view: ClusterView) -> frozenset[str] | None:
     """Nodes the pod's nodeSelector and ``In`` affinity expressions allow, from the label
     index; None when nothing narrows (then the pool's node list is filtered instead). A
@@ -162,11 +155,9 @@ def demand_of(facts: PodFacts, policy: Policy, hami_pool: bool) -> Demand:
 
 def eligible_gpus(node: NodeInfo, demand: Demand) -> tuple[str, ...]:
     """The GPUs the device plugin could hand this pod on this node: all the node has, or, for
-    HAMi, those its device cordon leaves and the pod's annotations allow (a model HAMi did
-    not register is not filtered out)."""
+    HAMi, those its annotations allow (a model HAMi did not register is not filtered out).
+    GPUs HAMi's device cordon names still count: see ``webhook.engine.cdi.assess_node``."""
     gpus = node.gpu_uuids()
-    if demand.hami and node.cordoned:
-        gpus = tuple(u for u in gpus if u not in node.cordoned)
     if not demand.narrows:
         return gpus
     types = node.gpu_types() if (demand.use_types or demand.nouse_types) else {}
@@ -186,8 +177,6 @@ def unfit_reason(node: NodeInfo, demand: Demand) -> str | None:
         known = node.gpu_uuids()
         if known:
             eligible = eligible_gpus(node, demand)
-            if not eligible and all(u in node.cordoned for u in known):
-                return f"all its GPUs are cordoned ({hami.CORDON_ANNOTATION})"
             if not eligible and demand.narrows:
                 return "none of its GPUs is allowed by the pod's HAMi annotations"
             if demand.per_container > len(eligible):

@@ -19,7 +19,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from webhook.api import delivery
-from webhook.engine import affinity
+from webhook.engine import affinity, hami
 from webhook.engine import candidates as cand
 from webhook.engine.cluster import ClusterView, NodeInfo
 from webhook.engine.decision import Decision, NodeFinding, Reason, allow, deny
@@ -114,6 +114,20 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None,
     r = delivery.resolve(inv, way, gpus, runtime_class, req.device_kind)
     if r.ok is None:
         return NodeAssessment(node.name, UNKNOWN, note=r.note, mode=r.mode, way=way)
+    if r.ok is False and demand.hami and node.cordoned:
+        # HAMi's scheduler reads hami.io/device-cordon from the Node it stored when it last
+        # registered the node's GPUs (HAMi v2.10 pkg/scheduler/scheduler.go, register: only
+        # when the register annotation or the GPU count changes), not when the annotation
+        # changes: a GPU cordoned since may still be handed out. Failing only through such
+        # GPUs is doubt, not proof.
+        rest = tuple(u for u in gpus if u not in node.cordoned)
+        if not rest or delivery.resolve(inv, way, rest, runtime_class, req.device_kind).ok:
+            shown = ", ".join(sorted(set(gpus) - set(rest))[:_SHOW_DEVICES])
+            return NodeAssessment(
+                node.name, UNKNOWN, kind=r.kind, mode=r.mode, way=way,
+                note=f"only GPUs cordoned by {hami.CORDON_ANNOTATION} lack their CDI devices "
+                     f"({shown}); HAMi's scheduler may still hand them out until it next "
+                     "re-registers the node's GPUs")
     return NodeAssessment(node.name, OK if r.ok else MISSING, missing=r.missing, note=r.note,
                           kind=r.kind, mode=r.mode, way=way)
 

@@ -8,10 +8,8 @@ labels gpupool's agent keeps on its node (``webhook.api.delivery.LABELS``): ``No
 it breaks after admission, pods created afterwards avoid it; when it is fixed, they use it.
 
 A label speaks for every GPU of a node under its default runtime. A pod that picks among a
-node's GPUs (HAMi's ``use-``/``nouse-`` annotations), names a RuntimeClass, or goes to a HAMi
-pool where some node cordons GPUs (``hami.io/device-cordon``: HAMi hands those to no new pod)
-is judged per node instead, and the nodes that would fail it are excluded by name
-(``matchFields``).
+node's GPUs (HAMi's ``use-``/``nouse-`` annotations) or names a RuntimeClass is judged per
+node instead, and the nodes that would fail it are excluded by name (``matchFields``).
 """
 
 from __future__ import annotations
@@ -47,13 +45,8 @@ def requirements(facts: PodFacts, pool_name: str, view: ClusterView | None,
     way = pool.cdi.delivery
     if rc and way == delivery.VISIBLE_DEVICES and rc in policy.non_cdi_runtime_classes:
         return [], []
-    hami_pool = policy.is_hami_pool(pool_name)
-    # A label speaks for every GPU of a node under its default runtime: judge by name when
-    # the pod picks among the GPUs, names a RuntimeClass, or HAMi cordons some of them.
-    by_name = (cand.narrows(facts, hami_pool) or bool(rc and way != delivery.CDI_DEVICES)
-               or (hami_pool and view is not None
-                   and cand.pool_has_cordons(view, pool_name, policy)))
-    if not by_name:
+    if not cand.narrows(facts, policy.is_hami_pool(pool_name)) and \
+            not (rc and way != delivery.CDI_DEVICES):
         return [label_requirement(way, policy)], []
     if view is None or len(view) == 0:
         return [], []

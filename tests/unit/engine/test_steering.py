@@ -341,10 +341,13 @@ def test_steering_the_decision_and_doctor_name_the_same_failing_nodes(tmp_path,
 # ------------------------------------------------------------------ HAMi's device cordon
 
 
-def test_a_cordoned_gpu_is_not_one_the_pod_can_get(tmp_path):
-    """HAMi's scheduler hands a cordoned GPU to no new pod (hami.io/device-cordon), so a GPU
-    whose device is missing does not fail the node once it is cordoned; a node whose GPUs
-    are all cordoned is no candidate at all."""
+def test_a_gpu_that_fails_only_while_cordoned_is_doubt_not_proof(tmp_path):
+    """HAMi's scheduler reads hami.io/device-cordon only when it next re-registers a node's
+    GPUs, so a cordoned GPU may still be handed out: a node failing only through cordoned
+    GPUs is unknown (a warning, and the steering label still keeps pods off it), never
+    fine; and a cordon never hides an uncordoned GPU that fails."""
+    from webhook.cli.doctor import diagnose
+
     half = agent_node(tmp_path, "hami-half", "hami", "operator-management",
                       per_uuid=UUIDS[:1])  # only the first GPU resolves
     rv, _, _ = decide([half], hami_pod())
@@ -352,35 +355,17 @@ def test_a_cordoned_gpu_is_not_one_the_pod_can_get(tmp_path):
     assert UUIDS[1] in rv.final.message
     cordoned = agent_node(tmp_path / "c", "hami-half", "hami", "operator-management",
                           per_uuid=UUIDS[:1], cordon=f" {UUIDS[1]} ,, ")  # HAMi trims
-    rv, _, _ = decide([cordoned], hami_pod())
-    assert rv.final.allowed and not rv.final.warnings
-    # The steering label still says "false" (not every GPU resolves): the pod is judged by
-    # name instead, and the node is not excluded.
-    assert cordoned["metadata"]["labels"][DETECTED] == "false"
-    assert not any(e["key"] == DETECTED for t in terms(hami_pod(), rv.mutation.patch)
-                   for e in t.get("matchExpressions", ()))
-    assert not any(t.get("matchFields") for t in terms(hami_pod(), rv.mutation.patch))
-    every = agent_node(tmp_path / "e", "hami-half", "hami", "operator-management",
-                       per_uuid=UUIDS[:1], cordon=",".join(UUIDS))
-    rv, _, _ = decide([every], hami_pod())
-    assert rv.final.allowed and any("has the GPUs" in w for w in rv.final.warnings)
-    assert "all its GPUs are cordoned" in rv.validation.message
-    from webhook.cli.doctor import diagnose
-
-    _, view, policy = decide([every], hami_pod())  # doctor: the same answer per node
-    assert [r.state for r in diagnose(view, policy)] == [
-        "ok: all its GPUs are cordoned (hami.io/device-cordon)"]
-
-
-def test_a_cordon_in_the_pool_steers_by_name_and_keeps_off_what_still_fails(tmp_path):
-    broken = agent_node(tmp_path, "hami-broken", "hami", "operator-management")
-    fixed = agent_node(tmp_path, "hami-cordoned", "hami", "operator-management",
-                       per_uuid=UUIDS[:1], cordon=UUIDS[1])
-    rv, _, _ = decide([broken, fixed], hami_pod())
-    assert rv.final.allowed
-    got = terms(hami_pod(), rv.mutation.patch)[0]
-    assert got["matchFields"] == [{"key": "metadata.name", "operator": "NotIn",
-                                   "values": ["hami-broken"]}]
+    rv, view, policy = decide([cordoned], hami_pod())
+    assert rv.final.allowed and any("not verified" in w for w in rv.final.warnings)
+    assert "only GPUs cordoned by hami.io/device-cordon" in rv.validation.message
+    assert {"key": DETECTED, "operator": "NotIn", "values": ["false"]} in \
+        terms(hami_pod(), rv.mutation.patch)[0]["matchExpressions"]  # still kept off it
+    assert diagnose(view, policy)[0].state.startswith(
+        "unknown: only GPUs cordoned by hami.io/device-cordon lack their CDI devices")
+    wrong = agent_node(tmp_path / "w", "hami-half", "hami", "operator-management",
+                       per_uuid=UUIDS[:1], cordon=UUIDS[0])  # the good GPU cordoned
+    rv, _, _ = decide([wrong], hami_pod())
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
 
 
 def test_a_cordon_on_a_device_plugin_pool_changes_nothing(tmp_path):
