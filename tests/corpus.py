@@ -361,11 +361,6 @@ def node_oracles(root: Path, n: NodeSetup, paths: dict[str, Path]
 _verdicts: dict[tuple[str, str | None, str, str], Verdict] = {}
 
 
-def forget_verdicts() -> None:
-    """Drop the runtime's remembered answers: a test changed a node's spec files."""
-    _verdicts.clear()
-
-
 def runs(cluster: Cluster, n: NodeSetup, rc: str | None, gpu: str) -> Verdict:
     """Would a container handed this GPU by the node's device plugin be created?"""
     key = (str(cluster.root / n.name), rc, n.plugin, gpu)

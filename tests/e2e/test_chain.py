@@ -396,16 +396,17 @@ def test_a_node_broken_after_admission_gets_no_new_pods(chain):
     assert [x for x in landed if x.failure] == []
 
 
-def test_hamis_device_cordon_is_honoured_by_gpupool_and_by_hamis_scheduler(chain):
-    """A HAMi node where only one GPU resolves and the rest are cordoned
-    (hami.io/device-cordon): gpupool admits pods pinned there (their GPUs can only be the
-    uncordoned one), HAMi's real scheduler hands them only that GPU, and the real runtime
-    creates their containers. Without the cordon the same pods are denied."""
+def test_a_gpu_cordoned_on_hami_is_doubt_and_no_pod_lands_on_it(chain):
+    """A HAMi node where one GPU resolves and the three others, lacking their CDI devices,
+    are cordoned (hami.io/device-cordon). HAMi v2.10's scheduler reads the cordon only when it
+    next re-registers the node's GPUs (an earlier version of this test, which trusted the
+    cordon, saw it hand out a GPU cordoned 20 s before), so gpupool takes the cordon as
+    doubt: pods pinned to the node are admitted with a warning instead of denied, and the
+    node's steering label keeps them off it; none starts on a GPU that fails."""
     name = "hami-ok-1"
     node, run = chain.nodes[name], chain.paths[name]["run"]
     chain.clear("ml")
     (run / "per-uuid.yaml").write_text(per_uuid_spec(corpus.MGMT_KIND, node.gpus[:1]))
-    corpus.forget_verdicts()  # the real runtime judges the specs as they are now
     chain.agent(name)
     assert chain.get("node", name)["metadata"]["labels"]["resolve.gpupool.io/detected"] == \
         "false"
@@ -421,30 +422,22 @@ def test_hamis_device_cordon_is_honoured_by_gpupool_and_by_hamis_scheduler(chain
         refused = chain.create_all(pods("uncordoned"))
         assert refused and not any(c.ok for c in refused)
         assert all("CDIDeviceMissing" in c.error for c in refused), refused[0].error
-        cordon = ",".join(node.gpus[1:])
-        chain.kubectl("annotate", "node", name, f"hami.io/device-cordon={cordon}",
-                      "--overwrite")
+        chain.kubectl("annotate", "node", name,
+                      f"hami.io/device-cordon={','.join(node.gpus[1:])}", "--overwrite")
 
-        def admitted() -> bool:  # once the cordon has settled (HAMi reads it every 15 s)
+        def admitted() -> bool:  # once gpupool's node watch has the annotation
             r = chain.kubectl("create", "--dry-run=server", "-f", "-",
                               input=json.dumps(pods("probe")[0]), check=False)
             return r.returncode == 0
-        cordoned_at = time.monotonic()
-        install.wait_until(admitted, "gpupool to count the cordon", 60)
-        assert time.monotonic() - cordoned_at >= 15  # not before HAMi's scheduler reads it
+        install.wait_until(admitted, "gpupool to see the cordon", 30)
         created = chain.create_all(pods("cordoned"))
         assert all(c.ok for c in created), [c.error for c in created]
         landed = [x for x in chain.land("ml", {}) if x.name.startswith("cordoned-")]
-        assert len(landed) == 4 and {x.node for x in landed} == {name}, landed
-        assert [x for x in landed if x.failure] == []  # the real runtime created them all
-        for p in chain.get("pods", "-n", "ml")["items"]:
-            if p["metadata"]["name"].startswith("cordoned-"):
-                assert chain.handed(p, node) == [node.gpus[0]]  # HAMi never chose the rest
+        assert len(landed) == 4 and not any(x.node for x in landed), landed
     finally:
         chain.clear("ml")
         chain.kubectl("annotate", "node", name, "hami.io/device-cordon-")
         (run / "per-uuid.yaml").write_text(per_uuid_spec(corpus.MGMT_KIND, node.gpus))
-        corpus.forget_verdicts()
         chain.agent(name)
 
 
