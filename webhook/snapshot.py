@@ -1,12 +1,12 @@
 """Reading cluster snapshots from files: ``kubectl get nodes -o yaml`` output (a v1 List or
-NodeList), multi-document Node YAML, and Namespaces among them. Used by ``check``,
-``doctor --cluster`` and the demo server."""
+NodeList), multi-document Node YAML, and Namespaces and RuntimeClasses among them. Used by
+``check``, ``doctor --cluster`` and the demo server."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -68,10 +68,19 @@ def load_yaml_text(text: str, source: str) -> list[dict[str, Any]]:
         raise SnapshotError(f"{source}: {exc}") from exc
 
 
-def load_cluster_file(path: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]]]:
-    """Nodes and namespace labels from one snapshot file; other kinds are ignored."""
+class ClusterFile(NamedTuple):
+    nodes: list[dict[str, Any]]
+    namespaces: dict[str, dict[str, str]]
+    #: RuntimeClass name -> handler; None when the file holds no RuntimeClass (unknown)
+    runtime_classes: dict[str, str] | None
+
+
+def load_cluster_file(path: str) -> ClusterFile:
+    """Nodes, namespace labels and RuntimeClasses from one snapshot file; other kinds are
+    ignored."""
     nodes: list[dict[str, Any]] = []
     namespaces: dict[str, dict[str, str]] = {}
+    classes: dict[str, str] | None = None
     for obj in load_yaml_objects(path):
         kind = obj.get("kind")
         meta = meta_of(obj)
@@ -81,7 +90,10 @@ def load_cluster_file(path: str) -> tuple[list[dict[str, Any]], dict[str, dict[s
             nodes.append(obj)
         elif kind == "Namespace" and meta.get("name"):
             namespaces[meta["name"]] = dict(meta.get("labels") or {})
-    return nodes, namespaces
+        elif kind == "RuntimeClass" and meta.get("name") and isinstance(obj.get("handler"), str):
+            classes = classes or {}
+            classes[meta["name"]] = obj["handler"]
+    return ClusterFile(nodes, namespaces, classes)
 
 
 def restamp_inventories(nodes: list[dict[str, Any]], observed_at: str) -> None:

@@ -441,6 +441,34 @@ def test_a_gpu_cordoned_on_hami_is_doubt_and_no_pod_lands_on_it(chain):
         chain.agent(name)
 
 
+def test_the_fix_names_only_runtime_classes_the_cluster_has(chain):
+    """gpupool watches RuntimeClasses: once nvidia-legacy is deleted (as the GPU Operator does
+    when it injects devices through NRI), denials stop suggesting it."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "fix", "namespace": "ml"},
+           "spec": {"nodeSelector": {"kubernetes.io/hostname": "hami-broken-1"},
+                    "containers": [{"name": "c", "image": "cuda", "resources": {
+                        "limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}}}]}}
+    suggested = "runtimeClassName nvidia-legacy"
+
+    def denial() -> str:
+        r = chain.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(pod),
+                          check=False)
+        assert r.returncode != 0 and "CDIDeviceMissing" in r.stderr, r.stderr
+        return r.stderr
+    assert suggested in denial()
+    legacy = chain.get("runtimeclass", "nvidia-legacy")
+    chain.kubectl("delete", "runtimeclass", "nvidia-legacy")
+    try:
+        install.wait_until(lambda: suggested not in denial(),
+                           "denials to stop naming the deleted RuntimeClass", 30)
+        assert "nvidia-ctk cdi generate" in denial()
+    finally:
+        chain.kubectl("create", "-f", "-", input=json.dumps(
+            {k: legacy[k] for k in ("apiVersion", "kind", "handler")}
+            | {"metadata": {"name": "nvidia-legacy"}}))
+    install.wait_until(lambda: suggested in denial(), "the RuntimeClass to be back", 30)
+
+
 def test_without_gpupool_the_seed_failure_reaches_the_node(chain):
     chain.clear("ml")
     install.unregister(chain.cp, chain.objs)

@@ -47,7 +47,7 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
         if check.state is NodeState.OK:
             fix = ""
         elif check.state is NodeState.MISSING:
-            fix = fix_text(pool, [check], policy)
+            fix = fix_text(pool, [check], policy, view.runtime_classes())
         else:
             fix = ("deploy gpupool's agent DaemonSet on this node" if inv is None
                    else "check the node's runtime configuration and HAMi registration")
@@ -58,7 +58,6 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
             mode=(inv.runtime.mode or "unknown") if inv else "unknown",
             default_kind=(inv.runtime.default_kind or "-") if inv else "-",
             state=(f"unknown: {check.note}" if check.state is NodeState.UNKNOWN
-                   else f"ok: {check.note}" if check.state is NodeState.OK and check.note
                    else check.state),
             missing=list(check.missing), fix=fix, errors=errors,
             steering={k.removeprefix(LABEL_PREFIX): v for k, v in sorted(node.labels.items())

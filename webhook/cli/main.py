@@ -23,6 +23,7 @@ from webhook.engine import meta_of
 
 if TYPE_CHECKING:
     from webhook.engine import ClusterView, Policy
+    from webhook.snapshot import ClusterFile
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 OUTPUTS = ("json", "yaml", "wide")
@@ -50,19 +51,20 @@ def _namespace_labels(text: str | None) -> dict[str, str]:
     return out
 
 
-def _load_nodes(cluster: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]]]:
+def _load_nodes(cluster: str) -> ClusterFile:
     from webhook.snapshot import load_cluster_file
 
     return load_cluster_file(cluster)
 
 
-def _view(nodes: list[dict[str, Any]], ns: dict[str, dict[str, str]], policy: Policy,
-          ns_labels: dict[str, str], namespaces: Sequence[str] = ()) -> ClusterView:
+def _view(snapshot: ClusterFile, policy: Policy, ns_labels: dict[str, str],
+          namespaces: Sequence[str] = ()) -> ClusterView:
     from webhook.engine import view_from_objects
 
+    ns = snapshot.namespaces
     for name in namespaces:
         ns.setdefault(name, {}).update(ns_labels)
-    return view_from_objects(nodes, policy, ns)
+    return view_from_objects(snapshot.nodes, policy, ns, snapshot.runtime_classes)
 
 
 def _print_doc(doc: Any, output: str | None) -> None:
@@ -95,12 +97,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError("--cluster reads nodes from a file, --kubeconfig/--context from a "
                          "cluster: pass one of them")
     if args.cluster:
-        nodes, ns = _load_nodes(args.cluster)
+        snapshot = _load_nodes(args.cluster)
     elif live:
-        _, nodes, ns = _live_objects(args.kubeconfig, args.context)
+        _, snapshot = _live_objects(args.kubeconfig, args.context)
     else:
-        nodes, ns = [], {}
-    view = _view(nodes, ns, policy, labels, sorted(namespaces))
+        from webhook.snapshot import ClusterFile
+
+        snapshot = ClusterFile([], {}, None)
+    nodes = snapshot.nodes
+    view = _view(snapshot, policy, labels, sorted(namespaces))
     report = run_check(manifests, view, policy)
     if not args.cluster and not live:
         report.cdi_unchecked = ("no --cluster given; pass --cluster with 'kubectl get nodes -o "
@@ -364,15 +369,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     policy = _policy(args.policy)
     cert = certificate_from_file(args.cert) if args.cert else None
     if args.cluster:
-        nodes, ns = _load_nodes(args.cluster)
-        if not nodes:
+        snapshot = _load_nodes(args.cluster)
+        if not snapshot.nodes:
             raise UsageError(f"--cluster {args.cluster}: holds no Node; pass 'kubectl get "
                              "nodes -o yaml' output")
     else:
-        api, nodes, ns = _live_objects(args.kubeconfig, args.context)
+        api, snapshot = _live_objects(args.kubeconfig, args.context)
         if cert is None:
             cert = certificate_from_secret(api, args.tls_secret)
-    view = _view(nodes, ns, policy, {})
+    view = _view(snapshot, policy, {})
     rows = diagnose(view, policy)
     if args.output in ("json", "yaml"):
         _print_doc(to_document(rows, cert), args.output)
@@ -382,13 +387,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return EXIT_OK if healthy else EXIT_FINDING
 
 
-def _live_objects(kubeconfig: str | None, context: str | None
-                  ) -> tuple[Any, list[dict[str, Any]], dict[str, dict[str, str]]]:
-    """Nodes and namespace labels from a live cluster, as ``kubectl get -o yaml`` would
-    give them: the same inputs a snapshot file gives, so both answer alike."""
+def _live_objects(kubeconfig: str | None, context: str | None) -> tuple[Any, ClusterFile]:
+    """Nodes, namespace labels and RuntimeClasses from a live cluster, as ``kubectl get -o
+    yaml`` would give them: the same inputs a snapshot file gives, so both answer alike."""
     from kubernetes import client
 
     from webhook.kube import REQUEST_TIMEOUT, api_client
+    from webhook.snapshot import ClusterFile
 
     api = api_client(kubeconfig=kubeconfig, context=context)
     core = client.CoreV1Api(api)
@@ -400,7 +405,14 @@ def _live_objects(kubeconfig: str | None, context: str | None
                       if n.metadata is not None and n.metadata.name}
     except Exception as exc:
         _raise_api_error(exc, api)
-    return api, nodes, namespaces
+    classes: dict[str, str] | None
+    try:  # not required: without them, every class is taken to name its handler
+        classes = {c.metadata.name: c.handler for c in client.NodeV1Api(api).list_runtime_class(
+                       _request_timeout=REQUEST_TIMEOUT).items
+                   if c.metadata is not None and c.metadata.name}
+    except client.ApiException:
+        classes = None
+    return api, ClusterFile(nodes, namespaces, classes)
 
 
 def _raise_api_error(exc: Exception, api: Any) -> NoReturn:

@@ -13,7 +13,7 @@ count as "unknown", which the policy turns into a warning by default.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -91,8 +91,12 @@ class Verdicts:
 
 
 def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None,
-                demand: cand.Demand, policy: Policy) -> NodeAssessment:
-    """Will every GPU the device plugin could hand this pod resolve on this node?"""
+                demand: cand.Demand, policy: Policy, handler: str | None = None
+                ) -> NodeAssessment:
+    """Will every GPU the device plugin could hand this pod resolve on this node?
+    ``handler``: the containerd handler the pod's RuntimeClass names (default: the class's
+    own name)."""
+    handler = handler if handler is not None else runtime_class
     req = pool.cdi
     if not req.checked:
         return NodeAssessment(node.name, OK)
@@ -111,7 +115,7 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None,
         return NodeAssessment(node.name, UNKNOWN, way=way,
                               note="no GPU UUIDs known (no driver list in the inventory, no "
                                    "hami.io/node-nvidia-register annotation)")
-    r = delivery.resolve(inv, way, gpus, runtime_class, req.device_kind)
+    r = delivery.resolve(inv, way, gpus, handler, req.device_kind)
     if r.ok is None:
         return NodeAssessment(node.name, UNKNOWN, note=r.note, mode=r.mode, way=way)
     if r.ok is False and demand.hami and node.cordoned:
@@ -121,7 +125,7 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None,
         # changes: a GPU cordoned since may still be handed out. Failing only through such
         # GPUs is doubt, not proof.
         rest = tuple(u for u in gpus if u not in node.cordoned)
-        if not rest or delivery.resolve(inv, way, rest, runtime_class, req.device_kind).ok:
+        if not rest or delivery.resolve(inv, way, rest, handler, req.device_kind).ok:
             shown = ", ".join(sorted(set(gpus) - set(rest))[:_SHOW_DEVICES])
             return NodeAssessment(
                 node.name, UNKNOWN, kind=r.kind, mode=r.mode, way=way,
@@ -146,10 +150,14 @@ def _summary(checks: list[NodeAssessment]) -> str:
     return "; ".join(parts)
 
 
-def fix_text(pool: Pool, checks: list[NodeAssessment], policy: Policy) -> str:
+def fix_text(pool: Pool, checks: list[NodeAssessment], policy: Policy,
+             runtime_classes: Mapping[str, str] | None = None) -> str:
+    """The fix to name. A RuntimeClass is suggested only if the cluster has it (when gpupool
+    knows the cluster's classes): the GPU Operator deletes its own with NRI injection."""
     kind = next((c.kind for c in checks if c.kind), "")
     way = next((c.way for c in checks if c.way), delivery.VISIBLE_DEVICES)
-    legacy = policy.non_cdi_runtime_classes[0] if policy.non_cdi_runtime_classes else ""
+    legacy = next((rc for rc in policy.non_cdi_runtime_classes
+                   if runtime_classes is None or rc in runtime_classes), "")
     alt = f"run the pod with runtimeClassName {legacy}" if legacy else ""
     if way == delivery.VISIBLE_DEVICES:
         vendor, _, cls = kind.partition("/")
@@ -249,6 +257,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
     pool = policy.by_name[pool_name]
     node_name = facts.node_name
     hami_pool = policy.is_hami_pool(pool_name)
+    handler = view.handler_of(facts.runtime_class)
     demand: list[cand.Demand] = []  # worked out on the first node that needs it
 
     def demand_of() -> cand.Demand:
@@ -270,7 +279,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
         if why:
             return (why, False, None)
         matches = affinity.node_matches(facts.spec, n.labels, n.name)
-        check = assess_node(n, pool, facts.runtime_class, demand_of(), policy)
+        check = assess_node(n, pool, facts.runtime_class, demand_of(), policy, handler)
         if check.state is NodeState.OK:
             return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
         return (None, matches, check)
@@ -297,8 +306,8 @@ def _finding(s: Verdicts, facts: PodFacts, hami_pool: bool, policy: Policy) -> F
     return Finding.MISSING
 
 
-def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy
-           ) -> tuple[str, str]:
+def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy,
+           runtime_classes: Mapping[str, str] | None) -> tuple[str, str]:
     """The decision's message, and the warning an allowed pod gets."""
     name, failing = pool.name, len(s.missing) + len(s.unknown)
     unfit = "; ".join(f"{n}: {why}" for n, why in s.unfit[:_SHOW_NODES])
@@ -334,7 +343,7 @@ def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy
             return (f"{who} would fail on its node with 'unresolvable CDI devices': no "
                     f"candidate node of pool {name} defines the CDI devices it needs: "
                     f"{s.failing_text}. {_why(pool, s.missing)}. "
-                    f"Fix: {fix_text(pool, s.missing, policy)}", "")
+                    f"Fix: {fix_text(pool, s.missing, policy, runtime_classes)}", "")
 
 
 def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
@@ -355,7 +364,7 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     if finding is None:
         return None
     outcome = OUTCOMES[finding]
-    message, warning = _texts(finding, s, facts.who, pool, policy)
+    message, warning = _texts(finding, s, facts.who, pool, policy, view.runtime_classes())
     if outcome.denies(policy):
         return deny(outcome.reason, message, gpu=True, pool=pool_name, nodes=s.findings)
     d = allow(Reason.ROUTED, gpu=True, pool=pool_name, nodes=s.findings, message=message)
@@ -370,8 +379,4 @@ def node_verdict(node: NodeInfo, view: ClusterView, policy: Policy) -> NodeAsses
     probe = PodFacts.parse({"spec": {"nodeName": node.name}}, None, policy)
     s = verdicts(probe, pool_name, view, policy)
     failing = s.missing + s.unknown
-    if failing:
-        return failing[0]
-    # No GPU of it can serve the pool's pods (HAMi cordons them all, say): nothing fails
-    # there, and nothing will run there either.
-    return NodeAssessment(node.name, NodeState.OK, note="; ".join(why for _, why in s.unfit))
+    return failing[0] if failing else NodeAssessment(node.name, NodeState.OK)

@@ -200,6 +200,8 @@ class ClusterView:
         self._pool_label = pool_label
         self._memo: OrderedDict[Any, Any] = OrderedDict()
         self._folds: OrderedDict[Any, NodeFold[Any]] = OrderedDict()
+        #: RuntimeClass name -> its handler; None while the cluster's classes are unknown
+        self._runtime_classes: dict[str, str] | None = None
         self.version = 0
 
     # ---------------------------------------------------------------- writes
@@ -303,7 +305,38 @@ class ClusterView:
             self._namespaces = {k: _intern_map(v) for k, v in namespaces.items()}
             self._bump()
 
+    def replace_runtime_classes(self, classes: Mapping[str, str] | None) -> None:
+        """The cluster's RuntimeClasses (name -> handler); None: unknown."""
+        with self._lock:
+            new = None if classes is None else dict(classes)
+            if new == self._runtime_classes:
+                return
+            self._runtime_classes = new
+            self._folds.clear()  # node verdicts depend on the handler a class names
+            self._bump()
+
+    def set_runtime_class(self, name: str, handler: str | None) -> None:
+        """One RuntimeClass added or changed (``handler``), or deleted (None)."""
+        with self._lock:
+            classes = dict(self._runtime_classes or {})
+            if handler is None:
+                classes.pop(name, None)
+            else:
+                classes[name] = handler
+        self.replace_runtime_classes(classes)
+
     # ---------------------------------------------------------------- reads
+
+    def runtime_classes(self) -> Mapping[str, str] | None:
+        """RuntimeClass name -> handler, or None when gpupool does not know them."""
+        return self._runtime_classes
+
+    def handler_of(self, runtime_class: str | None) -> str | None:
+        """The containerd handler a pod's RuntimeClass runs it with. Unknown classes are
+        taken to name their handler, as the GPU Operator names them."""
+        if runtime_class is None or self._runtime_classes is None:
+            return runtime_class
+        return self._runtime_classes.get(runtime_class, runtime_class)
 
     def node(self, name: str) -> NodeInfo | None:
         return self._nodes.get(name)
@@ -388,9 +421,12 @@ class ClusterView:
 
 
 def view_from_objects(objects: Iterable[Mapping[str, Any]], policy: Policy | None = None,
-                      namespaces: Mapping[str, Mapping[str, str]] | None = None) -> ClusterView:
-    """A view from Node objects (and optional namespace labels), for offline use and tests."""
+                      namespaces: Mapping[str, Mapping[str, str]] | None = None,
+                      runtime_classes: Mapping[str, str] | None = None) -> ClusterView:
+    """A view from Node objects (and optional namespace labels and RuntimeClasses), for
+    offline use and tests."""
     view = ClusterView(policy.pool_label if policy else "gpupool.io/pool")
     view.replace_nodes(NodeInfo.from_object(o) for o in objects)
     view.replace_namespaces(namespaces or {})
+    view.replace_runtime_classes(runtime_classes)
     return view

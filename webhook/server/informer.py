@@ -139,7 +139,11 @@ class Reflector:
 
 
 class ClusterInformer:
-    """Keeps a ClusterView in sync with the API server's Nodes and Namespaces."""
+    """Keeps a ClusterView in sync with the API server's Nodes, Namespaces and RuntimeClasses.
+
+    RuntimeClasses are not needed for readiness: until they are listed (a cluster role
+    without them, say) the view does not know them and decides as before (a class names its
+    handler, any class may be suggested)."""
 
     def __init__(self, view: ClusterView, api_client: Any, *, watch_timeout: int = 300) -> None:
         from kubernetes import client
@@ -151,14 +155,20 @@ class ClusterInformer:
                                convert=self._node_info)
         self.namespaces = Reflector("namespaces", core.list_namespace, self._ns_listed,
                                     self._ns_event, api_client, watch_timeout=watch_timeout)
+        self.runtime_classes = Reflector(
+            "runtimeclasses", client.NodeV1Api(api_client).list_runtime_class,
+            self._rc_listed, self._rc_event, api_client, watch_timeout=watch_timeout)
+
+    def _reflectors(self) -> tuple[Reflector, ...]:
+        return (self.nodes, self.namespaces, self.runtime_classes)
 
     def start(self) -> None:
-        self.nodes.start()
-        self.namespaces.start()
+        for r in self._reflectors():
+            r.start()
 
     def stop(self) -> None:
-        self.nodes.stop()
-        self.namespaces.stop()
+        for r in self._reflectors():
+            r.stop()
 
     @staticmethod
     def _node_info(obj: dict[str, Any]) -> NodeInfo | None:
@@ -194,9 +204,22 @@ class ClusterInformer:
         self.view.set_namespace(meta["name"], None if etype == "DELETED"
                                 else meta.get("labels") or {})
 
+    def _rc_listed(self, items: list[dict[str, Any]]) -> None:
+        self.view.replace_runtime_classes({
+            i["metadata"]["name"]: i["handler"] for i in items
+            if isinstance(i.get("metadata"), dict) and i["metadata"].get("name")
+            and isinstance(i.get("handler"), str)})
+
+    def _rc_event(self, etype: str, obj: dict[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        handler = obj.get("handler")
+        if name:
+            self.view.set_runtime_class(name, None if etype == "DELETED" or
+                                        not isinstance(handler, str) else handler)
+
     def alive(self) -> tuple[bool, str]:
         """For /livez: a reflector thread that died never comes back by itself."""
-        dead = [r.name for r in (self.nodes, self.namespaces) if not r.running()]
+        dead = [r.name for r in self._reflectors() if not r.running()]
         return (False, f"watch thread(s) stopped: {', '.join(dead)}") if dead else (True, "")
 
     def ready(self, max_staleness: float) -> tuple[bool, str]:

@@ -54,13 +54,14 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     source = node_source_of(cfg)
     metrics_mod.node_source(source)
     if cfg.cluster_file:
-        nodes, namespaces = load_cluster_file(cfg.cluster_file)
+        nodes, namespaces, runtime_classes = load_cluster_file(cfg.cluster_file)
         if cfg.demo:
             restamp_inventories(nodes, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
         nodes.reverse()
         # Convert and drop each raw node as we go: the raw dicts are many times larger.
         view.replace_nodes(NodeInfo.from_object(nodes.pop()) for _ in range(len(nodes)))
         view.replace_namespaces(namespaces)
+        view.replace_runtime_classes(runtime_classes)
         count = len(view)
         webhook.ready_checks.append(Probe(
             "node-source", lambda: (True, f"{source} snapshot {cfg.cluster_file}: {count} nodes")))

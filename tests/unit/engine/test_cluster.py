@@ -73,3 +73,27 @@ def test_shared_label_table_shares_and_stays_bounded(monkeypatch):
     assert len(labels_mod._shared) <= 8
     c = NodeLabels.build({"zone": "z1", "kubernetes.io/hostname": "n3"}, "n3")
     assert dict(c.shared) == dict(a.shared) and c.get("zone") == "z1"
+
+
+def test_kept_decisions_follow_runtime_class_changes(tmp_path):
+    """Node verdicts depend on the handler a pod's class names: a class added, changed or
+    deleted drops what was kept, and the next decision equals a fresh view's."""
+    from tests.unit.engine.test_steering import agent_node, hami_pod
+
+    policy = default_policy()
+    nodes = [agent_node(tmp_path, "hami-broken", "hami", "operator-management")]
+    view = view_from_objects(nodes, policy)
+    pod = hami_pod(runtimeClassName="gpu-legacy")
+    for classes in ({"gpu-legacy": "nvidia-legacy"}, {"gpu-legacy": "nvidia"}, {}, None):
+        if classes is None:
+            view.replace_runtime_classes(None)
+        elif classes:
+            view.set_runtime_class("gpu-legacy", classes["gpu-legacy"])
+        else:
+            view.set_runtime_class("gpu-legacy", None)
+        kept = review_pod(pod, "default", view, policy)
+        fresh = review_pod(pod, "default", view_from_objects(nodes, policy,
+                                                             runtime_classes=classes), policy)
+        assert kept.to_json() == fresh.to_json(), classes
+    assert review_pod(pod, "default", view_from_objects(
+        nodes, policy, runtime_classes={"gpu-legacy": "nvidia-legacy"}), policy).allowed

@@ -384,3 +384,50 @@ def test_junk_in_the_cordon_annotation_cordons_nothing():
     assert hami.cordoned(None) == frozenset() and hami.cordoned(42) == frozenset()
     assert hami.cordoned(" , ,") == frozenset()
     assert hami.cordoned("GPU-a, GPU-b,") == {"GPU-a", "GPU-b"}
+
+
+# ------------------------------------------------------------------ RuntimeClasses
+
+
+def _decide_with_classes(nodes, pod, classes):
+    policy = load_policy_text(default_policy_text())
+    view = view_from_objects(nodes, policy, runtime_classes=classes)
+    return admit.review_pod(pod, "default", view, policy)
+
+
+def test_the_fix_names_a_runtime_class_only_if_the_cluster_has_it(pool):
+    """The GPU Operator deletes its RuntimeClasses when it injects devices through NRI: a fix
+    telling users to run the pod with nvidia-legacy would send them to a class that is gone."""
+    suggested = "run the pod with runtimeClassName nvidia-legacy"
+    unknown = _decide_with_classes(pool[:1], hami_pod(), None)  # classes not known
+    assert not unknown.allowed and suggested in unknown.message
+    present = _decide_with_classes(pool[:1], hami_pod(), {"nvidia-legacy": "nvidia-legacy"})
+    assert suggested in present.message
+    gone = _decide_with_classes(pool[:1], hami_pod(), {"nvidia": "nvidia"})
+    assert not gone.allowed and "runtimeClassName" not in gone.message
+    assert "nvidia-ctk cdi generate" in gone.message  # the fix that still applies
+
+
+def test_a_runtime_class_is_judged_by_the_handler_it_names(pool):
+    """A class named otherwise than its handler: the node runs the pod with the handler's
+    mode (here nvidia-legacy, no CDI), so the pod runs on the broken node too."""
+    pod = hami_pod(runtimeClassName="gpu-legacy")
+    by_name = _decide_with_classes(pool[:1], pod, None)  # taken to name a handler: none
+    assert not by_name.allowed and by_name.reason == Reason.CDI_DEVICE_MISSING
+    by_handler = _decide_with_classes(pool[:1], pod, {"gpu-legacy": "nvidia-legacy"})
+    assert by_handler.allowed and not by_handler.warnings
+
+
+def test_runtime_classes_are_read_from_a_cluster_file(tmp_path):
+    from webhook.snapshot import load_cluster_file
+
+    f = tmp_path / "cluster.yaml"
+    f.write_text("apiVersion: v1\nkind: List\nitems:\n"
+                 "- {apiVersion: v1, kind: Node, metadata: {name: n1}}\n"
+                 "- {apiVersion: node.k8s.io/v1, kind: RuntimeClass, metadata: {name: rc1},"
+                 " handler: h1}\n")
+    snap = load_cluster_file(str(f))
+    assert [n["metadata"]["name"] for n in snap.nodes] == ["n1"]
+    assert snap.runtime_classes == {"rc1": "h1"}
+    f.write_text("apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n")
+    assert load_cluster_file(str(f)).runtime_classes is None  # none in the file: unknown
