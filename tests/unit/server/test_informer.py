@@ -71,6 +71,8 @@ def _informer(nodes: FakeNodeAPI) -> tuple[ClusterInformer, ClusterView]:
     inf.nodes = Reflector("nodes", nodes, inf._nodes_listed, inf._node_event, None,
                           convert=inf._node_info, max_backoff=0.2)
     inf.namespaces = Reflector("namespaces", empty_ns, inf._ns_listed, inf._ns_event, None)
+    inf.runtime_classes = Reflector("runtimeclasses", FakeNodeAPI([[]], []), inf._rc_listed,
+                                    inf._rc_event, None)
     return inf, view
 
 
