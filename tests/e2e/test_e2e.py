@@ -68,6 +68,10 @@ def env(k8s_bin, helm, tmp_path_factory):
                 "annotations": {"hami.io/node-nvidia-register": hami_register()}}},
             {"apiVersion": "v1", "kind": "Node", "metadata": {
                 "name": "op-1", "labels": {"nvidia.com/gpu.present": "true"}}}]
+        # The runtime classes the GPU Operator installs (without NRI injection).
+        nodes += [{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                   "metadata": {"name": h}, "handler": h}
+                  for h in ("nvidia", "nvidia-cdi", "nvidia-legacy")]
         assert e.apply(nodes).returncode == 0
         # TaintNodesByCondition marks new nodes not-ready; no kubelet will ever clear it here.
         for n in ("hami-1", "op-1"):

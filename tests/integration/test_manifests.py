@@ -119,6 +119,9 @@ def test_deployment_is_safe_to_run(rendered):
 def test_least_privilege_rbac(rendered):
     roles = {r["metadata"]["name"]: r["rules"] for r in by_kind(rendered["base"], "ClusterRole")}
     assert roles["gpupool-webhook"] == [{"apiGroups": [""], "resources": ["nodes", "namespaces"],
+                                         "verbs": ["get", "list", "watch"]},
+                                        {"apiGroups": ["node.k8s.io"],
+                                         "resources": ["runtimeclasses"],
                                          "verbs": ["get", "list", "watch"]}]
     assert roles["gpupool-agent"] == [{"apiGroups": [""], "resources": ["nodes"],
                                        "verbs": ["get", "patch"]}]

@@ -516,8 +516,8 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
     c.add_argument("-R", "--recursive", action="store_true",
                    help="read the subdirectories of -f directories too")
     c.add_argument("--cluster", metavar="FILE",
-                   help="'kubectl get nodes -o yaml' output (without it, CDI devices are not "
-                        "checked, and the output says so)")
+                   help="'kubectl get nodes,runtimeclasses -o yaml' output (without it, CDI "
+                        "devices are not checked, and the output says so)")
     c.add_argument("--policy", metavar="FILE", help="PoolPolicy YAML (default: built-in policy)")
     c.add_argument("-n", "--namespace",
                    help="namespace for objects that name none (default: default)")
@@ -680,7 +680,8 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
         {prog} doctor --context prod -o wide
         {prog} doctor --cluster nodes.yaml --cert certs/tls.crt""")
     src = dc.add_mutually_exclusive_group()
-    src.add_argument("--cluster", metavar="FILE", help="'kubectl get nodes -o yaml' output")
+    src.add_argument("--cluster", metavar="FILE",
+                     help="'kubectl get nodes,runtimeclasses -o yaml' output")
     _kube_flags(dc, "query a live cluster with this kubeconfig (default: $KUBECONFIG or "
                     "~/.kube/config)", src)
     dc.add_argument("--policy", metavar="FILE", help="PoolPolicy YAML (default: built-in)")
