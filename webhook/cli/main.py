@@ -336,7 +336,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from webhook.node.agent import KubeNodeClient, Observer, Publisher, run
 
     observer = Observer(spec_dirs=args.cdi_dir or None, nvidia_config=args.runtime_config,
-                        containerd_config=args.containerd_config,
+                        containerd_config=args.containerd_config, host_root=args.host_root,
                         driver_gpus_dir=args.driver_gpus_dir or None,
                         settle_seconds=args.settle_seconds)
     if args.print:
@@ -663,7 +663,11 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
                     help="CDI spec directory, in priority order (default: /etc/cdi, /var/run/cdi"
                          " or containerd's cdi_spec_dirs)")
     ag.add_argument("--runtime-config", metavar="FILE", help="the NVIDIA runtime's config.toml")
-    ag.add_argument("--containerd-config", metavar="FILE", help="containerd's config.toml")
+    ag.add_argument("--containerd-config", metavar="FILE",
+                    help="containerd's config.toml (the drop-ins it imports are read too)")
+    ag.add_argument("--host-root", default="", metavar="DIR",
+                    help="where the host's root is mounted, for containerd's absolute import "
+                         "paths (the DaemonSet: /host)")
     ag.add_argument("--driver-gpus-dir", default="/proc/driver/nvidia/gpus", metavar="DIR",
                     help="where the NVIDIA driver lists the node's GPUs ('' to not read it)")
     ag.add_argument("--once", action="store_true", help="observe (and publish) once, then exit")

@@ -56,6 +56,9 @@ class Observer:
     spec_dirs: Sequence[str] | None = None
     nvidia_config: str | None = None
     containerd_config: str | None = None
+    #: where the host's root is mounted (``/host`` in the DaemonSet): containerd's absolute
+    #: import paths are read under it
+    host_root: str = ""
     driver_gpus_dir: str | None = DRIVER_GPUS_DIR
     settle_seconds: float = 5.0
     clock: Callable[[], float] = time.time
@@ -92,7 +95,7 @@ class Observer:
                 errors.append((self.nvidia_config, str(exc)))
         if self.containerd_config:
             try:
-                containerd = read_containerd_config(self.containerd_config)
+                containerd = read_containerd_config(self.containerd_config, self.host_root)
             except RuntimeConfigError as exc:
                 errors.append((self.containerd_config, str(exc)))
         dirs = list(self.spec_dirs or (containerd.spec_dirs if containerd else

@@ -2,13 +2,15 @@
 
 Two files matter. The NVIDIA runtime's ``config.toml``: ``nvidia-container-runtime.mode``
 (``cdi`` turns a bare ``NVIDIA_VISIBLE_DEVICES=GPU-<uuid>`` into the CDI device
-``<default-kind>=GPU-<uuid>``) and ``modes.cdi.default-kind``. And containerd's config:
-``enable_cdi``, ``cdi_spec_dirs``, and the runtime handlers whose binary is the NVIDIA runtime
-(``nvidia-container-runtime.cdi`` always uses CDI, ``.legacy`` never does).
+``<default-kind>=GPU-<uuid>``) and ``modes.cdi.default-kind``. And containerd's config, with
+the drop-ins it imports: ``enable_cdi``, ``cdi_spec_dirs``, the default runtime, and the
+runtime handlers whose binary is the NVIDIA runtime (``nvidia-container-runtime.cdi`` always
+uses CDI, ``.legacy`` never does).
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import tomllib
@@ -87,8 +89,65 @@ def _cri_sections(doc: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[st
     return cri, cri, version if isinstance(version, int) else 1
 
 
-def read_containerd_config(path: str) -> ContainerdConfig:
-    doc = _load_toml(path)
+def _merge(into: dict[str, Any], part: Mapping[str, Any]) -> None:
+    """``part`` over ``into``, table by table; any other value replaces what was there."""
+    for key, value in part.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = dict(value) if isinstance(value, Mapping) else value
+
+
+def _merge_config(into: dict[str, Any], part: Mapping[str, Any]) -> None:
+    """One imported file over the configuration so far, as containerd merges it. Before
+    config version 3 (containerd 1.x) an imported plugin section replaces the whole section
+    (``mergeConfig``: "Replace entire sections instead of merging map's values"); from
+    containerd 2.x plugin sections are merged key by key like the rest."""
+    plugins = part.get("plugins")
+    version = part.get("version", into.get("version", 1))
+    if isinstance(plugins, Mapping) and isinstance(version, int) and version < 3:
+        part = dict(part)
+        sections = dict(part.pop("plugins"))
+        _merge(into, part)
+        into.setdefault("plugins", {})
+        if isinstance(into["plugins"], dict):
+            into["plugins"].update(sections)
+        return
+    _merge(into, part)
+
+
+def load_containerd_toml(path: str, host_root: str = "") -> dict[str, Any]:
+    """containerd's configuration as containerd builds it: the file, then every file its
+    ``imports`` name (globs, relative to the importing file, nested imports too), each merged
+    over what came before (containerd's ``LoadConfig``). The GPU Operator and ``nvidia-ctk``
+    put the NVIDIA runtime in such a drop-in (``/etc/containerd/conf.d/*.toml``): read alone,
+    the main file would show runc as the default and no NVIDIA handler.
+
+    ``host_root``: where the host's root is mounted when the agent runs in a container
+    (``/host``); absolute import paths are read under it."""
+    out: dict[str, Any] = {}
+    pending, seen = [path], set()
+    while pending:
+        current = pending.pop(0)
+        if current in seen:
+            continue
+        seen.add(current)
+        part = _load_toml(current)
+        imports = part.pop("imports", None) or []
+        if not isinstance(imports, list):
+            raise RuntimeConfigError(f"{current}: imports is not a list")
+        for pattern in imports:
+            if not isinstance(pattern, str):
+                continue
+            full = (host_root.rstrip("/") + pattern if os.path.isabs(pattern)
+                    else os.path.join(os.path.dirname(current), pattern))
+            pending.extend(sorted(glob.glob(full)) if glob.has_magic(full) else [full])
+        _merge_config(out, part)
+    return out
+
+
+def read_containerd_config(path: str, host_root: str = "") -> ContainerdConfig:
+    doc = load_containerd_toml(path, host_root)
     cdi_section, rt_section, version = _cri_sections(doc)
     # containerd 2.x (config version 3) enables CDI by default; 1.7 (version 2) does not.
     enabled = cdi_section.get("enable_cdi", version >= 3)

@@ -59,3 +59,76 @@ def test_operator_handlers_derived_from_binary_names():
     assert rt.uses_cdi(None) and rt.uses_cdi("nvidia-cdi") and not rt.uses_cdi("nvidia-legacy")
     rt = runtime_info(NvidiaConfig(mode="legacy"), cfg)
     assert not rt.uses_cdi(None) and rt.uses_cdi("nvidia-cdi")
+
+
+# ------------------------------------------------------------------ imported drop-ins
+
+
+def _dropin() -> str:
+    return (RC / "from-go-literals/nvidia-ctk-installer-containerd-dropin.cdi-enabled.toml"
+            ).read_text().replace("{{ .toolkitRoot }}", "/usr/local/nvidia")
+
+
+def _main_importing(tmp_path, imports: str) -> str:
+    main = tmp_path / "etc/containerd/config.toml"
+    main.parent.mkdir(parents=True, exist_ok=True)
+    main.write_text((RC / "containerd-default-1.7.toml").read_text().replace(
+        "imports = []", f"imports = {imports}", 1))
+    return str(main)
+
+
+def test_the_nvidia_drop_in_a_config_imports_is_read(tmp_path):
+    """The GPU Operator and nvidia-ctk put the NVIDIA runtime in a drop-in the main config
+    imports: read alone, containerd's upstream default config says runc and no NVIDIA
+    handler; with its imports (under the host root, as the DaemonSet mounts it), nvidia."""
+    main = _main_importing(tmp_path, '["/etc/containerd/conf.d/*.toml"]')
+    dropins = tmp_path / "etc/containerd/conf.d"
+    dropins.mkdir()
+    (dropins / "99-nvidia.toml").write_text(_dropin())
+    alone = read_containerd_config(main)  # the host root not given: the import is elsewhere
+    assert alone.default_runtime == "runc" and not alone.nvidia_handlers
+    cfg = read_containerd_config(main, host_root=str(tmp_path))
+    assert cfg.default_runtime == "nvidia" and cfg.cdi_enabled
+    assert set(cfg.nvidia_handlers) >= {"nvidia", "nvidia-cdi", "nvidia-legacy"}
+
+
+def test_imports_relative_nested_and_circular(tmp_path):
+    main = _main_importing(tmp_path, '["conf.d/a.toml"]')
+    conf = tmp_path / "etc/containerd/conf.d"
+    conf.mkdir()
+    (conf / "a.toml").write_text('version = 2\nimports = ["b.toml", "a.toml"]\n')
+    (conf / "b.toml").write_text(_dropin())
+    assert read_containerd_config(main).default_runtime == "nvidia"
+
+
+def test_an_imported_plugin_section_replaces_the_whole_section_before_containerd_2(tmp_path):
+    """containerd 1.x merges sections, not keys: the drop-in's CRI section replaces the main
+    file's, cdi_spec_dirs included; containerd 2.x (config version 3) merges key by key."""
+    from webhook.node.runtime import load_containerd_toml
+
+    main = tmp_path / "config.toml"
+    main.write_text('version = 2\nimports = ["d.toml"]\n'
+                    '[plugins."io.containerd.grpc.v1.cri"]\n  cdi_spec_dirs = ["/custom"]\n')
+    (tmp_path / "d.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+        '  default_runtime_name = "nvidia"\n')
+    cri = load_containerd_toml(str(main))["plugins"]["io.containerd.grpc.v1.cri"]
+    assert "cdi_spec_dirs" not in cri and cri["containerd"]["default_runtime_name"] == "nvidia"
+    main.write_text(main.read_text().replace("version = 2", "version = 3").replace(
+        "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"))
+    (tmp_path / "d.toml").write_text(
+        'version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd]\n'
+        '  default_runtime_name = "nvidia"\n')
+    rt = load_containerd_toml(str(main))["plugins"]["io.containerd.cri.v1.runtime"]
+    assert rt["cdi_spec_dirs"] == ["/custom"]
+    assert rt["containerd"]["default_runtime_name"] == "nvidia"
+
+
+def test_an_import_that_cannot_be_read_is_an_error_naming_it(tmp_path):
+    import pytest
+
+    from webhook.node.runtime import RuntimeConfigError
+
+    main = _main_importing(tmp_path, '["/nowhere/99-nvidia.toml"]')
+    with pytest.raises(RuntimeConfigError, match="/nowhere/99-nvidia.toml"):
+        read_containerd_config(main)
