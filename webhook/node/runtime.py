@@ -141,7 +141,17 @@ def load_containerd_toml(path: str, host_root: str = "") -> dict[str, Any]:
                 continue
             full = (host_root.rstrip("/") + pattern if os.path.isabs(pattern)
                     else os.path.join(os.path.dirname(current), pattern))
-            pending.extend(sorted(glob.glob(full)) if glob.has_magic(full) else [full])
+            if not glob.has_magic(full):
+                pending.append(full)
+                continue
+            found = sorted(glob.glob(full))
+            if not found and not os.path.isdir(os.path.dirname(full)):
+                # No drop-in, or not where this process can see them: the two read alike,
+                # and taking the second for the first would hide the NVIDIA runtime.
+                raise RuntimeConfigError(
+                    f"{current}: imports {pattern!r}: {os.path.dirname(full)} does not exist "
+                    "here (is --host-root set to where the host's root is mounted?)")
+            pending.extend(found)
         _merge_config(out, part)
     return out
 

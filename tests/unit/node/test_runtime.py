@@ -64,6 +64,10 @@ def test_operator_handlers_derived_from_binary_names():
 # ------------------------------------------------------------------ imported drop-ins
 
 
+#: The drop-in directory, named so that no real host has it (the test reads it under tmp).
+CONF_D = "/etc/containerd-gpupool-test/conf.d"
+
+
 def _dropin() -> str:
     return (RC / "from-go-literals/nvidia-ctk-installer-containerd-dropin.cdi-enabled.toml"
             ).read_text().replace("{{ .toolkitRoot }}", "/usr/local/nvidia")
@@ -81,12 +85,12 @@ def test_the_nvidia_drop_in_a_config_imports_is_read(tmp_path):
     """The GPU Operator and nvidia-ctk put the NVIDIA runtime in a drop-in the main config
     imports: read alone, containerd's upstream default config says runc and no NVIDIA
     handler; with its imports (under the host root, as the DaemonSet mounts it), nvidia."""
-    main = _main_importing(tmp_path, '["/etc/containerd/conf.d/*.toml"]')
-    dropins = tmp_path / "etc/containerd/conf.d"
-    dropins.mkdir()
+    main = _main_importing(tmp_path, f'["{CONF_D}/*.toml"]')
+    dropins = tmp_path / CONF_D.lstrip("/")
+    dropins.mkdir(parents=True)
     (dropins / "99-nvidia.toml").write_text(_dropin())
-    alone = read_containerd_config(main)  # the host root not given: the import is elsewhere
-    assert alone.default_runtime == "runc" and not alone.nvidia_handlers
+    with open(main) as fh:
+        assert "runc" in fh.read()  # what the main file alone says
     cfg = read_containerd_config(main, host_root=str(tmp_path))
     assert cfg.default_runtime == "nvidia" and cfg.cdi_enabled
     assert set(cfg.nvidia_handlers) >= {"nvidia", "nvidia-cdi", "nvidia-legacy"}
@@ -132,3 +136,17 @@ def test_an_import_that_cannot_be_read_is_an_error_naming_it(tmp_path):
     main = _main_importing(tmp_path, '["/nowhere/99-nvidia.toml"]')
     with pytest.raises(RuntimeConfigError, match="/nowhere/99-nvidia.toml"):
         read_containerd_config(main)
+
+
+def test_an_import_directory_out_of_sight_is_an_error_not_an_empty_glob(tmp_path):
+    """Without --host-root the drop-in directory is not where the agent looks: that must not
+    read as "no drop-ins" (which would hide the NVIDIA runtime); an existing empty one does."""
+    import pytest
+
+    from webhook.node.runtime import RuntimeConfigError
+
+    main = _main_importing(tmp_path, f'["{CONF_D}/*.toml"]')
+    with pytest.raises(RuntimeConfigError, match="--host-root"):
+        read_containerd_config(main)
+    (tmp_path / CONF_D.lstrip("/")).mkdir(parents=True)
+    assert read_containerd_config(main, host_root=str(tmp_path)).default_runtime == "runc"
