@@ -134,7 +134,7 @@ def test_an_import_that_cannot_be_read_is_an_error_naming_it(tmp_path):
     from webhook.node.runtime import RuntimeConfigError
 
     main = _main_importing(tmp_path, '["/nowhere/99-nvidia.toml"]')
-    with pytest.raises(RuntimeConfigError, match="/nowhere/99-nvidia.toml"):
+    with pytest.raises(RuntimeConfigError, match=r"/nowhere/99-nvidia\.toml"):
         read_containerd_config(main)
 
 
