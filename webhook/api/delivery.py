@@ -61,6 +61,8 @@ class Resolution:
     mode: str | None = None
     kind: str = ""
     note: str = ""
+    #: The GPUs never reach the container: it starts without them (``ok`` is False)
+    undelivered: bool = False
 
 
 def detected_way(inv: Inventory, device_kind: str = DEVICE_PLUGIN_KIND) -> str:
@@ -81,6 +83,17 @@ def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | 
         missing = tuple(f"{device_kind}={u}" for u in gpus if u not in have)
         return Resolution(way, not missing, missing, kind=device_kind,
                           note="resolved by containerd whatever the runtime mode")
+    default = inv.runtime.default_handler
+    if not runtime_class and default is not None and default not in inv.runtime.handlers:
+        # Only the NVIDIA runtime reads NVIDIA_VISIBLE_DEVICES; under containerd's default
+        # handler when that is another runtime (runc, where the GPU Operator injects devices
+        # through NRI) the variable is ignored and the container runs without a GPU. (A
+        # RuntimeClass naming a handler the inventory does not list may not exist at all:
+        # that is judged as before.)
+        return Resolution(way, False, undelivered=True,
+                          note=f"containerd's default handler {default} is not the NVIDIA "
+                               "runtime: NVIDIA_VISIBLE_DEVICES is ignored and the pod's "
+                               "containers start without their GPUs")
     mode = inv.runtime.effective_mode(runtime_class)
     if mode is None:
         return Resolution(way, None, mode=mode, note="runtime mode unknown")

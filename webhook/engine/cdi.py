@@ -53,6 +53,8 @@ class NodeAssessment:
     kind: str = ""
     mode: str | None = None
     way: str = ""
+    #: the GPUs would not reach the container at all (see ``delivery.Resolution``)
+    undelivered: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,7 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None,
                      f"({shown}); HAMi's scheduler may still hand them out until it next "
                      "re-registers the node's GPUs")
     return NodeAssessment(node.name, OK if r.ok else MISSING, missing=r.missing, note=r.note,
-                          kind=r.kind, mode=r.mode, way=way)
+                          kind=r.kind, mode=r.mode, way=way, undelivered=r.undelivered)
 
 
 def _summary(checks: list[NodeAssessment]) -> str:
@@ -154,6 +156,11 @@ def fix_text(pool: Pool, checks: list[NodeAssessment], policy: Policy,
              runtime_classes: Mapping[str, str] | None = None) -> str:
     """The fix to name. A RuntimeClass is suggested only if the cluster has it (when gpupool
     knows the cluster's classes): the GPU Operator deletes its own with NRI injection."""
+    if checks and all(c.undelivered for c in checks):
+        return ("make the NVIDIA runtime containerd's default runtime on those nodes, or set "
+                f"pool {pool.name}'s device plugin to a CDI strategy (DEVICE_LIST_STRATEGY "
+                "cdi-annotations/cdi-cri), which containerd and the GPU Operator's NRI plugin "
+                "deliver under any handler")
     kind = next((c.kind for c in checks if c.kind), "")
     way = next((c.way for c in checks if c.way), delivery.VISIBLE_DEVICES)
     legacy = next((rc for rc in policy.non_cdi_runtime_classes
@@ -230,6 +237,7 @@ class Finding(StrEnum):
     SOME_FAIL = "someFail"  # some candidates work, others would fail it
     UNKNOWN = "unknown"  # none known to work; doubt is not proof
     MISSING = "missing"  # every candidate lacks its devices
+    NOT_DELIVERED = "notDelivered"  # on every candidate its containers start without GPUs
 
 
 def _on_no_candidates(p: Policy) -> bool:
@@ -246,6 +254,7 @@ OUTCOMES: dict[Finding, _Outcome] = {
     Finding.UNKNOWN: _Outcome(Reason.INVENTORY_MISSING, lambda p: p.on_missing_inventory
                               is OnFinding.DENY or p.require_inventory),
     Finding.MISSING: _Outcome(Reason.CDI_DEVICE_MISSING, lambda p: True),
+    Finding.NOT_DELIVERED: _Outcome(Reason.GPU_NOT_DELIVERED, lambda p: True),
 }
 
 
@@ -303,6 +312,8 @@ def _finding(s: Verdicts, facts: PodFacts, hami_pool: bool, policy: Policy) -> F
         return Finding.SOME_FAIL if s.missing or s.unknown else None
     if s.unknown and (policy.on_missing_inventory is OnFinding.WARN or not s.missing):
         return Finding.UNKNOWN
+    if all(c.undelivered for c in s.missing + s.unknown):
+        return Finding.NOT_DELIVERED
     return Finding.MISSING
 
 
@@ -339,6 +350,10 @@ def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy,
             return (f"{who}: CDI devices not verified: {s.failing_text}",
                     f"gpupool: CDI inventory unknown on {len(s.unknown)} candidate node(s); "
                     "devices not verified")
+        case Finding.NOT_DELIVERED:
+            return (f"{who} would start without its GPUs on every candidate node of pool "
+                    f"{name}: {s.failing_text}. "
+                    f"Fix: {fix_text(pool, s.missing, policy, runtime_classes)}", "")
         case Finding.MISSING:
             return (f"{who} would fail on its node with 'unresolvable CDI devices': no "
                     f"candidate node of pool {name} defines the CDI devices it needs: "

@@ -39,6 +39,7 @@ class Reason(StrEnum):
     GPU_UUID_UNAVAILABLE = "GPUUUIDUnavailable"
     NO_CANDIDATE_NODES = "NoCandidateNodes"
     INVENTORY_MISSING = "InventoryMissing"
+    GPU_NOT_DELIVERED = "GPUNotDelivered"
 
     @classmethod
     def codes(cls) -> tuple[str, ...]:

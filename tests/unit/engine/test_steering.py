@@ -27,7 +27,8 @@ DETECTED = delivery.LABELS[delivery.DETECT]
 def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
                per_uuid: bool | tuple[str, ...] = False, register: bool = True,
                agent: bool = True, allocatable: int | None = None,
-               types: tuple[str, ...] = (), cordon: str | None = None) -> dict:
+               types: tuple[str, ...] = (), cordon: str | None = None,
+               default_runtime: str | None = None) -> dict:
     """A node as gpupool's agent publishes it (inventory annotation and steering labels);
     ``per_uuid``: a per-UUID spec for every GPU, or for those listed."""
     labels = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": name}
@@ -41,6 +42,11 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
         ann["hami.io/node-nvidia-register"] = json.dumps(reg)
     if agent:
         paths = write_layout(tmp_path / name, layout)
+        if default_runtime:  # containerd's default handler, as the node's config sets it
+            text = paths["containerd"].read_text()
+            paths["containerd"].write_text(text.replace('default_runtime_name = "nvidia"',
+                                                        f'default_runtime_name = '
+                                                        f'"{default_runtime}"'))
         if per_uuid:
             (paths["run"] / "per-uuid.yaml").write_text(
                 per_uuid_spec() if per_uuid is True else per_uuid_spec(uuids=per_uuid))
@@ -431,3 +437,30 @@ def test_runtime_classes_are_read_from_a_cluster_file(tmp_path):
     assert snap.runtime_classes == {"rc1": "h1"}
     f.write_text("apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n")
     assert load_cluster_file(str(f)).runtime_classes is None  # none in the file: unknown
+
+
+# ------------------------------------------------------------------ GPUs never delivered
+
+
+def test_envvar_gpus_under_a_default_handler_other_than_nvidia_never_arrive(tmp_path):
+    """Only the NVIDIA runtime reads NVIDIA_VISIBLE_DEVICES. Where containerd's default
+    handler is runc (the GPU Operator injecting devices through NRI), a HAMi pod in the
+    envvar strategy would reach Running with no GPU: denied, with the fix; a pod naming the
+    NVIDIA runtime's class is fine, and so is a device plugin in a CDI strategy."""
+    from webhook.cli.doctor import diagnose
+
+    runc = agent_node(tmp_path, "hami-nri", "hami", "operator-management", per_uuid=True,
+                      default_runtime="runc")
+    assert runc["metadata"]["labels"][delivery.LABELS[delivery.VISIBLE_DEVICES]] == "false"
+    rv, view, policy = decide([runc], hami_pod())
+    assert not rv.final.allowed and rv.final.reason == Reason.GPU_NOT_DELIVERED
+    assert "start without their GPUs" in rv.final.message
+    assert "CDI strategy" in rv.final.message and "unresolvable" not in rv.final.message
+    (row,) = diagnose(view, policy)
+    assert row.state == "missing" and "CDI strategy" in row.fix
+    rv, _, _ = decide([runc], hami_pod(runtimeClassName="nvidia"))
+    assert rv.final.allowed and not rv.final.warnings  # the NVIDIA handler reads it
+    plugin = agent_node(tmp_path / "p", "op-nri", None, "device-plugin", register=False,
+                        default_runtime="runc")
+    rv, _, _ = decide([plugin], gpu_pod("g", limits={"nvidia.com/gpu": 1}))
+    assert rv.final.allowed and not rv.final.warnings  # CDI names: containerd delivers them
