@@ -21,7 +21,7 @@ from webhook.engine import ClusterView, NodeInfo
 from webhook.server.app import Probe, Webhook, create_app
 from webhook.server.config import ServeConfig
 from webhook.server.policysource import PolicySource
-from webhook.server.tls import ReloadingContext, configure_deadlines
+from webhook.server.tls import Deadlines, ReloadingContext
 
 if TYPE_CHECKING:
     from webhook.server.informer import ClusterInformer
@@ -143,8 +143,10 @@ class GunicornApp(BaseApplication):  # type: ignore[misc]  # gunicorn is untyped
     def _context(self) -> ReloadingContext:
         """This worker's reloading TLS context (created after the fork, once)."""
         if "ctx" not in self._tls:
-            configure_deadlines(self.cfg_obj.handshake_deadline, self.cfg_obj.request_deadline)
-            self._tls["ctx"] = ReloadingContext(self.cfg_obj.certfile, self.cfg_obj.keyfile)
+            c = self.cfg_obj
+            self._tls["ctx"] = ReloadingContext(
+                c.certfile, c.keyfile,
+                deadlines=Deadlines(c.handshake_deadline, c.request_deadline))
         return self._tls["ctx"]
 
     def load_config(self) -> None:

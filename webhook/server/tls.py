@@ -38,14 +38,13 @@ CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
 #: The API server sends each review in one go: legitimate requests take milliseconds. A
 #: stalled handshake costs nothing to cut; a request that was cut comes back with a new TLS
 #: handshake, the expensive part of a slow client, hence the longer request deadline.
-HANDSHAKE_DEADLINE = 3.0
-REQUEST_DEADLINE = 10.0
+@dataclass(frozen=True)
+class Deadlines:
+    """``gpupool serve --handshake-deadline/--request-deadline``; carried by the socket class
+    each context builds, so two contexts in one process may differ."""
 
-
-def configure_deadlines(handshake: float, request: float) -> None:
-    """Set this process's deadlines (``gpupool serve --handshake-deadline/--request-deadline``)."""
-    global HANDSHAKE_DEADLINE, REQUEST_DEADLINE
-    HANDSHAKE_DEADLINE, REQUEST_DEADLINE = handshake, request
+    handshake: float = 3.0
+    request: float = 10.0
 
 
 class _DroppedLog:
@@ -57,14 +56,14 @@ class _DroppedLog:
         self.counts: dict[str, int] = {}
         self._next = 0.0
 
-    def note(self, stage: str) -> None:
+    def note(self, stage: str, deadlines: Deadlines) -> None:
         self.counts[stage] = self.counts.get(stage, 0) + 1
         now = time.monotonic()
         if now >= self._next:
             summary = ", ".join(f"{n} in {stage}" for stage, n in sorted(self.counts.items()))
             log.warning("dropped slow client connection(s): %s (deadlines: handshake %.0fs, "
                         "request %.0fs from its first byte); further drops are summed for %.0fs",
-                        summary, HANDSHAKE_DEADLINE, REQUEST_DEADLINE, self.every)
+                        summary, deadlines.handshake, deadlines.request, self.every)
             self.counts.clear()
             self._next = now + self.every
 
@@ -72,8 +71,8 @@ class _DroppedLog:
 DROPPED = _DroppedLog()
 
 
-def _cut(stage: str) -> ConnectionResetError:
-    DROPPED.note(stage)
+def _cut(stage: str, deadlines: Deadlines) -> ConnectionResetError:
+    DROPPED.note(stage, deadlines)
     # ECONNRESET: the worker closes the connection without a traceback of its own.
     return ConnectionResetError(errno.ECONNRESET, f"slow client: {stage} over its deadline")
 
@@ -92,12 +91,15 @@ class _Deadlines(_SocketBase):
     once a gevent worker has patched ``ssl`` (see ``deadline_socket_class``).
     """
 
+    #: set on each class ``deadline_socket_class`` makes
+    deadlines: Deadlines = Deadlines()
+
     def do_handshake(self, *args: Any) -> None:
-        self.settimeout(HANDSHAKE_DEADLINE)  # the stdlib applies it to the whole handshake
+        self.settimeout(self.deadlines.handshake)  # the stdlib applies it to the whole handshake
         try:
             super().do_handshake(*args)
         except TimeoutError:
-            raise _cut("handshake") from None
+            raise _cut("handshake", self.deadlines) from None
         finally:
             self.settimeout(None)
 
@@ -107,9 +109,9 @@ class _Deadlines(_SocketBase):
         if start is None:
             self.settimeout(None)
             return False
-        left = start + REQUEST_DEADLINE - time.monotonic()
+        left = start + self.deadlines.request - time.monotonic()
         if left <= 0:
-            raise _cut("request")
+            raise _cut("request", self.deadlines)
         self.settimeout(left)
         return True
 
@@ -122,7 +124,7 @@ class _Deadlines(_SocketBase):
         try:
             data = super().recv(buflen, flags)
         except TimeoutError:
-            raise _cut("request") from None
+            raise _cut("request", self.deadlines) from None
         self._after_read(started, len(data))
         return data
 
@@ -134,7 +136,7 @@ class _Deadlines(_SocketBase):
             else:
                 got = super().recv_into(buffer, nbytes, flags)
         except TimeoutError:
-            raise _cut("request") from None
+            raise _cut("request", self.deadlines) from None
         self._after_read(started, got)
         return got
 
@@ -152,29 +154,32 @@ class _GeventDeadlines(_Deadlines):
         import gevent  # only reached once a gevent worker has built the context
 
         # The TimeoutError it raises is turned into the cut by _Deadlines.do_handshake.
-        with gevent.Timeout(HANDSHAKE_DEADLINE, TimeoutError):
+        with gevent.Timeout(self.deadlines.handshake, TimeoutError):
             super().do_handshake(*args)
 
 
-_DEADLINE_CLASSES: dict[type, type] = {}
+_DEADLINE_CLASSES: dict[tuple[type, Deadlines], type] = {}
 
 
-def deadline_socket_class(base: type) -> type:
-    """``base`` (an SSLSocket class) with the deadlines mixed in, made once per base."""
-    if base not in _DEADLINE_CLASSES:
+def deadline_socket_class(base: type, deadlines: Deadlines) -> type:
+    """``base`` (an SSLSocket class) with these deadlines mixed in, made once per pair."""
+    key = (base, deadlines)
+    if key not in _DEADLINE_CLASSES:
         mixin = _GeventDeadlines if base.__module__.startswith("gevent") else _Deadlines
-        _DEADLINE_CLASSES[base] = type(f"Deadline{base.__name__}", (mixin, base), {})
-    return _DEADLINE_CLASSES[base]
+        _DEADLINE_CLASSES[key] = type(f"Deadline{base.__name__}", (mixin, base),
+                                      {"deadlines": deadlines})
+    return _DEADLINE_CLASSES[key]
 
 
-def build_context(certfile: str, keyfile: str) -> ssl.SSLContext:
+def build_context(certfile: str, keyfile: str, deadlines: Deadlines = Deadlines()
+                  ) -> ssl.SSLContext:
     # ``ssl.SSLContext`` looked up now, not at import: in a gevent worker it is gevent's
     # cooperative class by the time the first context is built.
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers(CIPHERS)
     ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
-    ctx.sslsocket_class = deadline_socket_class(type(ctx).sslsocket_class)
+    ctx.sslsocket_class = deadline_socket_class(type(ctx).sslsocket_class, deadlines)
     ctx.load_cert_chain(certfile=certfile, keyfile=keyfile)
     return ctx
 
@@ -189,12 +194,13 @@ class ReloadingContext:
     """The serving context, rebuilt when the certificate pair changes
     (``webhook.server.filewatch``)."""
 
-    def __init__(self, certfile: str, keyfile: str, check_interval: float = 1.0) -> None:
+    def __init__(self, certfile: str, keyfile: str, check_interval: float = 1.0,
+                 deadlines: Deadlines = Deadlines()) -> None:
         self.certfile = certfile
         self.keyfile = keyfile
 
         def load() -> _Served:
-            return _Served(build_context(certfile, keyfile), _not_after(certfile))
+            return _Served(build_context(certfile, keyfile, deadlines), _not_after(certfile))
 
         def changed(served: _Served) -> None:
             log.info("serving certificate reloaded (valid until %s)",
