@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from webhook.api.inventory import INVENTORY_ANNOTATION
-from webhook.engine import meta_of
+from webhook.engine import meta_of, runtime_classes_of
 
 #: libyaml's loader when PyYAML was built with it: snapshots of thousands of nodes load ~10x
 #: faster. Both are safe loaders.
@@ -80,7 +80,7 @@ def load_cluster_file(path: str) -> ClusterFile:
     ignored."""
     nodes: list[dict[str, Any]] = []
     namespaces: dict[str, dict[str, str]] = {}
-    classes: dict[str, str] | None = None
+    classes: list[dict[str, Any]] = []
     for obj in load_yaml_objects(path):
         kind = obj.get("kind")
         meta = meta_of(obj)
@@ -90,10 +90,9 @@ def load_cluster_file(path: str) -> ClusterFile:
             nodes.append(obj)
         elif kind == "Namespace" and meta.get("name"):
             namespaces[meta["name"]] = dict(meta.get("labels") or {})
-        elif kind == "RuntimeClass" and meta.get("name") and isinstance(obj.get("handler"), str):
-            classes = classes or {}
-            classes[meta["name"]] = obj["handler"]
-    return ClusterFile(nodes, namespaces, classes)
+        elif kind == "RuntimeClass":
+            classes.append(obj)
+    return ClusterFile(nodes, namespaces, runtime_classes_of(classes) or None)
 
 
 def restamp_inventories(nodes: list[dict[str, Any]], observed_at: str) -> None:

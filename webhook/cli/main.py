@@ -392,6 +392,7 @@ def _live_objects(kubeconfig: str | None, context: str | None) -> tuple[Any, Clu
     yaml`` would give them: the same inputs a snapshot file gives, so both answer alike."""
     from kubernetes import client
 
+    from webhook.engine import runtime_classes_of
     from webhook.kube import REQUEST_TIMEOUT, api_client
     from webhook.snapshot import ClusterFile
 
@@ -407,9 +408,9 @@ def _live_objects(kubeconfig: str | None, context: str | None) -> tuple[Any, Clu
         _raise_api_error(exc, api)
     classes: dict[str, str] | None
     try:  # not required: without them, every class is taken to name its handler
-        classes = {c.metadata.name: c.handler for c in client.NodeV1Api(api).list_runtime_class(
-                       _request_timeout=REQUEST_TIMEOUT).items
-                   if c.metadata is not None and c.metadata.name}
+        classes = runtime_classes_of(
+            api.sanitize_for_serialization(c) for c in
+            client.NodeV1Api(api).list_runtime_class(_request_timeout=REQUEST_TIMEOUT).items)
     except client.ApiException:
         classes = None
     return api, ClusterFile(nodes, namespaces, classes)

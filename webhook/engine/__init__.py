@@ -27,6 +27,7 @@ _SURFACE = {
     "allow": "decision", "clean_warning": "decision", "MESSAGE_LIMIT": "decision",
     # the cluster as the engine sees it
     "ClusterView": "cluster", "NodeInfo": "cluster", "view_from_objects": "cluster",
+    "runtime_classes_of": "cluster",
     # the policy
     "Policy": "policy", "PolicyError": "policy", "load_policy_text": "policy",
     # per node, for doctor
@@ -65,6 +66,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.cdi import node_verdict as node_verdict
     from webhook.engine.cluster import ClusterView as ClusterView
     from webhook.engine.cluster import NodeInfo as NodeInfo
+    from webhook.engine.cluster import runtime_classes_of as runtime_classes_of
     from webhook.engine.cluster import view_from_objects as view_from_objects
     from webhook.engine.decision import MESSAGE_LIMIT as MESSAGE_LIMIT
     from webhook.engine.decision import Decision as Decision

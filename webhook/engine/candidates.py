@@ -139,8 +139,8 @@ def narrows(facts: PodFacts, hami_pool: bool) -> bool:
     return hami_pool and any(hami.uuid_list(v) for v in facts.narrowing)
 
 
-def demand_of(facts: PodFacts, policy: Policy, hami_pool: bool) -> Demand:
-    requests = tuple(sorted(pod_requests(facts.spec, set(facts.gpus)).items()))
+def demand_of(facts: PodFacts, hami_pool: bool) -> Demand:
+    requests = tuple(sorted(pod_requests(facts.spec, facts.gpus).items()))
     if not hami_pool:
         return Demand(requests=requests)
     use_uuids, nouse_uuids, use_types, nouse_types = (hami.uuid_list(v)

@@ -34,8 +34,6 @@ class NodeState(StrEnum):
     MISSING = "missing"  # some spec lacks a device the pod would get
     UNKNOWN = "unknown"  # gpupool cannot tell (no inventory, unknown mode or GPUs)
 
-
-OK, MISSING, UNKNOWN = NodeState.OK, NodeState.MISSING, NodeState.UNKNOWN
 _SHOW_NODES = 3
 #: Nodes listed in a decision (and so in its audit record); messages give the totals.
 MAX_FINDINGS = 20
@@ -92,34 +90,33 @@ class Verdicts:
         return _summary(self.missing + self.unknown)
 
 
-def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None,
-                demand: cand.Demand, policy: Policy, handler: str | None = None
-                ) -> NodeAssessment:
+def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: str | None,
+                demand: cand.Demand, policy: Policy) -> NodeAssessment:
     """Will every GPU the device plugin could hand this pod resolve on this node?
-    ``handler``: the containerd handler the pod's RuntimeClass names (default: the class's
-    own name)."""
-    handler = handler if handler is not None else runtime_class
+    ``handler``: the containerd handler the pod's RuntimeClass names
+    (``ClusterView.handler_of``)."""
     req = pool.cdi
     if not req.checked:
-        return NodeAssessment(node.name, OK)
+        return NodeAssessment(node.name, NodeState.OK)
     inv = node.inventory
     if inv is None:
         note = node.inventory_error or "no CDI inventory published (is gpupool's agent running?)"
-        return NodeAssessment(node.name, UNKNOWN, note=note)
+        return NodeAssessment(node.name, NodeState.UNKNOWN, note=note)
     way = req.delivery
     if way is delivery.Way.DETECT:
         way = delivery.Way(delivery.detected_way(inv, req.device_kind))
     if way == delivery.VISIBLE_DEVICES and runtime_class in policy.non_cdi_runtime_classes:
-        return NodeAssessment(node.name, OK, note=f"RuntimeClass {runtime_class} uses no CDI",
-                              way=way)
+        return NodeAssessment(node.name, NodeState.OK, way=way,
+                              note=f"RuntimeClass {runtime_class} uses no CDI")
     gpus = cand.eligible_gpus(node, demand)
     if not gpus:
-        return NodeAssessment(node.name, UNKNOWN, way=way,
+        return NodeAssessment(node.name, NodeState.UNKNOWN, way=way,
                               note="no GPU UUIDs known (no driver list in the inventory, no "
                                    "hami.io/node-nvidia-register annotation)")
     r = delivery.resolve(inv, way, gpus, handler, req.device_kind)
     if r.ok is None:
-        return NodeAssessment(node.name, UNKNOWN, note=r.note, mode=r.mode, way=way)
+        return NodeAssessment(node.name, NodeState.UNKNOWN, note=r.note, mode=r.mode,
+                              way=way)
     if r.ok is False and demand.hami and node.cordoned:
         # HAMi's scheduler reads hami.io/device-cordon from the Node it stored when it last
         # registered the node's GPUs (HAMi v2.10 pkg/scheduler/scheduler.go, register: only
@@ -130,12 +127,13 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None,
         if not rest or delivery.resolve(inv, way, rest, handler, req.device_kind).ok:
             shown = ", ".join(sorted(set(gpus) - set(rest))[:_SHOW_DEVICES])
             return NodeAssessment(
-                node.name, UNKNOWN, kind=r.kind, mode=r.mode, way=way,
+                node.name, NodeState.UNKNOWN, kind=r.kind, mode=r.mode, way=way,
                 note=f"only GPUs cordoned by {hami.CORDON_ANNOTATION} lack their CDI devices "
                      f"({shown}); HAMi's scheduler may still hand them out until it next "
                      "re-registers the node's GPUs")
-    return NodeAssessment(node.name, OK if r.ok else MISSING, missing=r.missing, note=r.note,
-                          kind=r.kind, mode=r.mode, way=way, undelivered=r.undelivered)
+    return NodeAssessment(node.name, NodeState.OK if r.ok else NodeState.MISSING,
+                          missing=r.missing, note=r.note, kind=r.kind, mode=r.mode, way=way,
+                          undelivered=r.undelivered)
 
 
 def _summary(checks: list[NodeAssessment]) -> str:
@@ -200,8 +198,8 @@ def _summarise(verdicts: dict[str, _NodeVerdict]) -> Verdicts:
         (c for _, _, c in fit if c is not None), key=lambda c: c.node)
     return Verdicts(
         total=len(verdicts), unfit=unfit, ok=len(judged) - len(failing),
-        missing=[c for c in failing if c.state == MISSING],
-        unknown=[c for c in failing if c.state == UNKNOWN],
+        missing=[c for c in failing if c.state == NodeState.MISSING],
+        unknown=[c for c in failing if c.state == NodeState.UNKNOWN],
         findings=[NodeFinding(c.node, c.missing, c.note) for c in failing][:MAX_FINDINGS],
         reachable=bool(placed) or not fit,
         every_failing=tuple(every_failing))
@@ -271,7 +269,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
 
     def demand_of() -> cand.Demand:
         if not demand:
-            demand.append(cand.demand_of(facts, policy, hami_pool))
+            demand.append(cand.demand_of(facts, hami_pool))
         return demand[0]
 
     def per_node(n: NodeInfo) -> _NodeVerdict | None:
@@ -288,7 +286,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
         if why:
             return (why, False, None)
         matches = affinity.node_matches(facts.spec, n.labels, n.name)
-        check = assess_node(n, pool, facts.runtime_class, demand_of(), policy, handler)
+        check = assess_node(n, pool, facts.runtime_class, handler, demand_of(), policy)
         if check.state is NodeState.OK:
             return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
         return (None, matches, check)

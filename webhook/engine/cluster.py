@@ -420,6 +420,17 @@ class ClusterView:
         return value
 
 
+def runtime_classes_of(items: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """RuntimeClass name -> handler, from RuntimeClass objects as the API serves them (the
+    watch, a cluster file, a live listing); any without a name or handler is skipped."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, handler = objects.meta_of(item).get("name"), item.get("handler")
+        if isinstance(name, str) and name and isinstance(handler, str):
+            out[name] = handler
+    return out
+
+
 def view_from_objects(objects: Iterable[Mapping[str, Any]], policy: Policy | None = None,
                       namespaces: Mapping[str, Mapping[str, str]] | None = None,
                       runtime_classes: Mapping[str, str] | None = None) -> ClusterView:

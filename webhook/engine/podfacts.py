@@ -9,8 +9,8 @@ interpret; they get it from here, already shaped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple, cast
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, TypeVar, cast
 
 from webhook.engine import affinity, hami, objects
 from webhook.engine.policy import Policy
@@ -21,6 +21,7 @@ DEFAULT_SCHEDULER = "default-scheduler"
 NARROWING_ANNOTATIONS = (hami.USE_UUID_ANNOTATION, hami.NOUSE_UUID_ANNOTATION,
                          hami.USE_TYPE_ANNOTATION, hami.NOUSE_TYPE_ANNOTATION)
 _USE_UUID, _NOUSE_UUID, _USE_TYPE, _NOUSE_TYPE = NARROWING_ANNOTATIONS
+T = TypeVar("T")
 
 
 class PodFacts(NamedTuple):
@@ -73,30 +74,27 @@ class PodFacts(NamedTuple):
     def is_gpu_pod(self) -> bool:
         return bool(self.gpus)
 
+    def _once(self, key: str, compute: Callable[[], T]) -> T:
+        """``compute()``, worked out on the first call only (kept in ``memo``)."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return cast(T, self.memo[key])
+
     @property
     def unsteered(self) -> Mapping[str, Any]:
         """The placement fields without gpupool's own steering requirements: the nodes the
         pod could reach had gpupool not kept it off the failing ones."""
-        found = self.memo.get("unsteered")
-        if found is None:
-            found = self.memo["unsteered"] = affinity.without_steering(self.spec)
-        return cast(Mapping[str, Any], found)
+        return self._once("unsteered", lambda: affinity.without_steering(self.spec))
 
     @property
     def narrowing(self) -> tuple[object, ...]:
         """HAMi's GPU-picking annotations, as sent (None where absent)."""
-        found = self.memo.get("narrowing")
-        if found is None:
-            get = self.annotations.get
-            found = self.memo["narrowing"] = (get(_USE_UUID), get(_NOUSE_UUID),
-                                              get(_USE_TYPE), get(_NOUSE_TYPE))
-        return cast(tuple[object, ...], found)
+        get = self.annotations.get
+        return self._once("narrowing", lambda: (get(_USE_UUID), get(_NOUSE_UUID),
+                                                get(_USE_TYPE), get(_NOUSE_TYPE)))
 
     @property
     def demand_key(self) -> tuple[Any, ...]:
         """Everything a pod's GPU demand is computed from: a cache key for what it decides."""
-        found = self.memo.get("demand_key")
-        if found is None:
-            found = self.memo["demand_key"] = (
-                [c.get("resources") for _, _, c in containers(self.spec)], self.narrowing)
-        return cast(tuple[Any, ...], found)
+        return self._once("demand_key", lambda: (
+            [c.get("resources") for _, _, c in containers(self.spec)], self.narrowing))

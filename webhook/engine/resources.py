@@ -8,7 +8,7 @@ them to act on the pod.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from webhook.engine.policy import Policy
@@ -82,7 +82,7 @@ def _amount(c: Mapping[str, Any], name: str) -> int:
     return 0
 
 
-def pod_requests(spec: Mapping[str, Any], names: set[str]) -> dict[str, int]:
+def pod_requests(spec: Mapping[str, Any], names: Iterable[str]) -> dict[str, int]:
     """What the scheduler counts against a node's allocatable: the sum over containers, or
     the largest init container's request if that is more."""
     out: dict[str, int] = {}

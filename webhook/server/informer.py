@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from webhook.engine import ClusterView, NodeInfo
+from webhook.engine import ClusterView, NodeInfo, runtime_classes_of
 
 log = logging.getLogger(__name__)
 #: Backoff jitter from a private generator: never perturbs anyone else's random state.
@@ -205,17 +205,13 @@ class ClusterInformer:
                                 else meta.get("labels") or {})
 
     def _rc_listed(self, items: list[dict[str, Any]]) -> None:
-        self.view.replace_runtime_classes({
-            i["metadata"]["name"]: i["handler"] for i in items
-            if isinstance(i.get("metadata"), dict) and i["metadata"].get("name")
-            and isinstance(i.get("handler"), str)})
+        self.view.replace_runtime_classes(runtime_classes_of(items))
 
     def _rc_event(self, etype: str, obj: dict[str, Any]) -> None:
         name = (obj.get("metadata") or {}).get("name")
-        handler = obj.get("handler")
         if name:
-            self.view.set_runtime_class(name, None if etype == "DELETED" or
-                                        not isinstance(handler, str) else handler)
+            self.view.set_runtime_class(
+                name, None if etype == "DELETED" else runtime_classes_of([obj]).get(name))
 
     def alive(self) -> tuple[bool, str]:
         """For /livez: a reflector thread that died never comes back by itself."""

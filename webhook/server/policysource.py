@@ -27,8 +27,10 @@ class PolicySource:
         """``path``: a file to follow; otherwise ``fixed``, or the built-in policy."""
         self.path = path
         self._watch: Watched[Policy] | None = None
-        self._fixed = fixed or default_policy()
-        if path is not None:
+        self._fixed: Policy | None = None
+        if path is None:
+            self._fixed = fixed or default_policy()
+        else:
             def changed(policy: Policy) -> None:
                 log.info("policy reloaded from %s", path)
                 if on_change is not None:
@@ -42,7 +44,10 @@ class PolicySource:
     @property
     def policy(self) -> Policy:
         """The current policy; re-checks the file at most every ``check_interval`` seconds."""
-        return self._watch.value if self._watch is not None else self._fixed
+        if self._watch is not None:
+            return self._watch.value
+        assert self._fixed is not None  # no file: a fixed or the built-in policy
+        return self._fixed
 
     @property
     def last_error(self) -> str | None:

@@ -95,8 +95,10 @@ def test_events_apply_and_expired_watch_relists_at_once():
     inf, view = _informer(api)
     inf.start()
     try:
-        # The relist counter moves just after the view is replaced: wait for both.
-        _wait(lambda: view.node("c") is not None and inf.nodes.relists == 2)
+        # The relist counter moves just after the view is replaced: wait for both (and for
+        # the namespaces' own thread, which readiness needs too).
+        _wait(lambda: view.node("c") is not None and inf.nodes.relists == 2
+              and inf.namespaces.synced.is_set())
         assert view.node("a").labels.get("gpupool.io/pool") is None  # from the relist
         assert view.node("b") is None
         assert inf.ready(60)[0]
