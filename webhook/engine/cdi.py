@@ -19,7 +19,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from webhook.api import delivery
-from webhook.engine import affinity, hami
+from webhook.engine import affinity, allocation, hami
 from webhook.engine import candidates as cand
 from webhook.engine.cluster import ClusterView, NodeInfo
 from webhook.engine.decision import Decision, NodeFinding, Reason, allow, deny
@@ -272,8 +272,13 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
             demand.append(cand.demand_of(facts, hami_pool))
         return demand[0]
 
+    extended = allocation.demand(facts, view).extended
+
     def per_node(n: NodeInfo) -> _NodeVerdict | None:
-        """This node's part in the verdicts (None: not a candidate at all)."""
+        """This node's part in the verdicts (None: not a candidate at all, or one where DRA,
+        not a device plugin, serves every GPU resource the pod asks for)."""
+        if extended and all(allocation.dra_served(n, r, extended) for r in facts.gpus):
+            return None
         if node_name:
             if n.name != node_name or not affinity.node_matches(facts.unsteered, n.labels,
                                                                 n.name):
@@ -292,7 +297,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
         return (None, matches, check)
 
     key = ("cdi", policy.cache_key, pool_name,
-           cand.shape_key(facts.spec, (facts.runtime_class, facts.demand_key)))
+           cand.shape_key(facts.spec, (facts.runtime_class, facts.demand_key, extended)))
     fold = view.fold(key, per_node,
                      lambda: cand.candidates(facts.unsteered, pool_name, view, policy))
     summary: Verdicts = fold.derive(_summarise)
@@ -363,8 +368,8 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
                  ) -> Decision | None:
     """None: nothing to say. Otherwise a Decision carrying a denial or warnings and nodes."""
     pool = policy.by_name[pool_name]
-    if not pool.cdi.checked:
-        return None
+    if not pool.cdi.checked or not facts.is_gpu_pod:
+        return None  # nothing to check, or only DRA claims (``allocation`` judges those)
     if len(view) == 0:
         # No node source (serve --no-cluster, check without --cluster): say so on every GPU
         # pod rather than let an unchecked pod read as a checked one.
@@ -373,6 +378,8 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
         d.warn(f"gpupool: CDI devices not checked: {NO_NODES}")
         return d
     s = verdicts(facts, pool_name, view, policy)
+    if not s.total and allocation.demand(facts, view).extended:
+        return None  # DRA serves it on every node it could reach: ``allocation`` judges
     finding = _finding(s, facts, policy.is_hami_pool(pool_name), policy)
     if finding is None:
         return None

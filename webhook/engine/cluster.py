@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
 from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
-from webhook.engine import hami, objects
+from webhook.engine import dra, hami, objects
 from webhook.engine.labels import NodeLabels
 from webhook.engine.policy import Policy
 from webhook.engine.resources import whole_number
@@ -202,6 +202,14 @@ class ClusterView:
         self._folds: OrderedDict[Any, NodeFold[Any]] = OrderedDict()
         #: RuntimeClass name -> its handler; None while the cluster's classes are unknown
         self._runtime_classes: dict[str, str] | None = None
+        # DRA (resource.k8s.io): None while not listed (the API or the permission missing)
+        self._device_classes: dict[str, dra.DeviceClass] | None = None
+        self._slices: dict[str, dra.Slice] = {}
+        self._slices_by_node: dict[str | None, dict[str, dra.Slice]] = {}
+        #: (kind, namespace, name) -> requests; claims change with every pod that uses a
+        #: template, so they are read on demand and never bump ``version``
+        self._claims: dict[tuple[str, str, str], dra.ClaimSpec] = {}
+        self._claim_kinds: set[str] = set()
         self.version = 0
 
     # ---------------------------------------------------------------- writes
@@ -325,7 +333,88 @@ class ClusterView:
                 classes[name] = handler
         self.replace_runtime_classes(classes)
 
+    def replace_device_classes(self, classes: Iterable[dra.DeviceClass] | None) -> None:
+        """The cluster's DeviceClasses; None: unknown (not listed)."""
+        with self._lock:
+            self._device_classes = None if classes is None else {c.name: c for c in classes}
+            self._bump()
+
+    def set_device_class(self, name: str, device_class: dra.DeviceClass | None) -> None:
+        """One DeviceClass added or changed, or deleted (None)."""
+        with self._lock:
+            classes = self._device_classes = dict(self._device_classes or {})
+            if device_class is None:
+                classes.pop(name, None)
+            else:
+                classes[name] = device_class
+            self._bump()
+
+    def replace_slices(self, slices: Iterable[dra.Slice]) -> None:
+        with self._lock:
+            self._slices, self._slices_by_node = {}, {}
+            for s in slices:
+                self._add_slice(s)
+            self._bump()
+
+    def _add_slice(self, s: dra.Slice) -> None:
+        old = self._slices.pop(s.name, None)
+        if old is not None:
+            self._slices_by_node.get(old.node, {}).pop(old.name, None)
+        self._slices[s.name] = s
+        self._slices_by_node.setdefault(s.node, {})[s.name] = s
+
+    def set_slice(self, name: str, s: dra.Slice | None) -> None:
+        """One ResourceSlice added or changed, or deleted (None)."""
+        with self._lock:
+            if s is None:
+                old = self._slices.pop(name, None)
+                if old is None:
+                    return
+                self._slices_by_node.get(old.node, {}).pop(name, None)
+            else:
+                self._add_slice(s)
+            self._bump()
+
+    def replace_claims(self, kind: str, claims: Mapping[tuple[str, str], dra.ClaimSpec]
+                       ) -> None:
+        """Every ResourceClaim or ResourceClaimTemplate (``kind``), by (namespace, name)."""
+        with self._lock:
+            self._claims = {k: v for k, v in self._claims.items() if k[0] != kind}
+            self._claims.update(((kind, ns, n), spec) for (ns, n), spec in claims.items())
+            self._claim_kinds.add(kind)
+
+    def set_claim(self, kind: str, namespace: str, name: str,
+                  spec: dra.ClaimSpec | None) -> None:
+        with self._lock:
+            if spec is None:
+                self._claims.pop((kind, namespace, name), None)
+            else:
+                self._claims[(kind, namespace, name)] = spec
+
     # ---------------------------------------------------------------- reads
+
+    def device_classes(self) -> Mapping[str, dra.DeviceClass] | None:
+        """DeviceClass name -> class, or None when gpupool does not know them."""
+        return self._device_classes
+
+    def slices_for(self, node: str) -> tuple[dra.Slice, ...]:
+        """The ResourceSlices whose devices a pod on ``node`` could get: the node's own and
+        those every node reaches."""
+        with self._lock:
+            return tuple(self._slices_by_node.get(node, {}).values()) + \
+                tuple(self._slices_by_node.get(None, {}).values())
+
+    def nodes_with_slices(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(n for n, found in self._slices_by_node.items()
+                             if n is not None and found)
+
+    def claim(self, kind: str, namespace: str, name: str) -> dra.ClaimSpec | None:
+        return self._claims.get((kind, namespace, name))
+
+    def claims_known(self, kind: str) -> bool:
+        """Whether ``kind`` objects were listed (else a missing one proves nothing)."""
+        return kind in self._claim_kinds
 
     def runtime_classes(self) -> Mapping[str, str] | None:
         """RuntimeClass name -> handler, or None when gpupool does not know them."""
@@ -433,11 +522,47 @@ def runtime_classes_of(items: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 
 def view_from_objects(objects: Iterable[Mapping[str, Any]], policy: Policy | None = None,
                       namespaces: Mapping[str, Mapping[str, str]] | None = None,
-                      runtime_classes: Mapping[str, str] | None = None) -> ClusterView:
-    """A view from Node objects (and optional namespace labels and RuntimeClasses), for
-    offline use and tests."""
+                      runtime_classes: Mapping[str, str] | None = None,
+                      resources: Iterable[Mapping[str, Any]] | None = None) -> ClusterView:
+    """A view from Node objects (and optional namespace labels, RuntimeClasses and
+    ``resource.k8s.io`` objects: DeviceClasses, ResourceSlices, claims, templates), for
+    offline use and tests. With ``resources`` given, kinds absent from it are known to be
+    absent (an empty list), as a cluster file exported whole says."""
     view = ClusterView(policy.pool_label if policy else "gpupool.io/pool")
     view.replace_nodes(NodeInfo.from_object(o) for o in objects)
     view.replace_namespaces(namespaces or {})
     view.replace_runtime_classes(runtime_classes)
+    if resources is not None:
+        load_resources(view, resources)
     return view
+
+
+DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
+
+
+def load_resources(view: ClusterView, items: Iterable[Mapping[str, Any]]) -> None:
+    """Put ``resource.k8s.io`` objects (of every kind in ``DRA_KINDS``) into the view,
+    replacing what it held of them."""
+    by_kind: dict[str, list[Mapping[str, Any]]] = {k: [] for k in DRA_KINDS}
+    for item in items:
+        kind = item.get("kind")
+        if isinstance(kind, str) and kind in by_kind:
+            by_kind[kind].append(item)
+    view.replace_device_classes(c for o in by_kind["DeviceClass"]
+                                if (c := dra.DeviceClass.from_object(o)) is not None)
+    view.replace_slices(s for o in by_kind["ResourceSlice"]
+                        if (s := dra.Slice.from_object(o)) is not None)
+    for kind in ("ResourceClaim", "ResourceClaimTemplate"):
+        view.replace_claims(kind, claims_of(kind, by_kind[kind]))
+
+
+def claims_of(kind: str, items: Iterable[Mapping[str, Any]]
+              ) -> dict[tuple[str, str], dra.ClaimSpec]:
+    """(namespace, name) -> requests, for ResourceClaims or templates (``kind``) as listed."""
+    out = {}
+    for item in items:
+        meta = objects.meta_of(item)
+        ns, name = meta.get("namespace"), meta.get("name")
+        if isinstance(ns, str) and isinstance(name, str) and ns and name:
+            out[(ns, name)] = dra.claim_spec(kind, item)
+    return out

@@ -40,6 +40,9 @@ class Reason(StrEnum):
     NO_CANDIDATE_NODES = "NoCandidateNodes"
     INVENTORY_MISSING = "InventoryMissing"
     GPU_NOT_DELIVERED = "GPUNotDelivered"
+    DEVICE_CLASS_MISSING = "DeviceClassMissing"
+    NO_MATCHING_DEVICES = "NoMatchingDevices"
+    DRA_ADMIN_ACCESS_FORBIDDEN = "DRAAdminAccessForbidden"
 
     @classmethod
     def codes(cls) -> tuple[str, ...]:

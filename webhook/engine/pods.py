@@ -7,7 +7,7 @@ because HAMi's webhook may run after ours and rewrite what we set.
 
 from __future__ import annotations
 
-from webhook.engine import affinity, objects, patch, routing, steering
+from webhook.engine import affinity, allocation, objects, patch, routing, steering
 from webhook.engine import cdi as cdi_needs
 from webhook.engine.cluster import ClusterView
 from webhook.engine.decision import Decision, Reason, allow, deny
@@ -22,8 +22,13 @@ def _prelude(facts: PodFacts, view: ClusterView | None, policy: Policy
              ) -> tuple[Decision | None, routing.Route | None]:
     """Shared first steps: GPU pod? custom scheduler? which pool? Returns an early decision,
     or the route for the caller to act on."""
-    if not facts.is_gpu_pod:
-        return allow(Reason.NOT_GPU_POD), None
+    if not facts.is_gpu_pod and not allocation.routed_classes(facts, view, policy):
+        d = allow(Reason.NOT_GPU_POD)
+        if policy.serves_dra:
+            for ref in allocation.demand(facts, view).unresolved:
+                d.warn(f"gpupool: {ref} not found; if it asks for GPUs, the pod is not "
+                       "routed to a GPU pool")
+        return d, None
     scheduler = facts.scheduler
     if scheduler != DEFAULT_SCHEDULER and scheduler not in policy.schedulers:
         d = allow(Reason.CUSTOM_SCHEDULER, gpu=True, scheduler_name=scheduler,
@@ -105,13 +110,15 @@ def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decis
     for w in r.warnings:
         d.warn(w)
     if view is not None:
-        found = cdi_needs.pod_decision(facts, pool.name, view, policy)
-        if found is not None:
+        for check in (cdi_needs.pod_decision, allocation.pod_decision):
+            found = check(facts, pool.name, view, policy)
+            if found is None:
+                continue
             if not found.allowed:
                 found.scheduler_name = scheduler
                 return found
-            d.nodes = found.nodes
-            d.message = found.message
+            d.nodes += found.nodes
+            d.message = found.message or d.message
             for w in found.warnings:
                 d.warn(w)
     return d

@@ -114,6 +114,8 @@ class Pool:
     exclusive_resources: tuple[str, ...] = ()
     exclusive_annotations: tuple[str, ...] = ()
     cdi: CDIRequirement = field(default_factory=CDIRequirement)
+    #: DeviceClasses (names or glob patterns) whose DRA devices this pool's nodes publish
+    device_classes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,19 @@ class Policy:
         if value is None:
             return self.default_pool
         return self.pool_by_label_value.get(value, self.default_pool)
+
+    @cached_property
+    def serves_dra(self) -> bool:
+        """Whether any pool serves DRA DeviceClasses."""
+        return any(p.device_classes for p in self.pools)
+
+    def pool_for_device_class(self, name: str) -> str | None:
+        """The pool that serves a DeviceClass (``pools[].dra.deviceClasses``), if any."""
+        for pool in self.pools:
+            if any(name == p or (_is_pattern(p) and fnmatch.fnmatchcase(name, p))
+                   for p in pool.device_classes):
+                return pool.name
+        return None
 
     def is_hami_pool(self, pool: str) -> bool:
         return self.by_name[pool].scheduler_name == self.hami_scheduler_name
@@ -300,9 +315,22 @@ def _parse_pool(data: Any, path: str) -> Pool:
                             what="annotation key")
     cdi_raw = f.get("cdi", dict, None)
     cdi = _parse_cdi(cdi_raw, f"{path}.cdi") if cdi_raw is not None else CDIRequirement()
+    classes: tuple[str, ...] = ()
+    dra_raw = f.get("dra", dict, None)
+    if dra_raw is not None:
+        df = _Fields(dra_raw, f"{path}.dra")
+        classes = df.strings("deviceClasses", check=_device_class_name,
+                             what="DeviceClass name or pattern")
+        df.done()
     f.done()
     return Pool(name=name, scheduler_name=scheduler, label_values=values,
-                exclusive_resources=exclusive, exclusive_annotations=annotations, cdi=cdi)
+                exclusive_resources=exclusive, exclusive_annotations=annotations, cdi=cdi,
+                device_classes=classes)
+
+
+def _device_class_name(name: str) -> bool:
+    return len(name) <= 253 and bool(_DNS_SUBDOMAIN.match(
+        name.replace("*", "x").replace("?", "x")))
 
 
 def parse_policy(data: Any) -> Policy:
@@ -351,6 +379,13 @@ def parse_policy(data: Any) -> Policy:
                 raise PolicyError(f"pools[{i}].exclusiveResources: {r!r} is already exclusive "
                                   f"to pool {excl_owner[r]!r}")
             excl_owner[r] = pool.name
+    class_owner: dict[str, str] = {}
+    for i, pool in enumerate(pools):
+        for c in pool.device_classes:
+            if c in class_owner:
+                raise PolicyError(f"pools[{i}].dra.deviceClasses: {c!r} is already served by "
+                                  f"pool {class_owner[c]!r}; a DeviceClass belongs to one pool")
+            class_owner[c] = pool.name
     hami_scheduler = f.get("hamiSchedulerName", str, "hami-scheduler")
     non_cdi = f.strings("nonCDIRuntimeClasses", default=("nvidia-legacy",),
                         check=lambda v: bool(_DNS_SUBDOMAIN.match(v)), what="RuntimeClass name")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from webhook.engine import affinity, objects
+from webhook.engine import affinity, allocation, objects
 from webhook.engine.cluster import ClusterView
 from webhook.engine.decision import Reason
 from webhook.engine.podfacts import PodFacts
@@ -27,15 +27,17 @@ class Route:
     warnings: list[str] = field(default_factory=list)
 
 
-def _exclusive_pools(facts: PodFacts, policy: Policy) -> dict[str, list[str]]:
-    """pool -> the resources/annotations in this pod that only that pool serves."""
-    found: dict[str, list[str]] = {}
+def _exclusive_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
+                     ) -> dict[str, list[str]]:
+    """pool -> the resources, annotations and claimed DeviceClasses in this pod that only
+    that pool serves."""
+    found = allocation.routed_classes(facts, view, policy)
     for pool in policy.pools:
         hits = sorted(r for r in pool.exclusive_resources if r in facts.gpus)
         hits += sorted(f"annotation {a}" for a in pool.exclusive_annotations
                        if a in facts.annotations)
         if hits:
-            found[pool.name] = hits
+            found.setdefault(pool.name, []).extend(hits)
     return found
 
 
@@ -121,7 +123,7 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
                                     "names no pool; ignored")
 
     # 4. Resources or annotations only one pool serves.
-    exclusive = _exclusive_pools(facts, policy)
+    exclusive = _exclusive_pools(facts, view, policy)
     if len(exclusive) > 1:
         parts = "; ".join(f"{', '.join(v)} only in pool {k!r}" for k, v in exclusive.items())
         out.denial = (Reason.EXCLUSIVE_RESOURCE_CONFLICT,

@@ -1,0 +1,261 @@
+"""DRA pods: their demand classified, routed to the pool that serves their DeviceClasses,
+and checked against the ResourceSlices of that pool's nodes with the real CEL runtime."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from webhook.engine import admit, cel
+from webhook.engine.cluster import view_from_objects
+from webhook.engine.decision import Reason
+from webhook.engine.policy import PolicyError, load_policy_text
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "dra"
+POLICY = """
+apiVersion: gpupool.io/v1alpha1
+kind: PoolPolicy
+defaultPool: operator
+gpuResources: [nvidia.com/gpu, nvidia.com/gpumem]
+pools:
+  - name: hami
+    labelValues: [hami]
+    schedulerName: hami-scheduler
+    exclusiveResources: [nvidia.com/gpumem]
+  - name: operator
+    schedulerName: default-scheduler
+  - name: dra
+    labelValues: [dra]
+    schedulerName: default-scheduler
+    dra:
+      deviceClasses: [gpu.nvidia.com, mig.nvidia.com]
+"""
+
+
+def docs(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((FIXTURES / name).read_text()) if d]
+
+
+def node(name: str, pool: str | None = None, **status: Any) -> dict[str, Any]:
+    labels = {"kubernetes.io/hostname": name}
+    if pool:
+        labels["gpupool.io/pool"] = pool
+    return {"kind": "Node", "metadata": {"name": name, "labels": labels},
+            "status": status}
+
+
+@pytest.fixture
+def policy():
+    return load_policy_text(POLICY)
+
+
+def make_view(policy, resources=None, nodes=None, namespaces=None):
+    nodes = nodes if nodes is not None else [node("dra-node-1", "dra"), node("dra-node-2", "dra"),
+                                             node("hami-1", "hami"), node("op-1")]
+    resources = resources if resources is not None else docs("nvidia.yaml") + docs("claims.yaml")
+    return view_from_objects(nodes, policy, namespaces=namespaces or {"default": {}},
+                             resources=resources)
+
+
+def pod(*templates: str, gpus: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": "cuda"}
+    if gpus:
+        container["resources"] = {"limits": gpus}
+    if templates:
+        container.setdefault("resources", {})["claims"] = [{"name": f"c{i}"}
+                                                            for i in range(len(templates))]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [container], **spec,
+                     "resourceClaims": [{"name": f"c{i}", "resourceClaimTemplateName": t}
+                                        for i, t in enumerate(templates)]}}
+
+
+def review(p, view, policy):
+    return admit.review_pod(p, "default", view, policy)
+
+
+def test_a_claim_pod_is_routed_to_the_pool_serving_its_device_class(policy):
+    d = review(pod("one-gpu"), make_view(policy), policy)
+    assert d.allowed and d.gpu and d.pool == "dra", d.to_json()
+    assert d.scheduler_name == "default-scheduler"
+    # pinned to the pool like any GPU pod: the mutation adds the pool's node affinity
+    assert any(op["path"].startswith("/spec/affinity") for op in d.patch)
+
+
+def test_a_pod_without_claims_or_gpus_is_left_alone(policy):
+    d = review(pod(), make_view(policy), policy)
+    assert d.reason == Reason.NOT_GPU_POD and not d.patch
+
+
+@pytest.mark.parametrize("template, fits", [
+    ("one-gpu", True), ("two-gpus", True), ("all-gpus", True), ("big-gpu", True),
+    ("mig-or-gpu", True),  # no MIG device anywhere: the full-GPU alternative serves it
+    ("huge-gpu", False),  # no GPU with 100Gi
+    ("mig-only", False),
+])
+def test_claims_are_judged_against_the_published_devices(policy, template, fits):
+    d = review(pod(template), make_view(policy), policy)
+    assert d.allowed  # onNoCandidates: warn (the default): pending is not a late failure
+    if fits:
+        assert not d.warnings, d.warnings
+    else:
+        assert any("no node in pool dra has the DRA devices" in w for w in d.warnings)
+        assert {n.node for n in d.nodes} == {"dra-node-1", "dra-node-2"}
+        assert all(f"ResourceClaimTemplate {template} request gpu needs" in n.note
+                   for n in d.nodes)
+
+
+def test_the_cel_selector_picks_the_node_with_the_big_gpu(policy):
+    """big-gpu (>= 40Gi) fits only dra-node-1's A100s; two-gpus only dra-node-1's pair."""
+    for template in ("big-gpu", "two-gpus"):
+        d = review(pod(template), make_view(policy), policy)
+        able = {n.node for n in d.nodes if n.note == "can allocate"}
+        assert able == set() or able == {"dra-node-1"}
+        pinned = review(pod(template, nodeSelector={"kubernetes.io/hostname": "dra-node-2"}),
+                        make_view(policy), policy)
+        assert any("no node in pool dra has the DRA devices" in w for w in pinned.warnings)
+        assert [n.node for n in pinned.nodes] == ["dra-node-2"]
+        assert pinned.nodes[0].note.endswith(("; 0 found", "; 1 found"))
+
+
+def test_on_no_candidates_deny_turns_an_unallocatable_claim_away(policy):
+    strict = load_policy_text(POLICY + "onNoCandidates: deny\n")
+    d = review(pod("huge-gpu"), make_view(strict), strict)
+    assert not d.allowed and d.reason == Reason.NO_MATCHING_DEVICES
+    assert "ResourceClaimTemplate huge-gpu request gpu needs 1 device of class gpu.nvidia.com "\
+           "matching its selectors" in d.message
+
+
+def test_a_missing_device_class_is_named(policy):
+    resources = [o for o in docs("nvidia.yaml") + docs("claims.yaml")
+                 if o["metadata"]["name"] != "mig.nvidia.com"]
+    d = review(pod("mig-only"), make_view(policy, resources), policy)
+    assert d.allowed and any("DeviceClass mig.nvidia.com does not exist" in w
+                             for w in d.warnings)
+    strict = load_policy_text(POLICY + "onNoCandidates: deny\n")
+    d = review(pod("mig-only"), make_view(strict, resources), strict)
+    assert not d.allowed and d.reason == Reason.DEVICE_CLASS_MISSING
+    assert "gpu.nvidia.com" in d.message  # the classes that do exist
+
+
+def test_admin_access_needs_the_namespace_label(policy):
+    d = review(pod("monitor"), make_view(policy), policy)
+    assert not d.allowed and d.reason == Reason.DRA_ADMIN_ACCESS_FORBIDDEN
+    assert "resource.kubernetes.io/admin-access=true" in d.message
+    allowed_ns = {"default": {"resource.kubernetes.io/admin-access": "true"}}
+    d = review(pod("monitor"), make_view(policy, namespaces=allowed_ns), policy)
+    assert d.allowed and not d.warnings
+
+
+def test_a_template_not_created_yet_is_a_warning_never_a_denial(policy):
+    p = pod("one-gpu")
+    p["spec"]["resourceClaims"].append({"name": "later", "resourceClaimTemplateName": "later"})
+    d = review(p, make_view(policy), policy)
+    assert d.allowed and d.pool == "dra"
+    assert any("ResourceClaimTemplate later not found yet" in w for w in d.warnings)
+    # only unknown claims: gpupool cannot tell it is a GPU pod, and says so
+    alone = pod("later")
+    d = review(alone, make_view(policy), policy)
+    assert d.allowed and d.reason == Reason.NOT_GPU_POD
+    assert any("ResourceClaimTemplate later not found" in w for w in d.warnings)
+
+
+def test_a_pod_mixing_shapes_no_pool_serves_is_denied(policy):
+    d = review(pod("one-gpu", gpus={"nvidia.com/gpumem": 1000}), make_view(policy), policy)
+    assert not d.allowed and d.reason == Reason.EXCLUSIVE_RESOURCE_CONFLICT
+    assert "DeviceClass gpu.nvidia.com only in pool 'dra'" in d.message
+    assert "nvidia.com/gpumem only in pool 'hami'" in d.message
+
+
+def test_device_taints_exclude_devices_unless_tolerated(policy):
+    resources = copy.deepcopy(docs("nvidia.yaml") + docs("claims.yaml"))
+    for o in resources:
+        if o["kind"] == "ResourceSlice":
+            for dev in o["spec"]["devices"]:
+                dev["taints"] = [{"key": "maintenance", "effect": "NoSchedule"}]
+    d = review(pod("one-gpu"), make_view(policy, resources), policy)
+    assert any("no node in pool dra has the DRA devices" in w for w in d.warnings)
+    assert all("2 more behind device taints" in n.note or "1 more behind device taints"
+               in n.note for n in d.nodes) and d.nodes
+    for o in resources:
+        if o["kind"] == "ResourceClaimTemplate" and o["metadata"]["name"] == "one-gpu":
+            o["spec"]["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [
+                {"key": "maintenance", "operator": "Exists"}]
+    d = review(pod("one-gpu"), make_view(policy, resources), policy)
+    assert not d.warnings, d.warnings
+
+
+def test_containerd_without_cdi_means_the_devices_never_arrive(policy, tmp_path):
+    from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, RuntimeInfo
+    inv = Inventory(kinds={}, runtime=RuntimeInfo(containerd_cdi=False)).dumps()
+    nodes = [node("dra-node-1", "dra"), node("dra-node-2", "dra")]
+    for n in nodes:
+        n["metadata"]["annotations"] = {INVENTORY_ANNOTATION: inv}
+    d = review(pod("one-gpu"), make_view(policy, nodes=nodes), policy)
+    assert not d.allowed and d.reason == Reason.GPU_NOT_DELIVERED
+    assert "enable_cdi" in d.message
+
+
+def test_a_selector_that_does_not_compile_is_doubt_not_denial(policy):
+    resources = copy.deepcopy(docs("nvidia.yaml") + docs("claims.yaml"))
+    for o in resources:
+        if o["kind"] == "ResourceClaimTemplate" and o["metadata"]["name"] == "big-gpu":
+            o["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"][
+                "expression"] = "device.capacity['gpu.nvidia.com'].memory.futureFn()"
+    strict = load_policy_text(POLICY + "onNoCandidates: deny\n")
+    d = review(pod("big-gpu"), make_view(strict, resources), strict)
+    assert d.allowed and any("could not be evaluated" in w for w in d.warnings)
+
+
+def test_dra_backed_extended_resource(policy):
+    """A DeviceClass with extendedResourceName serves nvidia.com/gpu where no device plugin
+    does; a node with both is flagged."""
+    resources = copy.deepcopy(docs("nvidia.yaml"))
+    resources[0]["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    nodes = [node("dra-node-1"), node("dra-node-2", allocatable={"nvidia.com/gpu": "1"})]
+    view = make_view(policy, resources, nodes)
+    d = review(pod(gpus={"nvidia.com/gpu": 2}), view, policy)
+    assert d.allowed and d.pool == "operator"
+    assert any("dra-node-2 serves nvidia.com/gpu by device plugin and by DeviceClass "
+               "gpu.nvidia.com" in w for w in d.warnings), d.warnings
+    # 2 by DRA on dra-node-1 or 1 by device plugin on dra-node-2; 3 by neither is the
+    # device plugin's count to judge (the CDI check), so DRA names only its own node
+    d = review(pod(gpus={"nvidia.com/gpu": 2}, nodeSelector={"kubernetes.io/hostname":
+                                                              "dra-node-1"}), view, policy)
+    assert d.allowed and not d.warnings
+    d = review(pod(gpus={"nvidia.com/gpu": 3}, nodeSelector={"kubernetes.io/hostname":
+                                                              "dra-node-1"}), view, policy)
+    assert any("no node in pool operator has the DRA devices" in w for w in d.warnings)
+    assert "extended resource nvidia.com/gpu request nvidia.com/gpu needs 3 devices of " \
+           "class gpu.nvidia.com; 2 found" in d.nodes[0].note
+    # the implicit name routes to the class's pool
+    d = review(pod(gpus={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}),
+               make_view(policy, resources), policy)
+    assert d.pool == "dra"
+
+
+def test_device_classes_belong_to_one_pool():
+    with pytest.raises(PolicyError, match=r"pools\[2\].dra.deviceClasses: 'a.b' is already"):
+        load_policy_text(POLICY.replace("    schedulerName: default-scheduler\n  - name: dra",
+                                        "    schedulerName: default-scheduler\n    dra: "
+                                        "{deviceClasses: [a.b]}\n  - name: dra")
+                         .replace("[gpu.nvidia.com, mig.nvidia.com]", "[a.b]"))
+
+
+@pytest.mark.parametrize("expr, expected", [
+    ("quantity('80Gi') == quantity('81920Mi')", True),
+    ("quantity('1.5').isInteger()", False),
+    ("quantity('2k').asInteger() == 2000", True),
+    ("quantity('100m').isLessThan(quantity('1'))", True),
+    ("quantity('1Gi').add(1).compareTo(quantity('1Gi')) == 1", True),
+    ("semver('1.10.0').isGreaterThan(semver('1.9.9'))", True),
+    ("semver('1.0.0-alpha').isLessThan(semver('1.0.0'))", True),
+    ("isSemver('v1.2.3')", False), ("isSemver('v1.2', true)", True),
+    ("isQuantity('12Zi')", False),
+])
+def test_kubernetes_cel_libraries(expr, expected):
+    assert cel.evaluate(cel.compile_selector(expr), {}) is expected

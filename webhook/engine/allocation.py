@@ -1,0 +1,250 @@
+"""Whether a pod's DRA demand can be allocated in its pool, as far as admission can know.
+
+What is known at admission: the pod's claims and templates (if they exist yet), the
+DeviceClasses, the ResourceSlices each node publishes, the namespace's admin-access label,
+and each node's containerd CDI setting (the agent's inventory). What is not: which devices
+other claims will hold when the pod is scheduled, and the CDI spec a DRA driver writes for
+the claim when the kubelet prepares it (docs/dra.md). So a pool where no node could ever
+allocate the pod is a finding the policy's ``onNoCandidates`` turns into a warning or a
+denial; a pod whose devices would not reach its containers on every such node is denied;
+anything gpupool cannot evaluate is a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from webhook.engine import candidates as cand
+from webhook.engine import dra
+from webhook.engine.cluster import ClusterView, NodeInfo
+from webhook.engine.decision import Decision, NodeFinding, Reason, allow, deny
+from webhook.engine.podfacts import PodFacts
+from webhook.engine.policy import OnFinding, Policy
+from webhook.engine.resources import pod_requests, resource_names
+
+_SHOW = 3
+MAX_FINDINGS = 20
+
+
+def demand(facts: PodFacts, view: ClusterView | None) -> dra.Demand:
+    """What the pod asks of DRA: its claims as the view knows them, and the extended
+    resources a DeviceClass serves. Worked out once per pod."""
+    def compute() -> dra.Demand:
+        if view is None:
+            return dra.NO_DEMAND
+        refs = dra.pod_claim_refs(facts.spec)
+        classes = view.device_classes() or {}
+        extended = dra.extended_classes(resource_names(facts.spec), classes) \
+            if classes else ()
+        if not refs and not extended:
+            return dra.NO_DEMAND
+        claims, unresolved = [], []
+        for entry, kind, name in refs:
+            spec = view.claim(kind, facts.namespace or "", name)
+            if spec is None:
+                unresolved.append(f"{kind} {name}")
+            else:
+                claims.append(dra.PodClaim(entry, f"{kind} {name}", spec))
+        return dra.Demand(tuple(claims), tuple(unresolved), extended)
+    return facts._once("dra", compute)
+
+
+def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
+                   ) -> dict[str, list[str]]:
+    """pool -> the DeviceClasses of the pod's claims that pool serves: evidence for routing
+    as strong as a resource only one pool serves. (An extended resource a class serves is
+    not: a device plugin may serve the same name in another pool.)"""
+    found: dict[str, list[str]] = {}
+    d = demand(facts, view)
+    implicit = {c for r, c in d.extended if r.startswith(dra.IMPLICIT_EXTENDED_PREFIX)}
+    for cls in sorted({c for claim in d.claims for c in claim.spec.classes} | implicit):
+        pool = policy.pool_for_device_class(cls)
+        if pool is not None:
+            found.setdefault(pool, []).append(f"DeviceClass {cls}")
+    return found
+
+
+def dra_served(node: NodeInfo, resource: str, extended: Iterable[tuple[str, str]]) -> bool:
+    """On this node, does a DeviceClass serve ``resource`` rather than a device plugin? The
+    scheduler uses DRA for an extended resource on nodes that do not advertise it."""
+    return any(r == resource for r, _ in extended) and not (
+        node.allocatable and node.allocatable.get(resource))
+
+
+class _NodeCheck(NamedTuple):
+    node: str
+    ok: bool
+    why: str = ""
+    doubt: str = ""
+    undelivered: bool = False
+    device_plugin: bool = False
+
+
+def _claims_on(node: NodeInfo, d: dra.Demand, spec: Mapping[str, Any]
+               ) -> tuple[dra.PodClaim, ...]:
+    """The pod's claims on this node: its own, plus one for each extended resource the node
+    gets through DRA (as many devices as the pod's containers ask for, as the scheduler
+    counts them)."""
+    counts = pod_requests(spec, [r for r, _ in d.extended])
+    extra = tuple(
+        dra.PodClaim(r, f"extended resource {r}", dra.ClaimSpec(((dra.Request(
+            r, cls, (), max(counts.get(r, 1), 1), False, ()),),)))
+        for r, cls in d.extended if dra_served(node, r, d.extended))
+    return d.claims + extra
+
+
+def _check_node(node: NodeInfo, d: dra.Demand, view: ClusterView, spec: Mapping[str, Any]
+                ) -> _NodeCheck:
+    claims = _claims_on(node, d, spec)
+    if not claims:
+        # a device plugin serves all it asks here: the CDI check's business
+        return _NodeCheck(node.name, True, device_plugin=True)
+    result = dra.judge_node(claims, view.slices_for(node.name), view.device_classes() or {})
+    if not result.ok:
+        return _NodeCheck(node.name, False, result.why, result.doubt)
+    runtime = node.inventory.runtime if node.inventory is not None else None
+    if runtime is not None and runtime.containerd_cdi is False:
+        return _NodeCheck(node.name, False,
+                          "containerd has CDI disabled (enable_cdi = false): the DRA driver's "
+                          "CDI devices would not reach the container", result.doubt,
+                          undelivered=True)
+    return _NodeCheck(node.name, True, doubt=result.doubt)
+
+
+def _candidates(facts: PodFacts, pool: str, view: ClusterView, policy: Policy
+                ) -> tuple[NodeInfo, ...]:
+    """The pool's nodes the pod's placement allows: its GPU nodes and every node that
+    publishes ResourceSlices (a DRA node need not carry any GPU label)."""
+    if facts.node_name:
+        node = view.node(facts.node_name)
+        return (node,) if node is not None else ()
+    names = {n.name for n in view.pool_nodes(policy, pool)} | set(view.nodes_with_slices())
+    found = (view.node(n) for n in sorted(names))
+    return tuple(n for n in found if n is not None
+                 and policy.pool_for_label_value(n.labels.get(policy.pool_label)) == pool
+                 and cand.schedulable(facts.spec, n))
+
+
+def _admin_access(facts: PodFacts, d: dra.Demand, view: ClusterView) -> str | None:
+    """The request that asks for admin access in a namespace not allowed to, if any."""
+    labels = view.namespace_labels(facts.namespace or "")
+    if labels is None or labels.get(dra.ADMIN_ACCESS_LABEL) == "true":
+        return None
+    for claim in d.claims:
+        for alternatives in claim.spec.requests:
+            for r in alternatives:
+                if r.admin_access:
+                    return f"{claim.source} request {r.name}"
+    return None
+
+
+def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
+                 ) -> Decision | None:
+    """None when the pod asks nothing of DRA or all is well; else a denial, or an allowed
+    decision carrying warnings and the nodes that cannot serve it."""
+    d = demand(facts, view)
+    if not d.any:
+        return None
+    who = facts.who
+    out = allow(Reason.ROUTED, gpu=True, pool=pool_name)
+    for ref in d.unresolved:
+        out.warn(f"gpupool: {ref} not found yet; its devices were not checked")
+    forbidden = _admin_access(facts, d, view)
+    if forbidden is not None:
+        return deny(Reason.DRA_ADMIN_ACCESS_FORBIDDEN,
+                    f"{who}: {forbidden} asks for adminAccess, but namespace "
+                    f"{facts.namespace} is not labelled {dra.ADMIN_ACCESS_LABEL}=true, so "
+                    "the claim cannot be allocated (the API server refuses such claims). Fix: "
+                    f"label the namespace {dra.ADMIN_ACCESS_LABEL}=true if it may, or drop "
+                    "adminAccess", gpu=True, pool=pool_name)
+    classes = view.device_classes()
+    if classes is None:
+        if d.claims:
+            out.warn("gpupool: DeviceClasses unknown to gpupool; DRA claims not checked")
+            out.message = f"{who}: DRA claims not checked (DeviceClasses not listed)"
+            return out
+        return None
+    missing = sorted(c for c in d.classes if c not in classes)
+    if missing and not any(c in classes for c in d.classes):
+        return _no_devices(facts, pool_name, policy, Reason.DEVICE_CLASS_MISSING,
+                           f"{who} asks for devices of DeviceClass {', '.join(missing)}, "
+                           "which does not exist: its claims cannot be allocated until it is "
+                           "created. Fix: install the DRA driver that provides it, or name a "
+                           f"class that exists ({', '.join(sorted(classes)[:5]) or 'none'})",
+                           f"gpupool: DeviceClass {missing[0]} does not exist; the pod stays "
+                           "pending until it does")
+    candidates = _candidates(facts, pool_name, view, policy)
+    _warn_mixed(out, d, view, candidates)
+    checks = [_check_node(n, d, view, facts.spec) for n in candidates]
+    if not checks:
+        return _no_devices(facts, pool_name, policy, Reason.NO_MATCHING_DEVICES,
+                           f"{who}: no node of pool {pool_name} that its placement allows "
+                           "publishes DRA devices; its claims cannot be allocated there",
+                           f"gpupool: no node of pool {pool_name} publishes DRA devices for "
+                           "this pod")
+    ok = [c for c in checks if c.ok]
+    failing = [c for c in checks if not c.ok]
+    doubt = next((c.doubt for c in checks if c.doubt), "")
+    findings = [NodeFinding(c.node, note=c.why) for c in failing[:MAX_FINDINGS]]
+    shown = "; ".join(f"{c.node}: {c.why}" for c in failing[:_SHOW]) + \
+        (f" (and {len(failing) - _SHOW} more)" if len(failing) > _SHOW else "")
+    if ok:
+        for c in ok:
+            if c.device_plugin:
+                continue
+            out.nodes.append(NodeFinding(c.node, note="can allocate"))
+            if len(out.nodes) >= MAX_FINDINGS:
+                break
+        return out if out.warnings else None
+    if doubt:
+        out.warn("gpupool: DRA selectors could not be evaluated; claims not fully checked")
+        out.message = f"{who}: DRA claims not verified: {doubt}; {shown}"
+        out.nodes = findings
+        return out
+    if all(c.undelivered for c in failing):
+        return deny(Reason.GPU_NOT_DELIVERED,
+                    f"{who} would start without its DRA devices on every candidate node of "
+                    f"pool {pool_name}: {shown}. Fix: enable CDI in containerd on those "
+                    "nodes (enable_cdi = true; the default from containerd 2.0)",
+                    gpu=True, pool=pool_name, nodes=findings)
+    return _no_devices(facts, pool_name, policy, Reason.NO_MATCHING_DEVICES,
+                       f"{who}: no candidate node of pool {pool_name} publishes the devices "
+                       f"its claims ask for: {shown}",
+                       f"gpupool: no node in pool {pool_name} has the DRA devices this pod "
+                       "asks for; it stays pending", findings)
+
+
+def _no_devices(facts: PodFacts, pool: str, policy: Policy, reason: Reason, message: str,
+                warning: str, findings: list[NodeFinding] | None = None) -> Decision:
+    """A pod no node can take yet: pending, not a late failure, so ``onNoCandidates``."""
+    if policy.on_no_candidates is OnFinding.DENY:
+        return deny(reason, message, gpu=True, pool=pool, nodes=findings or ())
+    out = allow(Reason.ROUTED, gpu=True, pool=pool, message=message, nodes=findings or ())
+    out.warn(warning)
+    return out
+
+
+def mixed_resources(node: NodeInfo, classes: Mapping[str, dra.DeviceClass] | None
+                    ) -> list[tuple[str, str]]:
+    """(resource, DeviceClass) pairs a device plugin and a DRA class both serve on this
+    node: the scheduler then counts the device plugin's and DRA never sees the GPUs in use."""
+    if not classes or not node.allocatable:
+        return []
+    return [(c.extended_resource, c.name) for c in classes.values()
+            if c.extended_resource and node.allocatable.get(c.extended_resource)]
+
+
+def _warn_mixed(out: Decision, d: dra.Demand, view: ClusterView,
+                nodes: Iterable[NodeInfo]) -> None:
+    """Warn a pod asking for an extended resource that a candidate serves both ways."""
+    if not d.extended:
+        return
+    classes = view.device_classes()
+    asked = {r for r, _ in d.extended}
+    for node in nodes:
+        hits = [(r, c) for r, c in mixed_resources(node, classes) if r in asked]
+        if hits and view.slices_for(node.name):
+            out.warn(f"gpupool: node {node.name} serves {hits[0][0]} by device plugin and by "
+                     f"DeviceClass {hits[0][1]}; see gpupool doctor")
+            return
