@@ -14,6 +14,11 @@ from typing import Any
 DEFAULT_KUBECONFIG = "~/.kube/config"
 #: Seconds a CLI call to the API server may take before it is reported as unreachable.
 REQUEST_TIMEOUT = 30
+#: The DRA API gpupool reads: kind -> its resource (plural) in ``DRA_GROUP``/``DRA_VERSION``.
+DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
+DRA_RESOURCES = {"DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices",
+                 "ResourceClaim": "resourceclaims",
+                 "ResourceClaimTemplate": "resourceclaimtemplates"}
 
 
 class KubeError(RuntimeError):

@@ -1,6 +1,7 @@
 """Reading cluster snapshots from files: ``kubectl get nodes -o yaml`` output (a v1 List or
-NodeList), multi-document Node YAML, and Namespaces and RuntimeClasses among them. Used by
-``check``, ``doctor --cluster`` and the demo server."""
+NodeList), multi-document Node YAML, and Namespaces, RuntimeClasses and DRA objects
+(``resource.k8s.io``: DeviceClasses, ResourceSlices, ResourceClaims and templates) among
+them. Used by ``check``, ``doctor --cluster`` and the demo server."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from webhook.api.inventory import INVENTORY_ANNOTATION
-from webhook.engine import meta_of, runtime_classes_of
+from webhook.engine import DRA_KINDS, meta_of, runtime_classes_of
 
 #: libyaml's loader when PyYAML was built with it: snapshots of thousands of nodes load ~10x
 #: faster. Both are safe loaders.
@@ -73,14 +74,17 @@ class ClusterFile(NamedTuple):
     namespaces: dict[str, dict[str, str]]
     #: RuntimeClass name -> handler; None when the file holds no RuntimeClass (unknown)
     runtime_classes: dict[str, str] | None
+    #: DRA objects (``webhook.engine.DRA_KINDS``), as listed
+    resources: list[dict[str, Any]] = []
 
 
 def load_cluster_file(path: str) -> ClusterFile:
-    """Nodes, namespace labels and RuntimeClasses from one snapshot file; other kinds are
-    ignored."""
+    """Nodes, namespace labels, RuntimeClasses and DRA objects from one snapshot file; other
+    kinds are ignored."""
     nodes: list[dict[str, Any]] = []
     namespaces: dict[str, dict[str, str]] = {}
     classes: list[dict[str, Any]] = []
+    resources: list[dict[str, Any]] = []
     for obj in load_yaml_objects(path):
         kind = obj.get("kind")
         meta = meta_of(obj)
@@ -92,7 +96,9 @@ def load_cluster_file(path: str) -> ClusterFile:
             namespaces[meta["name"]] = dict(meta.get("labels") or {})
         elif kind == "RuntimeClass":
             classes.append(obj)
-    return ClusterFile(nodes, namespaces, runtime_classes_of(classes) or None)
+        elif kind in DRA_KINDS:
+            resources.append(obj)
+    return ClusterFile(nodes, namespaces, runtime_classes_of(classes) or None, resources)
 
 
 def restamp_inventories(nodes: list[dict[str, Any]], observed_at: str) -> None:

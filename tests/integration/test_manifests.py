@@ -122,6 +122,11 @@ def test_least_privilege_rbac(rendered):
                                          "verbs": ["get", "list", "watch"]},
                                         {"apiGroups": ["node.k8s.io"],
                                          "resources": ["runtimeclasses"],
+                                         "verbs": ["get", "list", "watch"]},
+                                        {"apiGroups": ["resource.k8s.io"],
+                                         "resources": ["deviceclasses", "resourceslices",
+                                                       "resourceclaims",
+                                                       "resourceclaimtemplates"],
                                          "verbs": ["get", "list", "watch"]}]
     assert roles["gpupool-agent"] == [{"apiGroups": [""], "resources": ["nodes"],
                                        "verbs": ["get", "patch"]}]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from webhook import engine
-from webhook.engine import ClusterView, Policy, clip, meta_of, name_of
+from webhook.engine import ClusterView, Policy, claims_of, clip, meta_of, name_of
 from webhook.snapshot import SnapshotError, load_yaml_objects, load_yaml_text
 
 
@@ -114,12 +114,35 @@ def load_manifests(files: list[str], stdin: TextIO | None = None,
     return out
 
 
+_CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
+
+
+def _claims_from_manifests(manifests: list[tuple[str, list[dict[str, Any]]]],
+                           view: ClusterView) -> None:
+    """Claims and templates applied with the pods exist when the pods are reviewed (kubectl
+    applies a file in order; checking does not hold users to that order)."""
+    for kind in _CLAIM_KINDS:
+        items = []
+        for _, objs in manifests:
+            for obj in objs:
+                if obj.get("kind") == kind:
+                    meta = dict(meta_of(obj))
+                    meta.setdefault("namespace", "default")
+                    items.append({**obj, "metadata": meta})
+        for (ns, name), spec in claims_of(kind, items).items():
+            view.set_claim(kind, ns, name, spec)
+
+
 def run_check(manifests: list[tuple[str, list[dict[str, Any]]]], view: ClusterView | None,
               policy: Policy) -> CheckReport:
     report = CheckReport()
+    if view is not None:
+        _claims_from_manifests(manifests, view)
     for path, objs in manifests:
         for obj in objs:
             result = check_object(obj, view, policy, path)
+            if result is None and obj.get("kind") in _CLAIM_KINDS:
+                continue  # read into the view above, for the pods that use them
             if result is None:
                 report.skipped.append(f"{path}: skipped {obj.get('kind') or '(no kind)'} "
                                       f"{meta_of(obj).get('name', '')}: not a Pod or "

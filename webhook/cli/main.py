@@ -64,7 +64,8 @@ def _view(snapshot: ClusterFile, policy: Policy, ns_labels: dict[str, str],
     ns = snapshot.namespaces
     for name in namespaces:
         ns.setdefault(name, {}).update(ns_labels)
-    return view_from_objects(snapshot.nodes, policy, ns, snapshot.runtime_classes)
+    return view_from_objects(snapshot.nodes, policy, ns, snapshot.runtime_classes,
+                             snapshot.resources)
 
 
 def _print_doc(doc: Any, output: str | None) -> None:
@@ -413,7 +414,27 @@ def _live_objects(kubeconfig: str | None, context: str | None) -> tuple[Any, Clu
             client.NodeV1Api(api).list_runtime_class(_request_timeout=REQUEST_TIMEOUT).items)
     except client.ApiException:
         classes = None
-    return api, ClusterFile(nodes, namespaces, classes)
+    return api, ClusterFile(nodes, namespaces, classes, _live_resources(api))
+
+
+def _live_resources(api: Any) -> list[dict[str, Any]]:
+    """The cluster's DRA objects (``resource.k8s.io/v1``); none where the API or the
+    permission to list it is missing (then DRA claims are not judged)."""
+    from kubernetes import client
+
+    from webhook.kube import DRA_GROUP, DRA_RESOURCES, DRA_VERSION, REQUEST_TIMEOUT
+
+    custom = client.CustomObjectsApi(api)
+    out: list[dict[str, Any]] = []
+    for kind, plural in DRA_RESOURCES.items():
+        try:
+            listed = custom.list_cluster_custom_object(
+                DRA_GROUP, DRA_VERSION, plural, _request_timeout=REQUEST_TIMEOUT)
+        except client.ApiException:
+            continue
+        items = listed.get("items") if isinstance(listed, dict) else None
+        out.extend({**item, "kind": kind} for item in items or () if isinstance(item, dict))
+    return out
 
 
 def _raise_api_error(exc: Exception, api: Any) -> NoReturn:

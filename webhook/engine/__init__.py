@@ -27,7 +27,8 @@ _SURFACE = {
     "allow": "decision", "clean_warning": "decision", "MESSAGE_LIMIT": "decision",
     # the cluster as the engine sees it
     "ClusterView": "cluster", "NodeInfo": "cluster", "view_from_objects": "cluster",
-    "runtime_classes_of": "cluster",
+    "runtime_classes_of": "cluster", "DRA_KINDS": "cluster", "load_resources": "cluster",
+    "claims_of": "cluster", "DeviceClass": "dra", "Slice": "dra", "mixed_resources": "allocation",
     # the policy
     "Policy": "policy", "PolicyError": "policy", "load_policy_text": "policy",
     # per node, for doctor
@@ -60,12 +61,16 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.admit import handles as handles
     from webhook.engine.admit import review as review
     from webhook.engine.admit import review_pod as review_pod
+    from webhook.engine.allocation import mixed_resources as mixed_resources
     from webhook.engine.cdi import NodeAssessment as NodeAssessment
     from webhook.engine.cdi import NodeState as NodeState
     from webhook.engine.cdi import fix_text as fix_text
     from webhook.engine.cdi import node_verdict as node_verdict
+    from webhook.engine.cluster import DRA_KINDS as DRA_KINDS
     from webhook.engine.cluster import ClusterView as ClusterView
     from webhook.engine.cluster import NodeInfo as NodeInfo
+    from webhook.engine.cluster import claims_of as claims_of
+    from webhook.engine.cluster import load_resources as load_resources
     from webhook.engine.cluster import runtime_classes_of as runtime_classes_of
     from webhook.engine.cluster import view_from_objects as view_from_objects
     from webhook.engine.decision import MESSAGE_LIMIT as MESSAGE_LIMIT
@@ -74,6 +79,8 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.decision import Reason as Reason
     from webhook.engine.decision import allow as allow
     from webhook.engine.decision import clean_warning as clean_warning
+    from webhook.engine.dra import DeviceClass as DeviceClass
+    from webhook.engine.dra import Slice as Slice
     from webhook.engine.objects import clip as clip
     from webhook.engine.objects import describe as describe
     from webhook.engine.objects import meta_of as meta_of

@@ -526,8 +526,7 @@ def view_from_objects(objects: Iterable[Mapping[str, Any]], policy: Policy | Non
                       resources: Iterable[Mapping[str, Any]] | None = None) -> ClusterView:
     """A view from Node objects (and optional namespace labels, RuntimeClasses and
     ``resource.k8s.io`` objects: DeviceClasses, ResourceSlices, claims, templates), for
-    offline use and tests. With ``resources`` given, kinds absent from it are known to be
-    absent (an empty list), as a cluster file exported whole says."""
+    offline use and tests."""
     view = ClusterView(policy.pool_label if policy else "gpupool.io/pool")
     view.replace_nodes(NodeInfo.from_object(o) for o in objects)
     view.replace_namespaces(namespaces or {})
@@ -541,17 +540,20 @@ DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemp
 
 
 def load_resources(view: ClusterView, items: Iterable[Mapping[str, Any]]) -> None:
-    """Put ``resource.k8s.io`` objects (of every kind in ``DRA_KINDS``) into the view,
-    replacing what it held of them."""
+    """Put ``resource.k8s.io`` objects (of the kinds in ``DRA_KINDS``) into the view,
+    replacing what it held of them. DeviceClasses and slices count as known only when some
+    are given: a file without any says nothing of the cluster's DRA drivers (and a claim
+    is then not judged, rather than judged against no devices)."""
     by_kind: dict[str, list[Mapping[str, Any]]] = {k: [] for k in DRA_KINDS}
     for item in items:
         kind = item.get("kind")
         if isinstance(kind, str) and kind in by_kind:
             by_kind[kind].append(item)
-    view.replace_device_classes(c for o in by_kind["DeviceClass"]
-                                if (c := dra.DeviceClass.from_object(o)) is not None)
-    view.replace_slices(s for o in by_kind["ResourceSlice"]
-                        if (s := dra.Slice.from_object(o)) is not None)
+    if by_kind["DeviceClass"] or by_kind["ResourceSlice"]:
+        view.replace_device_classes(c for o in by_kind["DeviceClass"]
+                                    if (c := dra.DeviceClass.from_object(o)) is not None)
+        view.replace_slices(s for o in by_kind["ResourceSlice"]
+                            if (s := dra.Slice.from_object(o)) is not None)
     for kind in ("ResourceClaim", "ResourceClaimTemplate"):
         view.replace_claims(kind, claims_of(kind, by_kind[kind]))
 

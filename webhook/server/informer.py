@@ -1,4 +1,4 @@
-"""List-and-watch of Nodes and Namespaces into the ClusterView.
+"""List-and-watch of Nodes, Namespaces, RuntimeClasses and DRA objects into the ClusterView.
 
 The admission path never calls the API server; it reads the view this keeps current. A watch
 that expires (410 Gone) or breaks is followed by a full relist, so the view converges after
@@ -8,6 +8,7 @@ readiness and metrics expose.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -16,7 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from webhook.engine import ClusterView, NodeInfo, runtime_classes_of
+from webhook.engine import ClusterView, DeviceClass, NodeInfo, Slice, claims_of, runtime_classes_of
+from webhook.kube import DRA_GROUP, DRA_RESOURCES, DRA_VERSION
 
 log = logging.getLogger(__name__)
 #: Backoff jitter from a private generator: never perturbs anyone else's random state.
@@ -31,8 +33,11 @@ class Reflector:
                  on_event: Callable[[str, Any], None], api_client: Any,
                  *, watch_timeout: int = 300, max_backoff: float = 30.0,
                  page_size: int = 500,
-                 convert: Callable[[dict[str, Any]], Any] = lambda obj: obj) -> None:
-        """``on_list`` and ``on_event`` get objects as ``convert`` returns them."""
+                 convert: Callable[[dict[str, Any]], Any] = lambda obj: obj,
+                 optional: bool = False) -> None:
+        """``on_list`` and ``on_event`` get objects as ``convert`` returns them. An
+        ``optional`` resource the API server does not serve, or gpupool may not list, is
+        logged once and retried at the longest backoff."""
         self.name = name
         self.list_fn = list_fn
         self.on_list = on_list
@@ -42,6 +47,8 @@ class Reflector:
         self.max_backoff = max_backoff
         self.page_size = page_size
         self.convert = convert
+        self.optional = optional
+        self.unavailable = False
         self.synced = threading.Event()
         self.last_sync = 0.0  # monotonic time the cache was last known current
         self.relists = 0
@@ -119,6 +126,15 @@ class Reflector:
                 if exc.status == 410:
                     log.info("%s watch expired (410 Gone); relisting", self.name)
                     continue
+                if self.optional and exc.status in (403, 404):
+                    if not self.unavailable:
+                        log.info("%s not readable (%s): gpupool decides without them; "
+                                 "retrying every %.0fs", self.name, exc.status,
+                                 self.max_backoff)
+                    self.unavailable = True
+                    backoff = self.max_backoff
+                    self._stop.wait(backoff)
+                    continue
                 log.warning("%s list/watch failed (%s); retrying in %.1fs", self.name,
                             exc.status, backoff)
             except KeyError as exc:
@@ -158,9 +174,17 @@ class ClusterInformer:
         self.runtime_classes = Reflector(
             "runtimeclasses", client.NodeV1Api(api_client).list_runtime_class,
             self._rc_listed, self._rc_event, api_client, watch_timeout=watch_timeout)
+        custom = client.CustomObjectsApi(api_client)
+        self.dra = tuple(
+            Reflector(plural, functools.partial(custom.list_cluster_custom_object, DRA_GROUP,
+                                                DRA_VERSION, plural),
+                      functools.partial(self._dra_listed, kind),
+                      functools.partial(self._dra_event, kind), api_client,
+                      watch_timeout=watch_timeout, optional=True)
+            for kind, plural in DRA_RESOURCES.items())
 
     def _reflectors(self) -> tuple[Reflector, ...]:
-        return (self.nodes, self.namespaces, self.runtime_classes)
+        return (self.nodes, self.namespaces, self.runtime_classes, *self.dra)
 
     def start(self) -> None:
         for r in self._reflectors():
@@ -212,6 +236,29 @@ class ClusterInformer:
         if name:
             self.view.set_runtime_class(
                 name, None if etype == "DELETED" else runtime_classes_of([obj]).get(name))
+
+    def _dra_listed(self, kind: str, items: list[dict[str, Any]]) -> None:
+        if kind == "DeviceClass":
+            self.view.replace_device_classes(
+                c for i in items if (c := DeviceClass.from_object(i)) is not None)
+        elif kind == "ResourceSlice":
+            self.view.replace_slices(s for i in items if (s := Slice.from_object(i)) is not None)
+        else:
+            self.view.replace_claims(kind, claims_of(kind, items))
+
+    def _dra_event(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            return
+        gone = etype == "DELETED"
+        if kind == "DeviceClass":
+            self.view.set_device_class(name, None if gone else DeviceClass.from_object(obj))
+        elif kind == "ResourceSlice":
+            self.view.set_slice(name, None if gone else Slice.from_object(obj))
+        elif isinstance(meta.get("namespace"), str):
+            spec = None if gone else claims_of(kind, [obj]).get((meta["namespace"], name))
+            self.view.set_claim(kind, meta["namespace"], name, spec)
 
     def alive(self) -> tuple[bool, str]:
         """For /livez: a reflector thread that died never comes back by itself."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
 
-from webhook.engine import ClusterView, NodeInfo
+from webhook.engine import ClusterView, NodeInfo, load_resources
 from webhook.server.app import Probe, Webhook, create_app
 from webhook.server.config import ServeConfig
 from webhook.server.policysource import PolicySource
@@ -54,7 +54,7 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     source = node_source_of(cfg)
     metrics_mod.node_source(source)
     if cfg.cluster_file:
-        nodes, namespaces, runtime_classes = load_cluster_file(cfg.cluster_file)
+        nodes, namespaces, runtime_classes, resources = load_cluster_file(cfg.cluster_file)
         if cfg.demo:
             restamp_inventories(nodes, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
         nodes.reverse()
@@ -62,6 +62,7 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
         view.replace_nodes(NodeInfo.from_object(nodes.pop()) for _ in range(len(nodes)))
         view.replace_namespaces(namespaces)
         view.replace_runtime_classes(runtime_classes)
+        load_resources(view, resources)
         count = len(view)
         webhook.ready_checks.append(Probe(
             "node-source", lambda: (True, f"{source} snapshot {cfg.cluster_file}: {count} nodes")))

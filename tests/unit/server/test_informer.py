@@ -73,6 +73,7 @@ def _informer(nodes: FakeNodeAPI) -> tuple[ClusterInformer, ClusterView]:
     inf.namespaces = Reflector("namespaces", empty_ns, inf._ns_listed, inf._ns_event, None)
     inf.runtime_classes = Reflector("runtimeclasses", FakeNodeAPI([[]], []), inf._rc_listed,
                                     inf._rc_event, None)
+    inf.dra = ()  # the DRA reflectors: tests/e2e runs them against a real API server
     return inf, view
 
 
@@ -133,3 +134,53 @@ def test_not_ready_until_synced_and_when_stale():
     finally:
         api.idle.set()
         inf.stop()
+
+
+def test_dra_objects_list_and_watch_into_the_view():
+    """DeviceClasses, slices and templates as the resource.k8s.io/v1 lists and watch events
+    carry them (list items without a kind)."""
+    import functools
+
+    from tests.unit.engine.test_dra import docs
+    from webhook.server.informer import Reflector
+
+    objs = docs("nvidia.yaml") + docs("claims.yaml")
+    plain = [{k: v for k, v in o.items() if k != "kind"} for o in objs]
+    classes = [o for o, raw in zip(plain, objs, strict=True) if raw["kind"] == "DeviceClass"]
+    slices = [o for o, raw in zip(plain, objs, strict=True) if raw["kind"] == "ResourceSlice"]
+    templates = [o for o, raw in zip(plain, objs, strict=True)
+                 if raw["kind"] == "ResourceClaimTemplate"]
+    added = json.loads(json.dumps(slices[1]))
+    added["metadata"] = {"name": "dra-node-3-slice", "resourceVersion": "11"}
+    added["spec"]["nodeName"] = "dra-node-3"
+    view = ClusterView()
+    inf = ClusterInformer.__new__(ClusterInformer)
+    inf.view = view
+    apis = {
+        "DeviceClass": FakeNodeAPI([classes], [[{"type": "DELETED", "object": classes[1]}]]),
+        "ResourceSlice": FakeNodeAPI([slices], [[{"type": "ADDED", "object": added},
+                                                 {"type": "DELETED", "object": slices[0]}]]),
+        "ResourceClaimTemplate": FakeNodeAPI([templates], [[
+            {"type": "DELETED", "object": templates[0]}]]),
+    }
+    reflectors = [Reflector(kind, api, functools.partial(inf._dra_listed, kind),
+                            functools.partial(inf._dra_event, kind), None)
+                  for kind, api in apis.items()]
+    for r in reflectors:
+        r.start()
+    try:
+        _wait(lambda: view.device_classes() is not None
+              and "mig.nvidia.com" not in (view.device_classes() or {})
+              and [s.name for s in view.slices_for("dra-node-3")] == ["dra-node-3-slice"]
+              and not view.slices_for("dra-node-1")
+              and view.claim("ResourceClaimTemplate", "default", "one-gpu") is None
+              and view.claim("ResourceClaimTemplate", "default", "two-gpus") is not None)
+        assert set(view.device_classes() or {}) == {"gpu.nvidia.com"}
+        assert [s.name for s in view.slices_for("dra-node-2")] == ["dra-node-2-gpu.nvidia.com"]
+        spec = view.claim("ResourceClaimTemplate", "default", "two-gpus")
+        assert spec is not None and spec.requests[0][0].amount == 2
+    finally:
+        for r in reflectors:
+            r.stop()
+        for api in apis.values():
+            api.idle.set()
