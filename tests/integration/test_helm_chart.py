@@ -266,6 +266,9 @@ def test_match_conditions_follow_policy_gpu_resources(rendered):
     assert selects({"example.com/vgpu": 1}) and selects({"amd.com/gpu-mi300": 1})
     assert selects({"nvidia.com/gpu": 1})
     assert not selects({"nvidia.com/gpumem": 1000}) and not selects({"cpu": 1})
+    claims = gpu_pod(limits={"cpu": 1})
+    claims["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
+    assert bool(prog.evaluate({"object": celpy.json_to_cel(claims)}))
 
 
 def test_cert_modes(rendered):

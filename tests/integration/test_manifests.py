@@ -186,6 +186,12 @@ def test_cel_selects_exactly_gpu_pods(rendered):
     for pod in _non_gpu_pods():
         assert not gpu_resources(pod["spec"], policy)
         assert not _eval(pod_expr, pod), pod["metadata"]["name"]
+    # DRA: a pod whose GPUs come through claims must reach gpupool to be routed
+    claims = gpu_pod(limits={"cpu": "1"})
+    claims["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
+    assert _eval(pod_expr, claims)
+    claims["spec"]["resourceClaims"] = []
+    assert not _eval(pod_expr, claims)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -196,6 +202,9 @@ def test_cel_selects_gpu_workloads(rendered, kind):
     path = obj["spec"]["jobTemplate"]["spec"] if kind == "CronJob" else obj["spec"]
     path["template"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
     assert not _eval(wl_expr, obj, kind)
+    path["template"]["spec"]["resourceClaims"] = [{"name": "gpu",
+                                                   "resourceClaimTemplateName": "one"}]
+    assert _eval(wl_expr, obj, kind)
 
 
 def test_cel_selects_upstream_workloads(rendered):

@@ -12,7 +12,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from webhook.api.delivery import LABEL_PREFIX
-from webhook.engine import ClusterView, NodeState, Policy, fix_text, node_verdict
+from webhook.engine import (
+    ClusterView,
+    NodeState,
+    Policy,
+    fix_text,
+    mixed_resources,
+    node_verdict,
+)
 
 
 @dataclass
@@ -30,13 +37,27 @@ class Row:
     errors: list[str]
     #: the steering labels the node's agent set (what the scheduler sees)
     steering: dict[str, str]
+    #: devices the node's ResourceSlices publish, per DRA driver
+    dra_devices: dict[str, int]
+    #: findings that are not about CDI specs (a resource served two ways)
+    hazards: list[str]
 
 
 def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
     rows = []
+    classes = view.device_classes()
     for node in sorted(view.nodes(), key=lambda n: n.name):
-        if not node.is_gpu_node(policy):
+        slices = view.slices_for(node.name)
+        if not node.is_gpu_node(policy) and not slices:
             continue
+        dra_devices: dict[str, int] = {}
+        for s in slices:
+            dra_devices[s.driver] = dra_devices.get(s.driver, 0) + len(s.devices)
+        hazards = [f"{resource} is served here both by a device plugin and by DeviceClass "
+                   f"{cls} (extendedResourceName): the scheduler counts the device plugin's "
+                   "GPUs and DRA's apart, so both can hand out the same GPU; remove the "
+                   "device plugin from this node or the class's extendedResourceName"
+                   for resource, cls in mixed_resources(node, classes)] if slices else []
         pool = policy.by_name[policy.pool_for_label_value(node.labels.get(policy.pool_label))]
         check = node_verdict(node, view, policy)
         inv = node.inventory
@@ -61,7 +82,8 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
                    else check.state),
             missing=list(check.missing), fix=fix, errors=errors,
             steering={k.removeprefix(LABEL_PREFIX): v for k, v in sorted(node.labels.items())
-                      if k.startswith(LABEL_PREFIX)}))
+                      if k.startswith(LABEL_PREFIX)},
+            dra_devices=dict(sorted(dra_devices.items())), hazards=hazards))
     return rows
 
 
@@ -156,6 +178,11 @@ def format_table(rows: list[Row], cert: CertificateStatus | None = None,
             lines.extend(f"{'':<24} missing: {m}" for m in r.missing)
         if r.fix:
             lines.append(f"{'':<24} fix: {r.fix}")
+        if r.dra_devices:
+            lines.append(f"{'':<24} DRA devices: "
+                         + ", ".join(f"{d}({n})" for d, n in r.dra_devices.items()))
+        for h in r.hazards:
+            lines.append(f"{'':<24} hazard: {h}")
         for e in r.errors:
             lines.append(f"{'':<24} spec error: {e}")
     if not rows:

@@ -384,7 +384,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         _print_doc(to_document(rows, cert), args.output)
     else:
         print(format_table(rows, cert, wide=args.output == "wide"))
-    healthy = all(r.state == "ok" for r in rows) and (cert is None or cert.ok)
+    healthy = all(r.state == "ok" and not r.hazards for r in rows) and (cert is None or cert.ok)
     return EXIT_OK if healthy else EXIT_FINDING
 
 

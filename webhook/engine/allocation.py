@@ -190,13 +190,13 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     shown = "; ".join(f"{c.node}: {c.why}" for c in failing[:_SHOW]) + \
         (f" (and {len(failing) - _SHOW} more)" if len(failing) > _SHOW else "")
     if ok:
-        for c in ok:
-            if c.device_plugin:
-                continue
-            out.nodes.append(NodeFinding(c.node, note="can allocate"))
-            if len(out.nodes) >= MAX_FINDINGS:
-                break
-        return out if out.warnings else None
+        able = [c.node for c in ok if not c.device_plugin]
+        out.nodes = [NodeFinding(n, note="can allocate its DRA claims")
+                     for n in able[:MAX_FINDINGS]]
+        if able:
+            out.message = (f"{who}: {len(able)} of {len(checks)} candidate node(s) of pool "
+                           f"{pool_name} can allocate its DRA claims")
+        return out if out.warnings or out.nodes else None
     if doubt:
         out.warn("gpupool: DRA selectors could not be evaluated; claims not fully checked")
         out.message = f"{who}: DRA claims not verified: {doubt}; {shown}"

@@ -113,7 +113,7 @@ def test_the_cel_selector_picks_the_node_with_the_big_gpu(policy):
     """big-gpu (>= 40Gi) fits only dra-node-1's A100s; two-gpus only dra-node-1's pair."""
     for template in ("big-gpu", "two-gpus"):
         d = review(pod(template), make_view(policy), policy)
-        able = {n.node for n in d.nodes if n.note == "can allocate"}
+        able = {n.node for n in d.nodes if n.note == "can allocate its DRA claims"}
         assert able == set() or able == {"dra-node-1"}
         pinned = review(pod(template, nodeSelector={"kubernetes.io/hostname": "dra-node-2"}),
                         make_view(policy), policy)

@@ -73,7 +73,7 @@ trailing `*` becomes startsWith.
 {{- define "gpupool.gpuSpec" -}}
 {{- $c := include "gpupool.gpuContainers" (dict "root" .root "list" (printf "%s.containers" .spec)) -}}
 {{- $i := include "gpupool.gpuContainers" (dict "root" .root "list" (printf "%s.initContainers" .spec)) -}}
-{{- printf "%s || (has(%s.initContainers) && %s)" $c .spec $i -}}
+{{- printf "%s || (has(%s.initContainers) && %s) || (has(%s.resourceClaims) && size(%s.resourceClaims) > 0)" $c .spec $i .spec .spec -}}
 {{- end -}}
 
 {{- define "gpupool.clientConfig" -}}
