@@ -73,6 +73,11 @@ class ControlPlane:
     kubeconfig: Path = Path()
     audit_log: Path = Path()
     tokens: dict[str, str] = field(default_factory=dict)
+    #: --feature-gates for the API server, schedulers and controller manager alike ("" none)
+    feature_gates: str = ""
+
+    def _gates(self) -> list[str]:
+        return [f"--feature-gates={self.feature_gates}"] if self.feature_gates else []
 
     def start(self) -> ControlPlane:
         pki = self.root / "pki"
@@ -132,7 +137,7 @@ class ControlPlane:
             "--allow-privileged=true", "--disable-admission-plugins=ServiceAccount",
             f"--audit-policy-file={pki / 'audit-policy.yaml'}",
             f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=100",
-            "--profiling=false", "--v=0"])
+            "--profiling=false", "--v=0", *self._gates()])
         self.kubeconfig = self.root / "kubeconfig"
         self.kubeconfig.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
@@ -153,7 +158,7 @@ class ControlPlane:
             **config, "leaderElection": {"leaderElect": False},
             "clientConnection": {"kubeconfig": str(self.kubeconfig)}}))
         self._spawn(name, [str(self.bin / "kube-scheduler"), f"--config={path}",
-                           "--secure-port=0", "--v=2"])
+                           "--secure-port=0", "--v=2", *self._gates()])
 
     def start_controller_manager(self) -> None:
         """A real kube-controller-manager: workloads create their pods as in a cluster, each
@@ -166,7 +171,7 @@ class ControlPlane:
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
             "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller",
-            "--node-monitor-grace-period=60s", "--v=1"])
+            "--node-monitor-grace-period=60s", "--v=1", *self._gates()])
 
     def start_kwok(self, kwok_bin: Path) -> None:
         """kwok as every node's kubelet: nodes Ready with leases, bound pods Running."""

@@ -192,6 +192,9 @@ def test_cel_selects_exactly_gpu_pods(rendered):
     assert _eval(pod_expr, claims)
     claims["spec"]["resourceClaims"] = []
     assert not _eval(pod_expr, claims)
+    # a DeviceClass's implicit extended resource is a claim too
+    assert _eval(pod_expr, gpu_pod(limits={"deviceclass.resource.kubernetes.io/gpu.nvidia.com":
+                                           1}))
 
 
 @pytest.mark.parametrize("kind", KINDS)

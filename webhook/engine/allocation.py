@@ -98,7 +98,14 @@ def _check_node(node: NodeInfo, d: dra.Demand, view: ClusterView, spec: Mapping[
                 ) -> _NodeCheck:
     claims = _claims_on(node, d, spec)
     if not claims:
-        # a device plugin serves all it asks here: the CDI check's business
+        # a device plugin serves all it asks here (its CDI devices: the CDI check's business)
+        wants = pod_requests(spec, [r for r, _ in d.extended])
+        short = [(r, n, (node.allocatable or {}).get(r, 0)) for r, n in wants.items()
+                 if node.allocatable is not None and node.allocatable.get(r, 0) < n]
+        if short:
+            r, n, have = short[0]
+            return _NodeCheck(node.name, False, f"the pod asks for {n} {r}, the node's device "
+                                                f"plugin has {have}")
         return _NodeCheck(node.name, True, device_plugin=True)
     result = dra.judge_node(claims, view.slices_for(node.name), view.device_classes() or {})
     if not result.ok:

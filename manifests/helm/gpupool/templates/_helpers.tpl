@@ -73,7 +73,8 @@ trailing `*` becomes startsWith.
 {{- define "gpupool.gpuSpec" -}}
 {{- $c := include "gpupool.gpuContainers" (dict "root" .root "list" (printf "%s.containers" .spec)) -}}
 {{- $i := include "gpupool.gpuContainers" (dict "root" .root "list" (printf "%s.initContainers" .spec)) -}}
-{{- printf "%s || (has(%s.initContainers) && %s) || (has(%s.resourceClaims) && size(%s.resourceClaims) > 0)" $c .spec $i .spec .spec -}}
+{{- $dra := printf "(has(%s.resourceClaims) && size(%s.resourceClaims) > 0) || %s.containers.exists(c, has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(r, r.startsWith('deviceclass.resource.kubernetes.io/')))" .spec .spec .spec -}}
+{{- printf "%s || (has(%s.initContainers) && %s) || %s" $c .spec $i $dra -}}
 {{- end -}}
 
 {{- define "gpupool.clientConfig" -}}

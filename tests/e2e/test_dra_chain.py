@@ -1,0 +1,346 @@
+"""DRA pods through the real chain: gpupool's decision beside kube-scheduler's allocation.
+
+Real programs: kube-apiserver, kube-controller-manager (its ResourceClaim controller makes
+each pod's claims from their templates) and kube-scheduler (its DynamicResources plugin
+allocates devices from ResourceSlices, evaluating the CEL selectors with Kubernetes' own CEL
+environment) from one Kubernetes module, with the alpha gates for device taints and
+DRA-backed extended resources on; kwok as the kubelets; gpupool under gunicorn with its
+webhooks from manifests/ and the built-in policy (NVIDIA's DRA classes in the operator pool).
+
+A named test double stands in for the DRA drivers' kubelet plugins, which need a GPU:
+``publish_slices`` writes the ResourceSlices NVIDIA's plugin publishes for each node (its
+attributes and capacity). Everything after that, allocation and binding included, is the
+real scheduler's.
+
+For every pod shape the test records what gpupool said at admission (denied, warned that no
+node can allocate it, or the nodes that can) and what the scheduler did (bound where, or
+Unschedulable), writes both to bench/results/dra-chain.json, and asserts they agree: a pod
+gpupool says can be allocated is bound to one of the nodes gpupool named, in its pool; a pod
+gpupool says cannot be allocated is not bound; a pod gpupool denies could not have started.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.controlplane import ControlPlane
+from tests.e2e import install
+from tests.integration.conftest import stop_server
+from tests.tools.gobuild import built
+
+pytestmark = pytest.mark.e2e
+FIXTURES = ROOT / "tests" / "fixtures" / "dra"
+KWOK = ROOT / "tests" / "tools" / "build-kwok.sh"
+RESULTS = ROOT / "bench" / "results" / "dra-chain.json"
+NS = "dra"
+GATES = "DRADeviceTaints=true,DRAExtendedResource=true"
+NO_DEVICES = "has the DRA devices this pod asks for"  # gpupool's warning, in part
+
+#: node -> (pool label or None, [(product, memory)] its DRA driver publishes, device
+#: plugin GPUs). hami-dra is a lure: the only node with four GPUs, in HAMi's pool.
+NODES: dict[str, tuple[str | None, list[tuple[str, str]], int]] = {
+    "dra-a": (None, [("NVIDIA A100-SXM4-80GB", "80Gi")] * 2, 0),
+    "dra-b": (None, [("NVIDIA L4", "24Gi")], 0),
+    "hami-dra": ("hami", [("NVIDIA H100 80GB HBM3", "80Gi")] * 4, 0),
+    "op-dp": (None, [], 2),
+}
+
+
+def publish_slices(node: str, gpus: list[tuple[str, str]]) -> dict[str, Any]:
+    """Test double for NVIDIA's DRA kubelet plugin: the ResourceSlice it publishes."""
+    devices = [{"name": f"gpu-{i}", "attributes": {
+        "type": {"string": "gpu"}, "productName": {"string": product},
+        "uuid": {"string": f"GPU-{abs(hash((node, i))) % 10**8:08d}-0000-4000-8000-000000000000"},
+        "driverVersion": {"version": "560.35.3"}, "index": {"int": i}},
+        "capacity": {"memory": {"value": memory}}} for i, (product, memory) in enumerate(gpus)]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-gpu.nvidia.com"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node, "devices": devices,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}}}
+
+
+def _node(name: str, pool: str | None, device_plugin: int) -> dict[str, Any]:
+    labels = {"kubernetes.io/hostname": name}
+    if pool:
+        labels["gpupool.io/pool"] = pool
+    alloc = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+    if device_plugin:
+        alloc["nvidia.com/gpu"] = str(device_plugin)
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": alloc, "capacity": alloc}}
+
+
+class DRAChain:
+    cp: ControlPlane
+    server: Any
+    objs: list[dict[str, Any]]
+
+    def kubectl(self, *args: str, **kw: Any) -> Any:
+        return self.cp.kubectl(*args, **kw)
+
+    def get(self, *args: str) -> dict[str, Any]:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+
+@pytest.fixture(scope="module")
+def dra(k8s_bin, tmp_path_factory):
+    kwok = built(KWOK, "kwok")
+    c = DRAChain()
+    tmp = tmp_path_factory.mktemp("dra-chain")
+    c.cp = ControlPlane(tmp / "cp", k8s_bin, feature_gates=GATES).start()
+    try:
+        c.objs = objs = install.prepare(c.cp, tmp)
+        classes = [d for d in yaml.safe_load_all((FIXTURES / "nvidia.yaml").read_text())
+                   if d and d["kind"] == "DeviceClass"]
+        # The scheduler serves nvidia.com/gpu through this class where no device plugin does.
+        classes[0]["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+        nodes = [_node(n, pool, dp) for n, (pool, _, dp) in NODES.items()]
+        slices = [publish_slices(n, gpus) for n, (_, gpus, _) in NODES.items() if gpus]
+        r = install.apply(c.cp, classes + nodes + slices)
+        assert r.returncode == 0, r.stderr
+        c.cp.start_kwok(kwok)
+        c.cp.start_controller_manager()
+        c.server = install.serve(c.cp, tmp, objs)
+        c.cp.start_scheduler("kube-scheduler", {
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "profiles": [{"schedulerName": "default-scheduler"}]})
+        c.kubectl("create", "namespace", NS)
+        templates = [d for d in yaml.safe_load_all((FIXTURES / "claims.yaml").read_text())
+                     if d and d["metadata"]["name"] != "monitor"]
+        for t in templates:
+            t["metadata"]["namespace"] = NS
+        r = install.apply(c.cp, templates)
+        assert r.returncode == 0, r.stderr
+        install.wait_for_webhooks(c.cp, c.server, NS)
+
+        def ready() -> bool:  # kwok reports Ready; the node controller lifts the taint
+            nodes = c.get("nodes")["items"]
+            return len(nodes) == len(NODES) and all(
+                not n["spec"].get("taints") and any(
+                    x["type"] == "Ready" and x["status"] == "True"
+                    for x in n.get("status", {}).get("conditions", [])) for n in nodes)
+        install.wait_until(ready, "every node Ready and untainted", 90)
+
+        def synced() -> bool:  # gpupool's view has the slices: a probe claim is judged
+            probe = _pod("probe", ["huge-gpu"])
+            r = install.apply(c.cp, probe, "--dry-run=server")
+            return NO_DEVICES in r.stderr
+
+        install.wait_until(synced, "gpupool to see the ResourceSlices", 60)
+        yield c
+    finally:
+        if getattr(c, "server", None):
+            stop_server(c.server)
+        c.cp.stop()
+
+
+def _pod(name: str, templates: list[str], *, limits: dict[str, Any] | None = None,
+         claims: list[str] = ()) -> dict[str, Any]:
+    refs = [{"name": f"t{i}", "resourceClaimTemplateName": t} for i, t in enumerate(templates)]
+    refs += [{"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)]
+    container: dict[str, Any] = {"name": "main", "image": "cuda"}
+    if refs:
+        container["resources"] = {"claims": [{"name": r["name"]} for r in refs]}
+    if limits:
+        container.setdefault("resources", {})["limits"] = limits
+    spec: dict[str, Any] = {"containers": [container]}
+    if refs:
+        spec["resourceClaims"] = refs
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
+            "spec": spec}
+
+
+#: name -> the pod; every shape gpupool classifies
+SHAPES: dict[str, dict[str, Any]] = {
+    "one-gpu": _pod("one-gpu", ["one-gpu"]),
+    "two-gpus": _pod("two-gpus", ["two-gpus"]),
+    "all-gpus": _pod("all-gpus", ["all-gpus"]),
+    "big-gpu": _pod("big-gpu", ["big-gpu"]),
+    "huge-gpu": _pod("huge-gpu", ["huge-gpu"]),
+    "mig-or-gpu": _pod("mig-or-gpu", ["mig-or-gpu"]),
+    "mig-only": _pod("mig-only", ["mig-only"]),
+    "two-claims": _pod("two-claims", ["big-gpu", "one-gpu"]),
+    "shared-claim": _pod("shared-claim", [], claims=["shared"]),
+    "extended-2": _pod("extended-2", [], limits={"nvidia.com/gpu": 2}),
+    "extended-3": _pod("extended-3", [], limits={"nvidia.com/gpu": 3}),
+    "implicit": _pod("implicit", [], limits={
+        "deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}),
+}
+#: a claim, not a template: shared by whoever names it
+SHARED_CLAIM = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": "shared", "namespace": NS},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                    "deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {
+                        "expression": "device.attributes['gpu.nvidia.com'].productName"
+                                      ".startsWith('NVIDIA L4')"}}]}}]}}}
+
+
+def _decision(c: DRAChain, pod: dict[str, Any]) -> dict[str, Any]:
+    """gpupool's answer as a user sees it: a server-side dry run (warnings and nodes come
+    from the same decision the real create gets)."""
+    r = install.apply(c.cp, pod, "--dry-run=server", "-o", "json")
+    if r.returncode != 0:
+        return {"allowed": False, "message": r.stderr.strip()}
+    sent = json.loads(r.stdout)
+    ann = sent["metadata"].get("annotations") or {}
+    return {"allowed": True, "pool": ann.get("gpupool.io/pool"),
+            "warned": NO_DEVICES in r.stderr, "warnings": r.stderr.strip(),
+            "affinity": sent["spec"].get("affinity")}
+
+
+def _checked(c: DRAChain, pod: dict[str, Any], tmp: Path) -> list[str]:
+    """The nodes ``gpupool check`` against the live cluster says can allocate the pod: the
+    offline entry into the same engine, with the cluster's DRA objects listed."""
+    f = tmp / f"{pod['metadata']['name']}.yaml"
+    f.write_text(yaml.safe_dump(pod))
+    r = subprocess.run([sys.executable, "-m", "webhook", "check", "--kubeconfig",
+                        str(c.cp.kubeconfig), "-f", str(f), "-o", "json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode in (0, 1), r.stderr
+    (result,) = json.loads(r.stdout)["results"]
+    return [n["node"] for n in result["nodes"] if n.get("note") == "can allocate its DRA claims"]
+
+
+def _outcome(c: DRAChain, name: str, timeout: float = 60) -> dict[str, Any]:
+    """Where the scheduler put the pod, or that it found no node (it retries a pod whose
+    claim the controller is still making, so wait for a verdict)."""
+    out: dict[str, Any] = {}
+
+    def done() -> bool:
+        p = c.get("pod", "-n", NS, name)
+        conds = {x["type"]: x for x in p.get("status", {}).get("conditions", [])}
+        sched = conds.get("PodScheduled", {})
+        out.update(node=p["spec"].get("nodeName"),
+                   unschedulable=sched.get("reason") == "Unschedulable",
+                   why=sched.get("message", ""))
+        return bool(out["node"] or out["unschedulable"])
+
+    install.wait_until(done, f"pod {name} bound or unschedulable", timeout)
+    return out
+
+
+def _delete(c: DRAChain, name: str) -> None:
+    """The pod and the claims made for it go: the next shape starts from free devices."""
+    c.kubectl("delete", "pod", "-n", NS, name, "--force", "--grace-period=0", "--wait=true",
+              "--timeout=60s")
+
+    def freed() -> bool:
+        return not [x for x in c.get("resourceclaims", "-n", NS)["items"]
+                    if (x.get("status") or {}).get("allocation")]
+    install.wait_until(freed, "the pod's claims to be deallocated", 60)
+
+
+def test_gpupool_and_the_scheduler_agree_on_every_dra_shape(dra, tmp_path):
+    """One shape at a time on free devices: what gpupool judges is whether a node could
+    ever allocate the pod (docs/dra.md), which is what the scheduler answers for a pod alone."""
+    c = dra
+    r = install.apply(c.cp, SHARED_CLAIM)
+    assert r.returncode == 0, r.stderr
+    rows, decisions = [], {}
+    for name, pod in SHAPES.items():
+        d = decisions[name] = _decision(c, pod)
+        able = _checked(c, pod, tmp_path)
+        got: dict[str, Any] = {}
+        if d["allowed"]:
+            r = install.apply(c.cp, pod)
+            assert r.returncode == 0, f"{name}: {r.stderr}"
+            got = _outcome(c, name)
+            _delete(c, name)
+        rows.append({"pod": name, "gpupool": "denied" if not d["allowed"] else
+                     ("no node can allocate" if d["warned"] else "can allocate"),
+                     "nodes that can (gpupool check)": able,
+                     "pool": d.get("pool"), "scheduler": got.get("node") or
+                     ("Unschedulable" if got.get("unschedulable") else "-"),
+                     "why": got.get("why", "")[:200]})
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"recorded": time.strftime("%Y-%m-%d"), "pods": rows},
+                                  indent=2) + "\n")
+    by = {r["pod"]: r for r in rows}
+    for row in rows:
+        # every DRA pod is a GPU pod of the operator pool (the built-in policy's classes)
+        assert row["pool"] == "operator", row
+        if row["gpupool"] == "can allocate":
+            assert row["scheduler"] in ("dra-a", "dra-b", "op-dp"), row  # never hami-dra
+            # bound where gpupool said it could be (op-dp: its device plugin serves it)
+            assert row["scheduler"] in row["nodes that can (gpupool check)"] or \
+                row["scheduler"] == "op-dp", row
+        else:
+            assert row["scheduler"] == "Unschedulable", row
+    # what each shape had to get right
+    assert by["big-gpu"]["scheduler"] == "dra-a"  # the CEL quantity selector: 80Gi, not 24Gi
+    assert by["two-gpus"]["scheduler"] == "dra-a"
+    assert by["shared-claim"]["scheduler"] == "dra-b"  # productName.startsWith('NVIDIA L4')
+    assert by["huge-gpu"]["gpupool"] == by["mig-only"]["gpupool"] == "no node can allocate"
+    assert by["mig-or-gpu"]["gpupool"] == "can allocate"  # the full-GPU alternative
+    # four GPUs exist only on HAMi's node: pinned to its pool, the pod is not placed there
+    assert by["extended-3"]["gpupool"] == "no node can allocate"
+    assert by["extended-2"]["scheduler"] in ("dra-a", "op-dp")
+    # the DRA pod carries the pool's node affinity, which keeps it off HAMi's nodes
+    assert "gpupool.io/pool" in json.dumps(decisions["one-gpu"]["affinity"])
+
+
+def test_without_gpupool_a_dra_pod_lands_in_hamis_pool(dra):
+    """The pinning is what keeps extended-3 pending: without gpupool the scheduler puts it
+    on the only node with three free GPUs, HAMi's."""
+    c = dra
+    install.unregister(c.cp, _webhook_objs(c))
+    try:
+        pod = copy.deepcopy(SHAPES["extended-3"])
+        pod["metadata"]["name"] = "unrouted"
+        r = install.apply(c.cp, pod)
+        assert r.returncode == 0, r.stderr
+        assert _outcome(c, "unrouted")["node"] == "hami-dra"
+        _delete(c, "unrouted")
+    finally:
+        install.register(c.cp, _webhook_objs(c), c.server)
+        install.wait_for_webhooks(c.cp, c.server, NS)
+
+
+def test_admin_access_gpupool_denies_could_never_start(dra):
+    """A template with adminAccess in a namespace that lost its admin-access label: gpupool
+    denies the pod; without gpupool the ResourceClaim controller cannot make its claim."""
+    c = dra
+    ns = "dra-admin"
+    c.kubectl("create", "namespace", ns)
+    c.kubectl("label", "namespace", ns, "resource.kubernetes.io/admin-access=true")
+    monitor = next(d for d in yaml.safe_load_all((FIXTURES / "claims.yaml").read_text())
+                   if d and d["metadata"]["name"] == "monitor")
+    monitor["metadata"]["namespace"] = ns
+    r = install.apply(c.cp, monitor)
+    assert r.returncode == 0, r.stderr
+    c.kubectl("label", "namespace", ns, "resource.kubernetes.io/admin-access-")
+    pod = copy.deepcopy(_pod("monitor", ["monitor"]))
+    pod["metadata"]["namespace"] = ns
+
+    def denied() -> bool:  # gpupool's namespace watch sees the label go
+        r = install.apply(c.cp, pod, "--dry-run=server")
+        return r.returncode != 0 and "DRAAdminAccessForbidden" in r.stderr
+    install.wait_until(denied, "gpupool to deny the admin-access pod", 30)
+    # Without gpupool (its webhooks unregistered for this namespace's pods): created, and
+    # never scheduled, because its claim cannot be made.
+    install.unregister(c.cp, _webhook_objs(c))
+    try:
+        r = install.apply(c.cp, pod)
+        assert r.returncode == 0, r.stderr
+        time.sleep(10)
+        p = c.get("pod", "-n", ns, "monitor")
+        assert not p["spec"].get("nodeName"), "bound although its claim cannot be allocated"
+        claims = c.get("resourceclaims", "-n", ns)["items"]
+        assert not [x for x in claims if (x.get("status") or {}).get("allocation")]
+    finally:
+        install.register(c.cp, _webhook_objs(c), c.server)
+        install.wait_for_webhooks(c.cp, c.server, NS)
+
+
+def _webhook_objs(c: DRAChain) -> list[dict[str, Any]]:
+    return [o for o in c.objs if o["kind"] in install.WEBHOOK_KINDS]
