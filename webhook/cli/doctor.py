@@ -52,7 +52,7 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
             continue
         dra_devices: dict[str, int] = {}
         for s in slices:
-            dra_devices[s.driver] = dra_devices.get(s.driver, 0) + len(s.devices)
+            dra_devices[s.driver] = dra_devices.get(s.driver, 0) + len(s)
         hazards = [f"{resource} is served here both by a device plugin and by DeviceClass "
                    f"{cls} (extendedResourceName): the scheduler counts the device plugin's "
                    "GPUs and DRA's apart, so both can hand out the same GPU; remove the "

@@ -55,14 +55,16 @@ def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
     """pool -> the DeviceClasses of the pod's claims that pool serves: evidence for routing
     as strong as a resource only one pool serves. (An extended resource a class serves is
     not: a device plugin may serve the same name in another pool.)"""
-    found: dict[str, list[str]] = {}
-    d = demand(facts, view)
-    implicit = {c for r, c in d.extended if r.startswith(dra.IMPLICIT_EXTENDED_PREFIX)}
-    for cls in sorted({c for claim in d.claims for c in claim.spec.classes} | implicit):
-        pool = policy.pool_for_device_class(cls)
-        if pool is not None:
-            found.setdefault(pool, []).append(f"DeviceClass {cls}")
-    return found
+    def compute() -> dict[str, tuple[str, ...]]:
+        found: dict[str, list[str]] = {}
+        d = demand(facts, view)
+        implicit = {c for r, c in d.extended if r.startswith(dra.IMPLICIT_EXTENDED_PREFIX)}
+        for cls in sorted({c for claim in d.claims for c in claim.spec.classes} | implicit):
+            pool = policy.pool_for_device_class(cls)
+            if pool is not None:
+                found.setdefault(pool, []).append(f"DeviceClass {cls}")
+        return {k: tuple(v) for k, v in found.items()}
+    return {k: list(v) for k, v in facts._once("dra-routes", compute).items()}
 
 
 def dra_served(node: NodeInfo, resource: str, extended: Iterable[tuple[str, str]]) -> bool:
@@ -119,18 +121,62 @@ def _check_node(node: NodeInfo, d: dra.Demand, view: ClusterView, spec: Mapping[
     return _NodeCheck(node.name, True, doubt=result.doubt)
 
 
-def _candidates(facts: PodFacts, pool: str, view: ClusterView, policy: Policy
-                ) -> tuple[NodeInfo, ...]:
-    """The pool's nodes the pod's placement allows: its GPU nodes and every node that
-    publishes ResourceSlices (a DRA node need not carry any GPU label)."""
-    if facts.node_name:
-        node = view.node(facts.node_name)
-        return (node,) if node is not None else ()
-    names = {n.name for n in view.pool_nodes(policy, pool)} | set(view.nodes_with_slices())
-    found = (view.node(n) for n in sorted(names))
-    return tuple(n for n in found if n is not None
-                 and policy.pool_for_label_value(n.labels.get(policy.pool_label)) == pool
-                 and cand.schedulable(facts.spec, n))
+class _Summary(NamedTuple):
+    """A pod's DRA demand judged on every candidate node of its pool."""
+
+    able: tuple[str, ...]  # nodes that could allocate its claims through DRA
+    able_findings: tuple[NodeFinding, ...]  # the first of them, as a decision lists them
+    served: int  # nodes where device plugins serve all it asks
+    failing: tuple[_NodeCheck, ...]
+    doubt: str
+    mixed: tuple[str, str, str] | None  # (node, resource, class): served both ways there
+
+    @property
+    def total(self) -> int:
+        return len(self.able) + self.served + len(self.failing)
+
+
+def _summarise(values: dict[str, tuple[_NodeCheck, tuple[str, str] | None]]) -> _Summary:
+    checks = sorted((c for c, _ in values.values()), key=lambda c: c.node)
+    mixed = min(((name, *hit) for name, (_, hit) in values.items() if hit), default=None)
+    able = tuple(c.node for c in checks if c.ok and not c.device_plugin)
+    return _Summary(able, tuple(NodeFinding(n, note="can allocate its DRA claims")
+                                for n in able[:MAX_FINDINGS]),
+                    sum(1 for c in checks if c.device_plugin),
+                    tuple(c for c in checks if not c.ok),
+                    next((c.doubt for c in checks if c.doubt), ""), mixed)
+
+
+def _summary(facts: PodFacts, d: dra.Demand, pool: str, view: ClusterView, policy: Policy
+             ) -> _Summary:
+    """Every candidate node judged: the pool's nodes (its GPU nodes, and any that publish
+    ResourceSlices: a DRA node need not carry a GPU label) that the pod's placement allows.
+    Kept per pod shape as nodes and slices change (``ClusterView.fold``), as the CDI
+    verdicts are: the pods of a workload pay for the scan once."""
+    asked = {r for r, _ in d.extended}
+
+    def per_node(n: NodeInfo) -> tuple[_NodeCheck, tuple[str, str] | None] | None:
+        if facts.node_name:
+            if n.name != facts.node_name:
+                return None
+        elif policy.pool_for_label_value(n.labels.get(policy.pool_label)) != pool or not (
+                n.is_gpu_node(policy) or view.slices_for(n.name, own=True)) or \
+                not cand.schedulable(facts.spec, n):
+            return None
+        hits = [(r, c) for r, c in mixed_resources(n, view.device_classes()) if r in asked]
+        mixed = hits[0] if hits and view.slices_for(n.name) else None
+        return _check_node(n, d, view, facts.spec), mixed
+
+    def initial() -> Iterable[NodeInfo]:
+        if facts.node_name:
+            node = view.node(facts.node_name)
+            return (node,) if node is not None else ()
+        names = {n.name for n in view.pool_nodes(policy, pool)} | view.nodes_with_slices()
+        return (n for name in sorted(names) if (n := view.node(name)) is not None)
+
+    key = ("dra", policy.cache_key, pool, cand.shape_key(facts.spec, (facts.demand_key, d)))
+    summary: _Summary = view.fold(key, per_node, initial, reads_slices=True).derive(_summarise)
+    return summary
 
 
 def _admin_access(facts: PodFacts, d: dra.Demand, view: ClusterView) -> str | None:
@@ -181,29 +227,27 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
                            f"class that exists ({', '.join(sorted(classes)[:5]) or 'none'})",
                            f"gpupool: DeviceClass {missing[0]} does not exist; the pod stays "
                            "pending until it does")
-    candidates = _candidates(facts, pool_name, view, policy)
-    _warn_mixed(out, d, view, candidates)
-    checks = [_check_node(n, d, view, facts.spec) for n in candidates]
-    if not checks:
+    s = _summary(facts, d, pool_name, view, policy)
+    if s.mixed is not None:
+        node, resource, cls = s.mixed
+        out.warn(f"gpupool: node {node} serves {resource} by device plugin and by DeviceClass "
+                 f"{cls}; see gpupool doctor")
+    if not s.total:
         return _no_devices(facts, pool_name, policy, Reason.NO_MATCHING_DEVICES,
                            f"{who}: no node of pool {pool_name} that its placement allows "
                            "publishes DRA devices; its claims cannot be allocated there",
                            f"gpupool: no node of pool {pool_name} publishes DRA devices for "
                            "this pod")
-    ok = [c for c in checks if c.ok]
-    failing = [c for c in checks if not c.ok]
-    doubt = next((c.doubt for c in checks if c.doubt), "")
+    if s.able or s.served:
+        out.nodes = list(s.able_findings)
+        if s.able:
+            out.message = (f"{who}: {len(s.able)} of {s.total} candidate node(s) of pool "
+                           f"{pool_name} can allocate its DRA claims")
+        return out if out.warnings or out.nodes else None
+    failing, doubt = s.failing, s.doubt
     findings = [NodeFinding(c.node, note=c.why) for c in failing[:MAX_FINDINGS]]
     shown = "; ".join(f"{c.node}: {c.why}" for c in failing[:_SHOW]) + \
         (f" (and {len(failing) - _SHOW} more)" if len(failing) > _SHOW else "")
-    if ok:
-        able = [c.node for c in ok if not c.device_plugin]
-        out.nodes = [NodeFinding(n, note="can allocate its DRA claims")
-                     for n in able[:MAX_FINDINGS]]
-        if able:
-            out.message = (f"{who}: {len(able)} of {len(checks)} candidate node(s) of pool "
-                           f"{pool_name} can allocate its DRA claims")
-        return out if out.warnings or out.nodes else None
     if doubt:
         out.warn("gpupool: DRA selectors could not be evaluated; claims not fully checked")
         out.message = f"{who}: DRA claims not verified: {doubt}; {shown}"
@@ -240,18 +284,3 @@ def mixed_resources(node: NodeInfo, classes: Mapping[str, dra.DeviceClass] | Non
         return []
     return [(c.extended_resource, c.name) for c in classes.values()
             if c.extended_resource and node.allocatable.get(c.extended_resource)]
-
-
-def _warn_mixed(out: Decision, d: dra.Demand, view: ClusterView,
-                nodes: Iterable[NodeInfo]) -> None:
-    """Warn a pod asking for an extended resource that a candidate serves both ways."""
-    if not d.extended:
-        return
-    classes = view.device_classes()
-    asked = {r for r, _ in d.extended}
-    for node in nodes:
-        hits = [(r, c) for r, c in mixed_resources(node, classes) if r in asked]
-        if hits and view.slices_for(node.name):
-            out.warn(f"gpupool: node {node.name} serves {hits[0][0]} by device plugin and by "
-                     f"DeviceClass {hits[0][1]}; see gpupool doctor")
-            return

@@ -233,6 +233,34 @@ def evaluate(selector: Selector, device: Mapping[str, Any]) -> bool | str:
     return result
 
 
+_TOKENS = re.compile(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"|([A-Za-z_][A-Za-z0-9_]*)")
+#: Macros and functions that read a map's keys without naming them: a selector using any
+#: of them may depend on any field.
+_ENUMERATING = frozenset({"all", "exists", "exists_one", "map", "filter", "size", "keys",
+                          "values"})
+_WHOLE_MAP = re.compile(r"device\.(attributes|capacity)\s*(\[\s*('[^']*'|\"[^\"]*\")\s*\]"
+                        r"\s*)?(?![\s.\[]|\s*\[)")
+
+
+@functools.lru_cache(maxsize=1024)
+def referenced_names(texts: tuple[str, ...]) -> frozenset[str] | None:
+    """Every name these selectors could read a device field by (identifiers and string
+    literals in their text), or None when they could read fields they do not name: a
+    macro or function that enumerates a map, a whole attributes map compared or passed on,
+    or a string built at run time (``+``). Devices equal in every named field are then
+    judged alike."""
+    names: set[str] = set()
+    for text in texts:
+        if "+" in text or _WHOLE_MAP.search(text):
+            return None
+        for single, double, ident in _TOKENS.findall(text):
+            word = ident or single or double
+            if ident in _ENUMERATING:
+                return None
+            names.add(word)
+    return frozenset(names)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__

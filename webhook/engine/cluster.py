@@ -144,8 +144,10 @@ class NodeFold(Generic[T]):
     """
 
     def __init__(self, fn: Callable[[NodeInfo], T | None], nodes: Iterable[NodeInfo],
-                 lock: threading.RLock | None = None) -> None:
+                 lock: threading.RLock | None = None, *, reads_slices: bool = False) -> None:
         self.fn = fn
+        #: ``fn`` reads the node's ResourceSlices too: a slice change re-judges the node
+        self.reads_slices = reads_slices
         #: the view's lock: updates come from the watch while requests derive
         self.lock = lock or threading.RLock()
         self.values: dict[str, T] = {}
@@ -210,6 +212,7 @@ class ClusterView:
         #: template, so they are read on demand and never bump ``version``
         self._claims: dict[tuple[str, str, str], dra.ClaimSpec] = {}
         self._claim_kinds: set[str] = set()
+        self._slice_changes = 0
         self.version = 0
 
     # ---------------------------------------------------------------- writes
@@ -337,6 +340,7 @@ class ClusterView:
         """The cluster's DeviceClasses; None: unknown (not listed)."""
         with self._lock:
             self._device_classes = None if classes is None else {c.name: c for c in classes}
+            self._folds.clear()  # DRA verdicts depend on the classes
             self._bump()
 
     def set_device_class(self, name: str, device_class: dra.DeviceClass | None) -> None:
@@ -347,6 +351,7 @@ class ClusterView:
                 classes.pop(name, None)
             else:
                 classes[name] = device_class
+            self._folds.clear()
             self._bump()
 
     def replace_slices(self, slices: Iterable[dra.Slice]) -> None:
@@ -354,6 +359,7 @@ class ClusterView:
             self._slices, self._slices_by_node = {}, {}
             for s in slices:
                 self._add_slice(s)
+            self._folds.clear()
             self._bump()
 
     def _add_slice(self, s: dra.Slice) -> None:
@@ -364,16 +370,29 @@ class ClusterView:
         self._slices_by_node.setdefault(s.node, {})[s.name] = s
 
     def set_slice(self, name: str, s: dra.Slice | None) -> None:
-        """One ResourceSlice added or changed, or deleted (None)."""
+        """One ResourceSlice added or changed, or deleted (None). Folds re-judge the node it
+        serves alone; a slice for every node makes them start over."""
         with self._lock:
+            old = self._slices.get(name)
             if s is None:
-                old = self._slices.pop(name, None)
                 if old is None:
                     return
+                del self._slices[name]
                 self._slices_by_node.get(old.node, {}).pop(name, None)
             else:
                 self._add_slice(s)
-            self._bump()
+            touched = {x.node for x in (old, s) if x is not None}
+            if None in touched:
+                self._folds.clear()
+            else:
+                for node in (self._nodes.get(n) for n in touched if n is not None):
+                    if node is not None:
+                        for fold in self._folds.values():
+                            if fold.reads_slices:
+                                fold.update(node)
+            # Nothing memoised reads slices (DRA verdicts are folds, kept just above): the
+            # memo stays, and a fold being built meanwhile is not kept.
+            self._slice_changes += 1
 
     def replace_claims(self, kind: str, claims: Mapping[tuple[str, str], dra.ClaimSpec]
                        ) -> None:
@@ -397,12 +416,12 @@ class ClusterView:
         """DeviceClass name -> class, or None when gpupool does not know them."""
         return self._device_classes
 
-    def slices_for(self, node: str) -> tuple[dra.Slice, ...]:
+    def slices_for(self, node: str, own: bool = False) -> tuple[dra.Slice, ...]:
         """The ResourceSlices whose devices a pod on ``node`` could get: the node's own and
-        those every node reaches."""
+        (unless ``own``) those every node reaches."""
         with self._lock:
-            return tuple(self._slices_by_node.get(node, {}).values()) + \
-                tuple(self._slices_by_node.get(None, {}).values())
+            mine = tuple(self._slices_by_node.get(node, {}).values())
+            return mine if own else mine + tuple(self._slices_by_node.get(None, {}).values())
 
     def nodes_with_slices(self) -> frozenset[str]:
         with self._lock:
@@ -474,19 +493,22 @@ class ClusterView:
         return self.memo(("pool-nodes", policy.cache_key, pool), compute)
 
     def fold(self, key: Any, fn: Callable[[NodeInfo], T | None],
-             initial: Callable[[], Iterable[NodeInfo]]) -> NodeFold[T]:
+             initial: Callable[[], Iterable[NodeInfo]], *, reads_slices: bool = False
+             ) -> NodeFold[T]:
         """The fold under ``key``, made from ``initial()`` nodes the first time (bounded, LRU).
 
-        ``fn`` must depend on nothing but the node and what ``key`` names."""
+        ``fn`` must depend on nothing but the node (and its slices, with ``reads_slices``)
+        and what ``key`` names."""
         with self._lock:
             fold = self._folds.get(key)
             if fold is not None:
                 self._folds.move_to_end(key)
                 return fold
-            version = self.version
-        fold = NodeFold(fn, initial(), self._lock)
+            version = (self.version, self._slice_changes if reads_slices else 0)
+        fold = NodeFold(fn, initial(), self._lock, reads_slices=reads_slices)
         with self._lock:
-            if self.version == version:  # no node changed meanwhile: keep it current
+            if (self.version, self._slice_changes if reads_slices else 0) == version:
+                # no node or slice changed meanwhile: keep it current
                 self._folds[key] = fold
                 if len(self._folds) > _FOLDS:
                     self._folds.popitem(last=False)

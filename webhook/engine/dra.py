@@ -73,24 +73,24 @@ class DeviceClass(NamedTuple):
                    ext if isinstance(ext, str) and ext else None)
 
 
-class Device(NamedTuple):
-    """One published device: its name, the value CEL selectors see as ``device``, and its
-    hard taints."""
-
-    name: str
-    value: Mapping[str, Any]
-    taints: tuple[Mapping[str, Any], ...]
+#: A field of a device as CEL sees it: ("attributes" or "capacity", domain, name).
+Field = tuple[str, str, str]
+#: Fields every device of a slice shares, interned across slices: the thousands of nodes of
+#: one GPU model hold one copy. Bounded: past this many distinct sets it starts over.
+_SHARED: dict[tuple[tuple[Field, Any], ...], tuple[tuple[Field, Any], ...]] = {}
+_SHARED_LIMIT = 4096
 
 
 def _attribute_value(raw: object) -> Any:
-    """A DeviceAttribute as CEL sees it: its one typed field; versions as semver values."""
+    """A DeviceAttribute's one typed field, hashable: versions as ("k8s.io/Semver", text)."""
     a = _mapping(raw)
     for key in ("string", "bool", "int"):
         if key in a:
-            return a[key]
+            v = a[key]
+            return sys.intern(v) if isinstance(v, str) else v
     if "version" in a:
         try:
-            return cel.semver_value(str(a["version"]))
+            return (cel.SEMVER_KEY, cel.semver_value(str(a["version"]))[cel.SEMVER_KEY])
         except cel.CELError:
             return None
     return None
@@ -98,44 +98,48 @@ def _attribute_value(raw: object) -> Any:
 
 def _qualified(name: str, driver: str) -> tuple[str, str]:
     domain, _, ident = name.rpartition("/")
-    return (domain or driver), ident
+    return sys.intern(domain or driver), sys.intern(ident)
 
 
-def _device(raw: Mapping[str, Any], driver: str) -> Device | None:
-    name = raw.get("name")
-    if not isinstance(name, str) or not name:
-        return None
-    attributes: dict[str, dict[str, Any]] = {}
+def _fields(raw: Mapping[str, Any], driver: str) -> dict[Field, Any]:
+    out: dict[Field, Any] = {}
     for key, value in _mapping(raw.get("attributes")).items():
         v = _attribute_value(value)
         if isinstance(key, str) and v is not None:
-            domain, ident = _qualified(key, driver)
-            attributes.setdefault(sys.intern(domain), {})[sys.intern(ident)] = v
-    capacity: dict[str, dict[str, Any]] = {}
+            out[("attributes", *_qualified(key, driver))] = v
     for key, value in _mapping(raw.get("capacity")).items():
         q = _mapping(value).get("value")
         if isinstance(key, str) and isinstance(q, str | int):
             try:
-                domain, ident = _qualified(key, driver)
-                capacity.setdefault(domain, {})[ident] = cel.quantity(str(q))
+                out[("capacity", *_qualified(key, driver))] = (
+                    cel.QUANTITY_KEY, cel.quantity(str(q))[cel.QUANTITY_KEY])
             except cel.CELError:
                 continue
-    taints = tuple(t for t in _list(raw.get("taints"))
-                   if isinstance(t, Mapping) and t.get("effect") in _HARD_EFFECTS)
-    value = {"driver": driver, "attributes": attributes, "capacity": capacity,
-             "allowMultipleAllocations": bool(raw.get("allowMultipleAllocations"))}
-    return Device(sys.intern(name), value, taints)
+    if raw.get("allowMultipleAllocations") is True:
+        out[("", "", "allowMultipleAllocations")] = True
+    return out
+
+
+def _cel_value(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return {v[0]: v[1]}
+    return v
 
 
 @dataclass(frozen=True, eq=False)
 class Slice:
-    """A ResourceSlice, reduced: whose devices, where they can be used."""
+    """A ResourceSlice, reduced: whose devices, where they can be used, and each device's
+    fields as columns: the fields all its devices share (interned), and per device the few
+    that differ (UUID, bus ID, index)."""
 
     name: str
     driver: str
     node: str | None  # spec.nodeName
     all_nodes: bool  # spec.allNodes, or a node selector gpupool does not evaluate
-    devices: tuple[Device, ...]
+    names: tuple[str, ...]
+    shared: tuple[tuple[Field, Any], ...]
+    varying: tuple[tuple[Field, tuple[Any, ...]], ...]  # None where a device lacks it
+    taints: tuple[tuple[Mapping[str, Any], ...], ...]  # per device; () when none has any
     #: per request shape: the devices it matched (a cache; a changed slice is a new object)
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -147,10 +151,55 @@ class Slice:
         if not isinstance(name, str) or not name or not isinstance(driver, str) or not driver:
             return None
         node = spec.get("nodeName")
-        devices = tuple(d for raw in _list(spec.get("devices")) if isinstance(raw, Mapping)
-                        if (d := _device(raw, driver)) is not None)
+        names, rows, taints = [], [], []
+        for raw in _list(spec.get("devices")):
+            dev = _mapping(raw)
+            dname = dev.get("name")
+            if not isinstance(dname, str) or not dname:
+                continue
+            names.append(sys.intern(dname))
+            rows.append(_fields(dev, driver))
+            taints.append(tuple(t for t in _list(dev.get("taints"))
+                                if isinstance(t, Mapping) and t.get("effect") in _HARD_EFFECTS))
+        keys = sorted({k for row in rows for k in row})
+        shared, varying = [], []
+        for k in keys:
+            values = tuple(row.get(k) for row in rows)
+            if all(v == values[0] for v in values) and values[0] is not None:
+                shared.append((k, values[0]))
+            else:
+                varying.append((k, values))
+        shared_t = tuple(shared)
+        if len(_SHARED) >= _SHARED_LIMIT:
+            _SHARED.clear()
+        shared_t = _SHARED.setdefault(shared_t, shared_t)
         return cls(name, sys.intern(driver), node if isinstance(node, str) and node else None,
-                   not (isinstance(node, str) and node), devices)
+                   not (isinstance(node, str) and node), tuple(names), shared_t,
+                   tuple(varying), tuple(taints) if any(taints) else ())
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def device(self, i: int) -> dict[str, Any]:
+        """Device ``i`` as CEL selectors see it (``device``)."""
+        attributes: dict[str, dict[str, Any]] = {}
+        capacity: dict[str, dict[str, Any]] = {}
+        value: dict[str, Any] = {"driver": self.driver, "attributes": attributes,
+                                 "capacity": capacity, "allowMultipleAllocations": False}
+        pairs = list(self.shared) + [(k, vs[i]) for k, vs in self.varying if vs[i] is not None]
+        for (part, domain, ident), v in pairs:
+            if part == "attributes":
+                attributes.setdefault(domain, {})[ident] = _cel_value(v)
+            elif part == "capacity":
+                capacity.setdefault(domain, {})[ident] = _cel_value(v)
+            else:
+                value[ident] = v
+        return value
+
+
+#: (selectors, a slice's shared fields, the varying fields they read) -> verdict
+_VERDICTS: dict[Any, bool | str] = {}
+_VERDICTS_LIMIT = 65536
 
 
 class Request(NamedTuple):
@@ -294,30 +343,49 @@ class Matched(NamedTuple):
 
 
 def match_slice(s: Slice, request: Request, device_class: DeviceClass) -> Matched:
-    """The request's devices among the slice's; kept on the slice per request shape."""
-    key = (request.device_class, device_class.selectors, request.selectors,
-           request.tolerations and repr(request.tolerations))
+    """The request's devices among the slice's; kept on the slice per request shape.
+
+    Devices the selectors cannot tell apart (every field they read is equal) are judged
+    once: on a node of eight identical GPUs that is one evaluation, and across the nodes of
+    one model one evaluation in all (``_VERDICTS``). Which fields a selector reads is
+    worked out from its text (``cel.referenced_names``); one it cannot tell that of is
+    judged device by device."""
+    selectors = device_class.selectors + request.selectors
+    key = (selectors, request.tolerations and repr(request.tolerations))
     hit = s.memo.get(key)
     if hit is not None:
         return hit  # type: ignore[no-any-return]
-    compiled = [cel.compile_selector(e) for e in device_class.selectors + request.selectors]
+    compiled = [cel.compile_selector(e) for e in selectors]
+    names = cel.referenced_names(selectors)
+    columns = [(i, k) for i, (k, _) in enumerate(s.varying) if names is None or k[2] in names]
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for d in range(len(s)):
+        groups.setdefault(tuple(s.varying[i][1][d] for i, _ in columns), []).append(d)
     count = tainted = 0
     error = ""
-    for d in s.devices:
-        verdict: bool | str = True
-        for sel in compiled:
-            verdict = cel.evaluate(sel, d.value)
-            if verdict is not True:
-                break
+    for values, members in groups.items():
+        vkey = (selectors, s.driver, s.shared, tuple(k for _, k in columns), values)
+        verdict = _VERDICTS.get(vkey)
+        if verdict is None:
+            device = s.device(members[0])
+            verdict = True
+            for sel in compiled:
+                verdict = cel.evaluate(sel, device)
+                if verdict is not True:
+                    break
+            if len(_VERDICTS) >= _VERDICTS_LIMIT:
+                _VERDICTS.clear()
+            _VERDICTS[vkey] = verdict
         if isinstance(verdict, str):
-            error = error or f"{sel.text!r} on device {d.name}: {verdict}"
+            error = error or f"on device {s.names[members[0]]}: {verdict}"
             continue
         if not verdict:
             continue
-        if any(not _tolerated(request.tolerations, t) for t in d.taints):
-            tainted += 1
-        else:
-            count += 1
+        for d in members:
+            if s.taints and any(not _tolerated(request.tolerations, t) for t in s.taints[d]):
+                tainted += 1
+            else:
+                count += 1
     out = Matched(count, tainted, error)
     if len(s.memo) < 64:
         s.memo[key] = out

@@ -174,13 +174,20 @@ class Policy:
         """Whether any pool serves DRA DeviceClasses."""
         return any(p.device_classes for p in self.pools)
 
+    @cached_property
+    def _class_pools(self) -> dict[str, str | None]:
+        return {}  # memo of pool_for_device_class: class names are few
+
     def pool_for_device_class(self, name: str) -> str | None:
         """The pool that serves a DeviceClass (``pools[].dra.deviceClasses``), if any."""
-        for pool in self.pools:
-            if any(name == p or (_is_pattern(p) and fnmatch.fnmatchcase(name, p))
-                   for p in pool.device_classes):
-                return pool.name
-        return None
+        memo = self._class_pools
+        if name not in memo:
+            if len(memo) > 1024:
+                memo.clear()
+            memo[name] = next((pool.name for pool in self.pools if any(
+                name == p or (_is_pattern(p) and fnmatch.fnmatchcase(name, p))
+                for p in pool.device_classes)), None)
+        return memo[name]
 
     def is_hami_pool(self, pool: str) -> bool:
         return self.by_name[pool].scheduler_name == self.hami_scheduler_name

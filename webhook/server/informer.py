@@ -33,7 +33,7 @@ class Reflector:
                  on_event: Callable[[str, Any], None], api_client: Any,
                  *, watch_timeout: int = 300, max_backoff: float = 30.0,
                  page_size: int = 500,
-                 convert: Callable[[dict[str, Any]], Any] = lambda obj: obj,
+                 convert: Callable[[dict[str, Any]], Any] | None = None,
                  optional: bool = False) -> None:
         """``on_list`` and ``on_event`` get objects as ``convert`` returns them. An
         ``optional`` resource the API server does not serve, or gpupool may not list, is
@@ -46,7 +46,7 @@ class Reflector:
         self.watch_timeout = watch_timeout
         self.max_backoff = max_backoff
         self.page_size = page_size
-        self.convert = convert
+        self.convert = convert or _same
         self.optional = optional
         self.unavailable = False
         self.synced = threading.Event()
@@ -154,6 +154,10 @@ class Reflector:
             backoff = min(backoff * 2, self.max_backoff)
 
 
+def _same(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj
+
+
 class ClusterInformer:
     """Keeps a ClusterView in sync with the API server's Nodes, Namespaces and RuntimeClasses.
 
@@ -175,12 +179,15 @@ class ClusterInformer:
             "runtimeclasses", client.NodeV1Api(api_client).list_runtime_class,
             self._rc_listed, self._rc_event, api_client, watch_timeout=watch_timeout)
         custom = client.CustomObjectsApi(api_client)
+        # Slices are reduced as each page arrives, as nodes are: 50,000 raw slices at once
+        # would cost gigabytes.
         self.dra = tuple(
             Reflector(plural, functools.partial(custom.list_cluster_custom_object, DRA_GROUP,
                                                 DRA_VERSION, plural),
                       functools.partial(self._dra_listed, kind),
                       functools.partial(self._dra_event, kind), api_client,
-                      watch_timeout=watch_timeout, optional=True)
+                      watch_timeout=watch_timeout, optional=True,
+                      convert=Slice.from_object if kind == "ResourceSlice" else _same)
             for kind, plural in DRA_RESOURCES.items())
 
     def _reflectors(self) -> tuple[Reflector, ...]:
@@ -237,12 +244,13 @@ class ClusterInformer:
             self.view.set_runtime_class(
                 name, None if etype == "DELETED" else runtime_classes_of([obj]).get(name))
 
-    def _dra_listed(self, kind: str, items: list[dict[str, Any]]) -> None:
+    def _dra_listed(self, kind: str, items: list[Any]) -> None:
+        """Listed objects (slices already reduced to ``Slice``, or None for a bad one)."""
         if kind == "DeviceClass":
             self.view.replace_device_classes(
                 c for i in items if (c := DeviceClass.from_object(i)) is not None)
         elif kind == "ResourceSlice":
-            self.view.replace_slices(s for i in items if (s := Slice.from_object(i)) is not None)
+            self.view.replace_slices(s for s in items if s is not None)
         else:
             self.view.replace_claims(kind, claims_of(kind, items))
 

@@ -259,3 +259,45 @@ def test_device_classes_belong_to_one_pool():
 ])
 def test_kubernetes_cel_libraries(expr, expected):
     assert cel.evaluate(cel.compile_selector(expr), {}) is expected
+
+
+def test_decisions_follow_slice_and_class_changes(policy):
+    """The per-shape verdicts are kept as slices come and go (node by node), and start over
+    when a class changes: each answer equals a fresh view's."""
+    from webhook.engine.dra import DeviceClass, Slice
+
+    view = make_view(policy)
+    p = pod("huge-gpu")
+
+    def fresh_equal() -> None:
+        again = view_from_objects([], policy)
+        again.replace_nodes(view.nodes())
+        again.replace_namespaces({"default": {}})
+        again.replace_device_classes((view.device_classes() or {}).values())
+        again.replace_slices(s for n in ("dra-node-1", "dra-node-2", "dra-node-3")
+                             for s in view.slices_for(n, own=True))
+        for kind in ("ResourceClaimTemplate",):
+            again.replace_claims(kind, {(ns, name): spec for (k, ns, name), spec
+                                        in view._claims.items() if k == kind})
+        assert review(p, again, policy).to_json() == review(p, view, policy).to_json()
+
+    assert any("DRA devices" in w for w in review(p, view, policy).warnings)
+    big = copy.deepcopy(docs("nvidia.yaml")[2])
+    big["metadata"]["name"] = "dra-node-2-big"
+    big["spec"]["nodeName"] = "dra-node-2"
+    big["spec"]["devices"][0]["capacity"]["memory"]["value"] = "141Gi"
+    view.set_slice("dra-node-2-big", Slice.from_object(big))
+    d = review(p, view, policy)
+    assert not d.warnings and [n.node for n in d.nodes] == ["dra-node-2"]
+    fresh_equal()
+    view.set_slice("dra-node-2-big", None)
+    assert any("DRA devices" in w for w in review(p, view, policy).warnings)
+    fresh_equal()
+    # the class's selector narrowed to another type: nothing matches any more
+    gpu = docs("nvidia.yaml")[0]
+    gpu["spec"]["selectors"][0]["cel"]["expression"] = "device.attributes['gpu.nvidia.com']" \
+        ".type == 'vgpu'"
+    view.set_device_class("gpu.nvidia.com", DeviceClass.from_object(gpu))
+    d = review(pod("one-gpu"), view, policy)
+    assert any("DRA devices" in w for w in d.warnings)
+    fresh_equal()

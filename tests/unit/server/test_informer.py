@@ -163,8 +163,12 @@ def test_dra_objects_list_and_watch_into_the_view():
         "ResourceClaimTemplate": FakeNodeAPI([templates], [[
             {"type": "DELETED", "object": templates[0]}]]),
     }
+    from webhook.engine.dra import Slice
+
     reflectors = [Reflector(kind, api, functools.partial(inf._dra_listed, kind),
-                            functools.partial(inf._dra_event, kind), None)
+                            functools.partial(inf._dra_event, kind), None,
+                            **({"convert": Slice.from_object} if kind == "ResourceSlice"
+                               else {}))
                   for kind, api in apis.items()]
     for r in reflectors:
         r.start()
