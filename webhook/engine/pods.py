@@ -14,6 +14,14 @@ from webhook.engine.decision import Decision, Reason, allow, deny
 from webhook.engine.podfacts import DEFAULT_SCHEDULER, PodFacts
 from webhook.engine.policy import HAMI_IGNORE_LABEL, HAMI_IGNORE_VALUE, POOL_ANNOTATION, Policy
 
+#: The label HAMi-DRA's webhook puts on every pod whose GPU resources it turned into claims.
+HAMI_DRA_LABEL = "hami.io/dra"
+HAMI_DRA_REWRITE = (
+    ". HAMi-DRA's webhook rewrote this pod's GPU resources into ResourceClaims of its own "
+    "DeviceClass (label hami.io/dra=true) after gpupool had routed it, so it can only run on "
+    "HAMi's DRA nodes; keep HAMi-DRA's webhook to HAMi's namespaces "
+    "(webhook.config.scope.excludedNamespaces in its chart) or label the pod "
+    "gpupool.io/pool with HAMi's pool")
 WEBHOOK_ORDER_FIX = ("name gpupool's MutatingWebhookConfiguration so it sorts before "
                      "hami-webhook and keep reinvocationPolicy: IfNeeded")
 
@@ -39,6 +47,8 @@ def _prelude(facts: PodFacts, view: ClusterView | None, policy: Policy
     r = routing.route(facts, view, policy)
     if r.denial is not None:
         reason, message = r.denial
+        if facts.labels.get(HAMI_DRA_LABEL) == "true":
+            message += HAMI_DRA_REWRITE
         return deny(reason, f"{facts.who}: {message}", gpu=True, pool=r.pool), r
     return None, r
 

@@ -301,3 +301,33 @@ def test_decisions_follow_slice_and_class_changes(policy):
     d = review(pod("one-gpu"), view, policy)
     assert any("DRA devices" in w for w in d.warnings)
     fresh_equal()
+
+
+def test_a_pod_hami_dra_rewrote_after_gpupool_routed_it_names_the_rewrite():
+    """HAMi-DRA's webhook runs after gpupool's (its configuration sorts later), turns
+    nvidia.com/gpu into a ResourceClaim of its class and labels the pod hami.io/dra=true
+    (HAMi-DRA pkg/webhook/dra/mutating.go). Routed to the operator pool first, the pod now
+    needs HAMi's DRA nodes: the reinvocation says so, with the fix."""
+    policy = load_policy_text(POLICY.replace(
+        "    exclusiveResources: [nvidia.com/gpumem]\n",
+        "    exclusiveResources: [nvidia.com/gpumem]\n"
+        "    dra: {deviceClasses: [hami-core-gpu.project-hami.io]}\n"))
+    claim = {"kind": "ResourceClaim", "metadata": {"name": "default-p-main",
+                                                   "namespace": "default"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                 "deviceClassName": "hami-core-gpu.project-hami.io", "count": 1}}]}}}
+    view = make_view(policy, [*docs("nvidia.yaml"), claim])
+    first = admit.decide_pod(admit.Stage.MUTATE, pod(gpus={"nvidia.com/gpu": 1}), "default",
+                             view, policy)
+    assert first.pool == "operator"
+    from webhook.engine import patch
+    routed = patch.apply(pod(gpus={"nvidia.com/gpu": 1}), first.patch)
+    rewritten = copy.deepcopy(routed)
+    rewritten["metadata"]["labels"]["hami.io/dra"] = "true"
+    rewritten["spec"]["containers"][0]["resources"] = {"claims": [{"name": "default-p-main"}]}
+    rewritten["spec"]["resourceClaims"] = [{"name": "default-p-main",
+                                            "resourceClaimName": "default-p-main"}]
+    again = admit.decide_pod(admit.Stage.MUTATE, rewritten, "default", view, policy)
+    assert not again.allowed and again.reason == Reason.EXCLUSIVE_RESOURCE_CONFLICT
+    assert "HAMi-DRA's webhook rewrote this pod's GPU resources" in again.message
+    assert "excludedNamespaces" in again.message
