@@ -53,16 +53,32 @@ NODES: dict[str, tuple[str | None, list[tuple[str, str]], int]] = {
     "dra-b": (None, [("NVIDIA L4", "24Gi")], 0),
     "hami-dra": ("hami", [("NVIDIA H100 80GB HBM3", "80Gi")] * 4, 0),
     "op-dp": (None, [], 2),
+    "dra-t": (None, [("NVIDIA T4", "16Gi")], 0),  # its one GPU tainted (maintenance)
 }
+TAINTED = {"dra-t": [{"key": "example.com/maintenance", "value": "true",
+                      "effect": "NoSchedule"}]}
+#: Claim templates of this test: the tainted T4, asked for with and without a toleration.
+T4 = {"deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {
+    "expression": "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA T4'"}}]}
+T4_TEMPLATES = [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                 "metadata": {"name": name, "namespace": "dra"},
+                 "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                     **T4, **extra}}]}}}}
+                for name, extra in (("t4", {}), ("t4-tolerating", {"tolerations": [
+                    {"key": "example.com/maintenance", "operator": "Exists",
+                     "effect": "NoSchedule"}]}))]
 
 
-def publish_slices(node: str, gpus: list[tuple[str, str]]) -> dict[str, Any]:
-    """Test double for NVIDIA's DRA kubelet plugin: the ResourceSlice it publishes."""
+def publish_slices(node: str, gpus: list[tuple[str, str]],
+                   taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """Test double for NVIDIA's DRA kubelet plugin: the ResourceSlice it publishes (with
+    device taints, as a driver marks a GPU under maintenance)."""
     devices = [{"name": f"gpu-{i}", "attributes": {
         "type": {"string": "gpu"}, "productName": {"string": product},
         "uuid": {"string": f"GPU-{abs(hash((node, i))) % 10**8:08d}-0000-4000-8000-000000000000"},
         "driverVersion": {"version": "560.35.3"}, "index": {"int": i}},
-        "capacity": {"memory": {"value": memory}}} for i, (product, memory) in enumerate(gpus)]
+        "capacity": {"memory": {"value": memory}}, **({"taints": taints} if taints else {})}
+        for i, (product, memory) in enumerate(gpus)]
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
             "metadata": {"name": f"{node}-gpu.nvidia.com"},
             "spec": {"driver": "gpu.nvidia.com", "nodeName": node, "devices": devices,
@@ -105,7 +121,8 @@ def dra(k8s_bin, tmp_path_factory):
         # The scheduler serves nvidia.com/gpu through this class where no device plugin does.
         classes[0]["spec"]["extendedResourceName"] = "nvidia.com/gpu"
         nodes = [_node(n, pool, dp) for n, (pool, _, dp) in NODES.items()]
-        slices = [publish_slices(n, gpus) for n, (_, gpus, _) in NODES.items() if gpus]
+        slices = [publish_slices(n, gpus, TAINTED.get(n)) for n, (_, gpus, _) in NODES.items()
+                  if gpus]
         r = install.apply(c.cp, classes + nodes + slices)
         assert r.returncode == 0, r.stderr
         c.cp.start_kwok(kwok)
@@ -119,7 +136,7 @@ def dra(k8s_bin, tmp_path_factory):
                      if d and d["metadata"]["name"] != "monitor"]
         for t in templates:
             t["metadata"]["namespace"] = NS
-        r = install.apply(c.cp, templates)
+        r = install.apply(c.cp, templates + T4_TEMPLATES)
         assert r.returncode == 0, r.stderr
         install.wait_for_webhooks(c.cp, c.server, NS)
 
@@ -175,6 +192,8 @@ SHAPES: dict[str, dict[str, Any]] = {
     "extended-3": _pod("extended-3", [], limits={"nvidia.com/gpu": 3}),
     "implicit": _pod("implicit", [], limits={
         "deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}),
+    "t4": _pod("t4", ["t4"]),  # the only T4 is tainted
+    "t4-tolerating": _pod("t4-tolerating", ["t4-tolerating"]),
 }
 #: a claim, not a template: shared by whoever names it
 SHARED_CLAIM = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
@@ -270,7 +289,7 @@ def test_gpupool_and_the_scheduler_agree_on_every_dra_shape(dra, tmp_path):
         # every DRA pod is a GPU pod of the operator pool (the built-in policy's classes)
         assert row["pool"] == "operator", row
         if row["gpupool"] == "can allocate":
-            assert row["scheduler"] in ("dra-a", "dra-b", "op-dp"), row  # never hami-dra
+            assert row["scheduler"] in ("dra-a", "dra-b", "dra-t", "op-dp"), row  # not hami
             # bound where gpupool said it could be (op-dp: its device plugin serves it)
             assert row["scheduler"] in row["nodes that can (gpupool check)"] or \
                 row["scheduler"] == "op-dp", row
@@ -285,6 +304,9 @@ def test_gpupool_and_the_scheduler_agree_on_every_dra_shape(dra, tmp_path):
     # four GPUs exist only on HAMi's node: pinned to its pool, the pod is not placed there
     assert by["extended-3"]["gpupool"] == "no node can allocate"
     assert by["extended-2"]["scheduler"] in ("dra-a", "op-dp")
+    # a device taint keeps the T4 from a claim that does not tolerate it, and only from it
+    assert by["t4"]["gpupool"] == "no node can allocate"
+    assert by["t4-tolerating"]["scheduler"] == "dra-t"
     # the DRA pod carries the pool's node affinity, which keeps it off HAMi's nodes
     assert "gpupool.io/pool" in json.dumps(decisions["one-gpu"]["affinity"])
 

@@ -12,6 +12,7 @@ anything gpupool cannot evaluate is a warning.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -122,29 +123,49 @@ def _check_node(node: NodeInfo, d: dra.Demand, view: ClusterView, spec: Mapping[
 
 
 class _Summary(NamedTuple):
-    """A pod's DRA demand judged on every candidate node of its pool."""
+    """A pod's DRA demand judged on every candidate node of its pool (node lists capped at
+    ``MAX_FINDINGS``, first by name; the counts are whole)."""
 
-    able: tuple[str, ...]  # nodes that could allocate its claims through DRA
-    able_findings: tuple[NodeFinding, ...]  # the first of them, as a decision lists them
+    able: int  # nodes that could allocate its claims through DRA
+    able_findings: tuple[NodeFinding, ...]
     served: int  # nodes where device plugins serve all it asks
-    failing: tuple[_NodeCheck, ...]
+    failing: int
+    failing_first: tuple[_NodeCheck, ...]
+    all_undelivered: bool  # every failing node fails it only for want of CDI
     doubt: str
     mixed: tuple[str, str, str] | None  # (node, resource, class): served both ways there
 
     @property
     def total(self) -> int:
-        return len(self.able) + self.served + len(self.failing)
+        return self.able + self.served + self.failing
 
 
 def _summarise(values: dict[str, tuple[_NodeCheck, tuple[str, str] | None]]) -> _Summary:
-    checks = sorted((c for c, _ in values.values()), key=lambda c: c.node)
-    mixed = min(((name, *hit) for name, (_, hit) in values.items() if hit), default=None)
-    able = tuple(c.node for c in checks if c.ok and not c.device_plugin)
-    return _Summary(able, tuple(NodeFinding(n, note="can allocate its DRA claims")
-                                for n in able[:MAX_FINDINGS]),
-                    sum(1 for c in checks if c.device_plugin),
-                    tuple(c for c in checks if not c.ok),
-                    next((c.doubt for c in checks if c.doubt), ""), mixed)
+    """One pass, no full sort: after a slice changes, this runs over every candidate."""
+    able: list[str] = []
+    failing: list[_NodeCheck] = []
+    served = 0
+    undelivered = True
+    doubt: tuple[str, str] | None = None
+    mixed: tuple[str, str, str] | None = None
+    for name, (c, hit) in values.items():
+        if c.ok:
+            if c.device_plugin:
+                served += 1
+            else:
+                able.append(name)
+        else:
+            failing.append(c)
+            undelivered = undelivered and c.undelivered
+        if c.doubt and (doubt is None or name < doubt[0]):
+            doubt = (name, c.doubt)
+        if hit and (mixed is None or name < mixed[0]):
+            mixed = (name, *hit)
+    return _Summary(len(able), tuple(NodeFinding(n, note="can allocate its DRA claims")
+                                     for n in heapq.nsmallest(MAX_FINDINGS, able)),
+                    served, len(failing),
+                    tuple(heapq.nsmallest(MAX_FINDINGS, failing, key=lambda c: c.node)),
+                    undelivered, doubt[1] if doubt else "", mixed)
 
 
 def _summary(facts: PodFacts, d: dra.Demand, pool: str, view: ClusterView, policy: Policy
@@ -241,19 +262,18 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     if s.able or s.served:
         out.nodes = list(s.able_findings)
         if s.able:
-            out.message = (f"{who}: {len(s.able)} of {s.total} candidate node(s) of pool "
+            out.message = (f"{who}: {s.able} of {s.total} candidate node(s) of pool "
                            f"{pool_name} can allocate its DRA claims")
         return out if out.warnings or out.nodes else None
-    failing, doubt = s.failing, s.doubt
-    findings = [NodeFinding(c.node, note=c.why) for c in failing[:MAX_FINDINGS]]
-    shown = "; ".join(f"{c.node}: {c.why}" for c in failing[:_SHOW]) + \
-        (f" (and {len(failing) - _SHOW} more)" if len(failing) > _SHOW else "")
-    if doubt:
+    findings = [NodeFinding(c.node, note=c.why) for c in s.failing_first]
+    shown = "; ".join(f"{c.node}: {c.why}" for c in s.failing_first[:_SHOW]) + \
+        (f" (and {s.failing - _SHOW} more)" if s.failing > _SHOW else "")
+    if s.doubt:
         out.warn("gpupool: DRA selectors could not be evaluated; claims not fully checked")
-        out.message = f"{who}: DRA claims not verified: {doubt}; {shown}"
+        out.message = f"{who}: DRA claims not verified: {s.doubt}; {shown}"
         out.nodes = findings
         return out
-    if all(c.undelivered for c in failing):
+    if s.all_undelivered:
         return deny(Reason.GPU_NOT_DELIVERED,
                     f"{who} would start without its DRA devices on every candidate node of "
                     f"pool {pool_name}: {shown}. Fix: enable CDI in containerd on those "

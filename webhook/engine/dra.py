@@ -126,7 +126,15 @@ def _cel_value(v: Any) -> Any:
     return v
 
 
-@dataclass(frozen=True, eq=False)
+def _interned(t: tuple[Any, ...]) -> tuple[Any, ...]:
+    """One copy of an equal tuple across slices: device names, bus IDs and indexes repeat
+    node after node (UUIDs do not, and are kept as they come)."""
+    if len(_SHARED) >= _SHARED_LIMIT:
+        _SHARED.clear()
+    return _SHARED.setdefault(t, t)
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class Slice:
     """A ResourceSlice, reduced: whose devices, where they can be used, and each device's
     fields as columns: the fields all its devices share (interned), and per device the few
@@ -168,14 +176,11 @@ class Slice:
             if all(v == values[0] for v in values) and values[0] is not None:
                 shared.append((k, values[0]))
             else:
-                varying.append((k, values))
-        shared_t = tuple(shared)
-        if len(_SHARED) >= _SHARED_LIMIT:
-            _SHARED.clear()
-        shared_t = _SHARED.setdefault(shared_t, shared_t)
+                varying.append((k, _interned(values)))
         return cls(name, sys.intern(driver), node if isinstance(node, str) and node else None,
-                   not (isinstance(node, str) and node), tuple(names), shared_t,
-                   tuple(varying), tuple(taints) if any(taints) else ())
+                   not (isinstance(node, str) and node), _interned(tuple(names)),
+                   _interned(tuple(shared)), tuple(varying),
+                   tuple(taints) if any(taints) else ())
 
     def __len__(self) -> int:
         return len(self.names)

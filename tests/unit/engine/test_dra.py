@@ -331,3 +331,33 @@ def test_a_pod_hami_dra_rewrote_after_gpupool_routed_it_names_the_rewrite():
     assert not again.allowed and again.reason == Reason.EXCLUSIVE_RESOURCE_CONFLICT
     assert "HAMi-DRA's webhook rewrote this pod's GPU resources" in again.message
     assert "excludedNamespaces" in again.message
+
+
+JUNK: list[Any] = [None, 7, "x", [], {"spec": None}, {"spec": {"devices": "all"}},
+                   {"metadata": {"name": 5}}, {"metadata": {"name": "s"}, "spec": {
+                       "driver": "gpu.nvidia.com", "nodeName": ["dra-node-1"], "devices": [
+                           None, {"name": 3}, {"name": "d", "attributes": {
+                               "x": {"string": "a", "int": 1}, "y": {"version": "not.a.v"},
+                               "z": {"unknownType": 1}, "w": "flat"},
+                               "capacity": {"memory": {"value": "lots"}, "c": 5},
+                               "taints": "none"}]}}]
+
+
+@pytest.mark.parametrize("junk", JUNK)
+def test_malformed_dra_objects_never_crash_and_never_deny(policy, junk):
+    """Bad objects as a cluster file or a watch could carry them: skipped or read for what
+    they hold; the pod is judged on the rest, and doubt never denies."""
+    resources = docs("nvidia.yaml") + docs("claims.yaml")
+    for kind in ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate"):
+        bad = {"kind": kind, **junk} if isinstance(junk, dict) else {"kind": kind,
+                                                                      "spec": junk}
+        view = make_view(policy, [*resources, bad])
+        for template in ("one-gpu", "big-gpu"):
+            d = review(pod(template), view, policy)
+            assert d.allowed and not d.warnings, (kind, junk, d.to_json())
+    # a claim whose requests are junk asks for nothing gpupool can judge: allowed
+    junk_claim = {"kind": "ResourceClaimTemplate", "metadata": {"name": "junk",
+                                                                "namespace": "default"},
+                  "spec": {"spec": {"devices": {"requests": [junk, {"name": "r"}]}}}}
+    d = review(pod("junk"), make_view(policy, [*resources, junk_claim]), policy)
+    assert d.allowed
