@@ -24,6 +24,7 @@ import requests
 
 from bench import agent as agent_bench
 from bench import cluster, e2e_load, load, slowclients, soak, startup, versus_hami
+from bench import dra as dra_bench
 from tests.integration.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -233,6 +234,8 @@ def report(res: dict) -> str:
         lines.append(f"fixed rate: {h['fixed_rate']} req/s; worker RSS MiB: "
                      f"{json.dumps(h['worker_rss_mib'])}")
         lines.append("")
+    if res.get("dra"):
+        lines += [dra_bench.report(res["dra"]), ""]
     d = res.get("decision")
     if d:
         base = d[0]
@@ -276,8 +279,8 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="short runs, sizes up to 5,000")
     p.add_argument("--out", default=str(ROOT / "bench/results/results.json"))
     p.add_argument("--skip-http", action="store_true")
-    p.add_argument("--only", choices=("http", "slow", "decision", "agent", "startup", "hami",
-                                      "e2e"),
+    p.add_argument("--only", choices=("http", "slow", "decision", "dra", "agent", "startup",
+                                      "hami", "e2e"),
                    action="append",
                    help="run only these parts (repeatable)")
     p.add_argument("--worker-class", default="gevent", choices=("gevent", "gthread"),
@@ -285,7 +288,8 @@ def main() -> int:
     a = p.parse_args()
     res: dict = {"host": f"{platform.node()} ({os.cpu_count()} cores)",
                  "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-    parts = set(a.only or ("http", "slow", "decision", "agent", "startup", "hami", "e2e"))
+    parts = set(a.only or ("http", "slow", "decision", "dra", "agent", "startup", "hami",
+                           "e2e"))
     if a.skip_http:
         parts -= {"http", "slow"}
     if "e2e" in parts:
@@ -310,6 +314,8 @@ def main() -> int:
         res["agent"] = [agent_bench.measure(g) for g in (8, 64, 512)]
     if "decision" in parts:
         res["decision"] = decision_bench(SIZES[:3] if a.quick else SIZES)
+    if "dra" in parts:
+        res["dra"] = dra_bench.measure((1_000, 5_000) if a.quick else dra_bench.SIZES)
     if "slow" in parts:
         with tempfile.TemporaryDirectory() as tmp:
             res["slow_clients"] = slow_client_bench(Path(tmp), 50 if a.quick else 200)

@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from bench.cluster import GPUS, node, pods
-from bench.decision import _imports, rss_mib
+from bench.decision import _imports, rss_mib, warm_us
 
 SIZES = (1_000, 10_000, 50_000)
 TEMPLATES = {
@@ -139,11 +139,7 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 200) -> dict[str
     for r in range(rounds):
         for n in sizes:
             for s, pod in shapes.items():
-                admit.review_pod(pod, "ml", views[n], policy)
-                t = time.perf_counter()
-                for _ in range(per_round):
-                    admit.review_pod(pod, "ml", views[n], policy)
-                warm[(n, s)].append((time.perf_counter() - t) / per_round * 1e6)
+                warm[(n, s)].append(warm_us(pod, views[n], policy, per_round))
                 i = (7 * r + 1) % n
                 fresh = resource_slice(i, generation=r + 2)
                 views[n].set_slice(fresh["metadata"]["name"], Slice.from_object(fresh))

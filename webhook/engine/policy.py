@@ -340,6 +340,17 @@ def _device_class_name(name: str) -> bool:
         name.replace("*", "x").replace("?", "x")))
 
 
+def _one_owner(pools: tuple[Pool, ...], items: Any, field_path: str, clash: str) -> None:
+    """Each item (an exclusive resource, a DeviceClass) names one pool at most."""
+    owner: dict[str, str] = {}
+    for i, pool in enumerate(pools):
+        for item in items(pool):
+            if item in owner:
+                raise PolicyError(f"pools[{i}].{field_path}: {item!r} "
+                                  + clash.format(owner=owner[item]))
+            owner[item] = pool.name
+
+
 def parse_policy(data: Any) -> Policy:
     """Build a Policy from a decoded YAML/JSON document, or raise PolicyError."""
     f = _Fields(data, "")
@@ -379,20 +390,10 @@ def parse_policy(data: Any) -> Policy:
         if pool.name != default_pool and not pool.label_values:
             raise PolicyError(f"pools[{i}].labelValues: pool {pool.name!r} is not the default "
                               "pool, so it needs at least one label value to find its nodes")
-    excl_owner: dict[str, str] = {}
-    for i, pool in enumerate(pools):
-        for r in pool.exclusive_resources:
-            if r in excl_owner:
-                raise PolicyError(f"pools[{i}].exclusiveResources: {r!r} is already exclusive "
-                                  f"to pool {excl_owner[r]!r}")
-            excl_owner[r] = pool.name
-    class_owner: dict[str, str] = {}
-    for i, pool in enumerate(pools):
-        for c in pool.device_classes:
-            if c in class_owner:
-                raise PolicyError(f"pools[{i}].dra.deviceClasses: {c!r} is already served by "
-                                  f"pool {class_owner[c]!r}; a DeviceClass belongs to one pool")
-            class_owner[c] = pool.name
+    _one_owner(pools, lambda p: p.exclusive_resources, "exclusiveResources",
+               "is already exclusive to pool {owner!r}")
+    _one_owner(pools, lambda p: p.device_classes, "dra.deviceClasses",
+               "is already served by pool {owner!r}; a DeviceClass belongs to one pool")
     hami_scheduler = f.get("hamiSchedulerName", str, "hami-scheduler")
     non_cdi = f.strings("nonCDIRuntimeClasses", default=("nvidia-legacy",),
                         check=lambda v: bool(_DNS_SUBDOMAIN.match(v)), what="RuntimeClass name")
