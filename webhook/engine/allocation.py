@@ -48,14 +48,15 @@ def demand(facts: PodFacts, view: ClusterView | None) -> dra.Demand:
             else:
                 claims.append(dra.PodClaim(entry, f"{kind} {name}", spec))
         return dra.Demand(tuple(claims), tuple(unresolved), extended)
-    return facts._once("dra", compute)
+    return facts.once("dra", compute)
 
 
 def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
                    ) -> dict[str, list[str]]:
-    """pool -> the DeviceClasses of the pod's claims that pool serves: evidence for routing
-    as strong as a resource only one pool serves. (An extended resource a class serves is
-    not: a device plugin may serve the same name in another pool.)"""
+    """pool -> the DeviceClasses of the pod's claims (and of the classes' implicit extended
+    resources) that pool serves: evidence for routing as strong as a resource only one pool
+    serves. An extended resource a class serves by ``extendedResourceName`` is not: a device
+    plugin may serve the same name in another pool."""
     def compute() -> dict[str, tuple[str, ...]]:
         found: dict[str, list[str]] = {}
         d = demand(facts, view)
@@ -65,7 +66,7 @@ def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
             if pool is not None:
                 found.setdefault(pool, []).append(f"DeviceClass {cls}")
         return {k: tuple(v) for k, v in found.items()}
-    return {k: list(v) for k, v in facts._once("dra-routes", compute).items()}
+    return {k: list(v) for k, v in facts.once("dra-routes", compute).items()}
 
 
 def dra_served(node: NodeInfo, resource: str, extended: Iterable[tuple[str, str]]) -> bool:

@@ -142,8 +142,9 @@ class Slice:
 
     name: str
     driver: str
-    node: str | None  # spec.nodeName
-    all_nodes: bool  # spec.allNodes, or a node selector gpupool does not evaluate
+    #: spec.nodeName; None for spec.allNodes or a node selector (which gpupool does not
+    #: evaluate): such devices count on every node
+    node: str | None
     names: tuple[str, ...]
     shared: tuple[tuple[Field, Any], ...]
     varying: tuple[tuple[Field, tuple[Any, ...]], ...]  # None where a device lacks it
@@ -178,7 +179,7 @@ class Slice:
             else:
                 varying.append((k, _interned(values)))
         return cls(name, sys.intern(driver), node if isinstance(node, str) and node else None,
-                   not (isinstance(node, str) and node), _interned(tuple(names)),
+                   _interned(tuple(names)),
                    _interned(tuple(shared)), tuple(varying),
                    tuple(taints) if any(taints) else ())
 

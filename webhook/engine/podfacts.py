@@ -74,7 +74,7 @@ class PodFacts(NamedTuple):
     def is_gpu_pod(self) -> bool:
         return bool(self.gpus)
 
-    def _once(self, key: str, compute: Callable[[], T]) -> T:
+    def once(self, key: str, compute: Callable[[], T]) -> T:
         """``compute()``, worked out on the first call only (kept in ``memo``)."""
         if key not in self.memo:
             self.memo[key] = compute()
@@ -84,17 +84,17 @@ class PodFacts(NamedTuple):
     def unsteered(self) -> Mapping[str, Any]:
         """The placement fields without gpupool's own steering requirements: the nodes the
         pod could reach had gpupool not kept it off the failing ones."""
-        return self._once("unsteered", lambda: affinity.without_steering(self.spec))
+        return self.once("unsteered", lambda: affinity.without_steering(self.spec))
 
     @property
     def narrowing(self) -> tuple[object, ...]:
         """HAMi's GPU-picking annotations, as sent (None where absent)."""
         get = self.annotations.get
-        return self._once("narrowing", lambda: (get(_USE_UUID), get(_NOUSE_UUID),
+        return self.once("narrowing", lambda: (get(_USE_UUID), get(_NOUSE_UUID),
                                                 get(_USE_TYPE), get(_NOUSE_TYPE)))
 
     @property
     def demand_key(self) -> tuple[Any, ...]:
         """Everything a pod's GPU demand is computed from: a cache key for what it decides."""
-        return self._once("demand_key", lambda: (
+        return self.once("demand_key", lambda: (
             [c.get("resources") for _, _, c in containers(self.spec)], self.narrowing))
