@@ -59,11 +59,14 @@ def prepare(cp: ControlPlane, tmp: Path) -> list[dict[str, Any]]:
     return objs
 
 
-def serve(cp: ControlPlane, tmp: Path, objs: list[dict[str, Any]]) -> Server:
-    """gpupool under gunicorn with its ServiceAccount's token, and its webhooks registered."""
+def serve(cp: ControlPlane, tmp: Path, objs: list[dict[str, Any]],
+          policy: Path | None = None) -> Server:
+    """gpupool under gunicorn with its ServiceAccount's token, and its webhooks registered
+    (with ``policy``, that PoolPolicy file instead of the built-in one)."""
     server = start_server(tmp, "--kubeconfig",
                           str(webhook_token_kubeconfig(cp, tmp / "webhook.kubeconfig")),
-                          "--audit-file", str(tmp / "gpupool-audit.log"), workers=2)
+                          "--audit-file", str(tmp / "gpupool-audit.log"),
+                          *(["--policy", str(policy)] if policy else []), workers=2)
     register(cp, objs, server)
     return server
 

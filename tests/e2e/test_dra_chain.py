@@ -9,8 +9,11 @@ webhooks from manifests/ and the built-in policy (NVIDIA's DRA classes in the op
 
 A named test double stands in for the DRA drivers' kubelet plugins, which need a GPU:
 ``publish_slices`` writes the ResourceSlices NVIDIA's plugin publishes for each node (its
-attributes and capacity). Everything after that, allocation and binding included, is the
-real scheduler's.
+attributes and capacity), and HAMi-DRA's for HAMi's node (its DeviceClass
+``hami-core-gpu.project-hami.io``, devices of type ``hami-gpu``). Everything after that,
+allocation and binding included, is the real scheduler's. The policy is the built-in one as a
+HAMi-DRA cluster runs it (docs/dra.md): HAMi's pool scheduled by the default scheduler,
+HAMi's class in HAMi's pool.
 
 For every pod shape the test records what gpupool said at admission (denied, warned that no
 node can allocate it, or the nodes that can) and what the scheduler did (bound where, or
@@ -54,19 +57,54 @@ NODES: dict[str, tuple[str | None, list[tuple[str, str]], int]] = {
     "hami-dra": ("hami", [("NVIDIA H100 80GB HBM3", "80Gi")] * 4, 0),
     "op-dp": (None, [], 2),
     "dra-t": (None, [("NVIDIA T4", "16Gi")], 0),  # its one GPU tainted (maintenance)
+    "hami-dra-2": ("hami", [], 0),  # HAMi-DRA's driver publishes its GPUs (HAMI_SLICE)
 }
+HAMI_DRIVER = "hami-core-gpu.project-hami.io"
+HAMI_CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+              "metadata": {"name": HAMI_DRIVER},
+              "spec": {"selectors": [{"cel": {"expression": (
+                  f"device.driver == '{HAMI_DRIVER}' && "
+                  f"device.attributes['{HAMI_DRIVER}'].type == 'hami-gpu'")}}]}}
+#: Test double for HAMi-DRA's kubelet plugin: its slice for hami-dra-2 (attributes as its
+#: driver names them; the consumable capacity it also publishes needs an alpha gate).
+HAMI_SLICE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+              "metadata": {"name": f"hami-dra-2-{HAMI_DRIVER}"},
+              "spec": {"driver": HAMI_DRIVER, "nodeName": "hami-dra-2",
+                       "pool": {"name": "hami-dra-2", "generation": 1,
+                                "resourceSliceCount": 1},
+                       "devices": [{"name": f"hami-gpu-{i}", "attributes": {
+                           "type": {"string": "hami-gpu"},
+                           "uuid": {"string": f"GPU-0000000{i}-1111-4000-8000-000000000000"},
+                           "productName": {"string": "NVIDIA A10"}},
+                           "capacity": {"memory": {"value": "24Gi"}, "cores": {"value": "100"}}}
+                           for i in range(2)]}}
 TAINTED = {"dra-t": [{"key": "example.com/maintenance", "value": "true",
                       "effect": "NoSchedule"}]}
-#: Claim templates of this test: the tainted T4, asked for with and without a toleration.
+#: Claim templates of this test: the tainted T4, asked for with and without a toleration,
+#: and a GPU from HAMi-DRA's class.
 T4 = {"deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {
     "expression": "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA T4'"}}]}
-T4_TEMPLATES = [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+EXTRA_TEMPLATES = [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                  "metadata": {"name": name, "namespace": "dra"},
                  "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
                      **T4, **extra}}]}}}}
                 for name, extra in (("t4", {}), ("t4-tolerating", {"tolerations": [
                     {"key": "example.com/maintenance", "operator": "Exists",
-                     "effect": "NoSchedule"}]}))]
+                     "effect": "NoSchedule"}]}), ("hami-gpu", {"deviceClassName": HAMI_DRIVER,
+                                                               "selectors": []}))]
+
+
+def _hami_dra_policy(tmp: Path) -> Path:
+    """The built-in policy as a HAMi-DRA cluster runs it (docs/dra.md)."""
+    from webhook.policyfile import default_policy_text
+
+    policy = yaml.safe_load(default_policy_text())
+    (hami,) = [p for p in policy["pools"] if p["name"] == "hami"]
+    hami["schedulerName"] = "default-scheduler"
+    hami["dra"] = {"deviceClasses": [HAMI_DRIVER]}
+    path = tmp / "hami-dra-policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    return path
 
 
 def publish_slices(node: str, gpus: list[tuple[str, str]],
@@ -100,6 +138,7 @@ class DRAChain:
     cp: ControlPlane
     server: Any
     objs: list[dict[str, Any]]
+    policy: Path
 
     def kubectl(self, *args: str, **kw: Any) -> Any:
         return self.cp.kubectl(*args, **kw)
@@ -123,11 +162,12 @@ def dra(k8s_bin, tmp_path_factory):
         nodes = [_node(n, pool, dp) for n, (pool, _, dp) in NODES.items()]
         slices = [publish_slices(n, gpus, TAINTED.get(n)) for n, (_, gpus, _) in NODES.items()
                   if gpus]
-        r = install.apply(c.cp, classes + nodes + slices)
+        r = install.apply(c.cp, [*classes, HAMI_CLASS, *nodes, *slices, HAMI_SLICE])
         assert r.returncode == 0, r.stderr
         c.cp.start_kwok(kwok)
         c.cp.start_controller_manager()
-        c.server = install.serve(c.cp, tmp, objs)
+        c.policy = _hami_dra_policy(tmp)
+        c.server = install.serve(c.cp, tmp, objs, policy=c.policy)
         c.cp.start_scheduler("kube-scheduler", {
             "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
             "profiles": [{"schedulerName": "default-scheduler"}]})
@@ -136,7 +176,7 @@ def dra(k8s_bin, tmp_path_factory):
                      if d and d["metadata"]["name"] != "monitor"]
         for t in templates:
             t["metadata"]["namespace"] = NS
-        r = install.apply(c.cp, templates + T4_TEMPLATES)
+        r = install.apply(c.cp, templates + EXTRA_TEMPLATES)
         assert r.returncode == 0, r.stderr
         install.wait_for_webhooks(c.cp, c.server, NS)
 
@@ -194,6 +234,8 @@ SHAPES: dict[str, dict[str, Any]] = {
         "deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}),
     "t4": _pod("t4", ["t4"]),  # the only T4 is tainted
     "t4-tolerating": _pod("t4-tolerating", ["t4-tolerating"]),
+    "hami-claim": _pod("hami-claim", ["hami-gpu"]),  # HAMi-DRA's class: HAMi's pool
+    "mixed": _pod("mixed", ["one-gpu", "hami-gpu"]),  # NVIDIA's and HAMi's: no one pool
 }
 #: a claim, not a template: shared by whoever names it
 SHARED_CLAIM = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
@@ -223,7 +265,8 @@ def _checked(c: DRAChain, pod: dict[str, Any], tmp: Path) -> list[str]:
     f = tmp / f"{pod['metadata']['name']}.yaml"
     f.write_text(yaml.safe_dump(pod))
     r = subprocess.run([sys.executable, "-m", "webhook", "check", "--kubeconfig",
-                        str(c.cp.kubeconfig), "-f", str(f), "-o", "json"],
+                        str(c.cp.kubeconfig), "--policy", str(c.policy), "-f", str(f),
+                        "-o", "json"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode in (0, 1), r.stderr
     (result,) = json.loads(r.stdout)["results"]
@@ -286,10 +329,15 @@ def test_gpupool_and_the_scheduler_agree_on_every_dra_shape(dra, tmp_path):
                                   indent=2) + "\n")
     by = {r["pod"]: r for r in rows}
     for row in rows:
-        # every DRA pod is a GPU pod of the operator pool (the built-in policy's classes)
-        assert row["pool"] == "operator", row
+        if row["gpupool"] == "denied":
+            assert row["scheduler"] == "-", row  # not created; see the test below
+            continue
+        # NVIDIA's classes route to the operator pool, HAMi-DRA's to HAMi's
+        pool = "hami" if row["pod"] == "hami-claim" else "operator"
+        assert row["pool"] == pool, row
         if row["gpupool"] == "can allocate":
-            assert row["scheduler"] in ("dra-a", "dra-b", "dra-t", "op-dp"), row  # not hami
+            nodes = {n for n, (p, _, _) in NODES.items() if (p or "operator") == pool}
+            assert row["scheduler"] in nodes, row  # never the other pool's node
             # bound where gpupool said it could be (op-dp: its device plugin serves it)
             assert row["scheduler"] in row["nodes that can (gpupool check)"] or \
                 row["scheduler"] == "op-dp", row
@@ -309,6 +357,27 @@ def test_gpupool_and_the_scheduler_agree_on_every_dra_shape(dra, tmp_path):
     assert by["t4-tolerating"]["scheduler"] == "dra-t"
     # the DRA pod carries the pool's node affinity, which keeps it off HAMi's nodes
     assert "gpupool.io/pool" in json.dumps(decisions["one-gpu"]["affinity"])
+    assert by["hami-claim"]["scheduler"] == "hami-dra-2"
+    assert by["mixed"]["gpupool"] == "denied"
+    assert "ExclusiveResourceConflict" in decisions["mixed"]["message"]
+
+
+def test_a_pod_mixing_pools_gpupool_denies_cannot_be_allocated(dra):
+    """NVIDIA's class and HAMi-DRA's in one pod: gpupool denies it (no one pool serves
+    both); without gpupool the scheduler finds no node with both drivers either."""
+    c = dra
+    install.unregister(c.cp, _webhook_objs(c))
+    try:
+        pod = copy.deepcopy(SHAPES["mixed"])
+        pod["metadata"]["name"] = "mixed-unrouted"
+        r = install.apply(c.cp, pod)
+        assert r.returncode == 0, r.stderr
+        got = _outcome(c, "mixed-unrouted")
+        assert got["unschedulable"] and not got["node"], got
+        _delete(c, "mixed-unrouted")
+    finally:
+        install.register(c.cp, _webhook_objs(c), c.server)
+        install.wait_for_webhooks(c.cp, c.server, NS)
 
 
 def test_without_gpupool_a_dra_pod_lands_in_hamis_pool(dra):
@@ -366,3 +435,22 @@ def test_admin_access_gpupool_denies_could_never_start(dra):
 
 def _webhook_objs(c: DRAChain) -> list[dict[str, Any]]:
     return [o for o in c.objs if o["kind"] in install.WEBHOOK_KINDS]
+
+
+def test_the_dra_docs_block_runs_against_the_cluster(dra, k8s_bin, tmp_path):
+    """docs/dra.md's export-and-check block, as written, against this cluster."""
+    import os
+
+    from tests.docs import Shell, blocks, path_with, workdir
+
+    (block,) = [b for b in blocks() if b.mode == "e2e" and b.doc.name == "dra.md"]
+    shell = Shell(workdir(tmp_path / "docs"), {
+        **os.environ, "KUBECONFIG": str(dra.cp.kubeconfig),
+        "PATH": path_with(k8s_bin, Path(sys.executable).parent)})
+    results = dict(shell.run(block))
+    doctor = next(r for cmd, r in results.items() if cmd.startswith("gpupool doctor"))
+    assert "DRA devices: gpu.nvidia.com(2)" in doctor.stdout  # dra-a's two A100s
+    check = next(r for cmd, r in results.items() if cmd.startswith("gpupool check"))
+    assert "ALLOWED Deployment default/trainer  pool=operator" in check.stdout, check.stdout
+    dry = next(r for cmd, r in results.items() if "--dry-run=server" in cmd)
+    assert dry.returncode == 0, dry.stderr

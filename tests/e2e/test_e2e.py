@@ -273,7 +273,7 @@ def test_hami_coexistence_docs_block_runs_against_the_cluster(env, k8s_bin):
 
     from tests.docs import Shell, blocks, path_with, workdir
 
-    (block,) = [b for b in blocks() if b.mode == "e2e"]
+    (block,) = [b for b in blocks() if b.mode == "e2e" and b.doc.name == "hami-coexistence.md"]
     shell = Shell(workdir(env.tmp / "docs"), {
         **os.environ, "KUBECONFIG": str(env.cp.kubeconfig),
         "PATH": path_with(k8s_bin, Path(sys.executable).parent)})

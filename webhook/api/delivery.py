@@ -41,6 +41,10 @@ NONE = Way.NONE
 WAYS = tuple(w.value for w in Way)
 #: The kind the NVIDIA and HAMi device plugins' CDI specs use.
 DEVICE_PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"
+#: Why an unprivileged container's GPUs never arrive where the toolkit's switch is off.
+UNPRIVILEGED_ENVVAR_IGNORED = (
+    "the NVIDIA runtime's accept-nvidia-visible-devices-envvar-when-unprivileged is false: an "
+    "unprivileged container's NVIDIA_VISIBLE_DEVICES is ignored and it starts without its GPUs")
 #: Runtime modes in which NVIDIA_VISIBLE_DEVICES never goes through CDI.
 NON_CDI_MODES = ("legacy", "csv")
 
@@ -74,8 +78,11 @@ def detected_way(inv: Inventory, device_kind: str = DEVICE_PLUGIN_KIND) -> str:
 
 
 def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | None = None,
-            device_kind: str = DEVICE_PLUGIN_KIND) -> Resolution:
-    """Would these GPUs, delivered ``way`` (detect: the node's own), resolve on this node?"""
+            device_kind: str = DEVICE_PLUGIN_KIND, privileged: bool = False) -> Resolution:
+    """Would these GPUs, delivered ``way`` (detect: the node's own), resolve on this node?
+    ``privileged``: every container that gets them is privileged (the toolkit's sense:
+    CAP_SYS_ADMIN), which matters where unprivileged containers' NVIDIA_VISIBLE_DEVICES is
+    ignored."""
     if way == DETECT:
         way = detected_way(inv, device_kind)
     if way == CDI_DEVICES:
@@ -94,6 +101,11 @@ def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | 
                           note=f"containerd's default handler {default} is not the NVIDIA "
                                "runtime: NVIDIA_VISIBLE_DEVICES is ignored and the pod's "
                                "containers start without their GPUs")
+    if inv.runtime.accept_envvar_unprivileged is False and not privileged:
+        # The toolkit reads NVIDIA_VISIBLE_DEVICES of an unprivileged container only when
+        # this is true (nvidia-container-toolkit internal/config/image: VisibleDevices), in
+        # every mode, CDI included.
+        return Resolution(way, False, undelivered=True, note=UNPRIVILEGED_ENVVAR_IGNORED)
     mode = inv.runtime.effective_mode(runtime_class)
     if mode is None:
         return Resolution(way, None, mode=mode, note="runtime mode unknown")

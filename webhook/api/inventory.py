@@ -48,6 +48,9 @@ class RuntimeInfo:
     handlers: Mapping[str, str] = field(default_factory=dict)
     default_handler: str | None = None
     source: str | None = None
+    #: ``accept-nvidia-visible-devices-envvar-when-unprivileged`` (None: not read, or the
+    #: toolkit's default, true; published only when false)
+    accept_envvar_unprivileged: bool | None = None
 
     def effective_mode(self, runtime_class: str | None) -> str | None:
         """The mode a pod's containers run in: its RuntimeClass's handler (named like the
@@ -72,6 +75,8 @@ class RuntimeInfo:
                                "defaultHandler": self.default_handler}
         if self.source:
             out["source"] = self.source
+        if self.accept_envvar_unprivileged is False:  # the default (true) goes unsaid
+            out["acceptEnvvarUnprivileged"] = False
         return out
 
 
@@ -163,6 +168,8 @@ def _runtime(canonical: str) -> RuntimeInfo:
         handlers=_str_map(rt.get("handlers"), "runtime.handlers"),
         default_handler=_opt(rt.get("defaultHandler"), str, "runtime.defaultHandler"),
         source=_opt(rt.get("source"), str, "runtime.source"),
+        accept_envvar_unprivileged=_opt(rt.get("acceptEnvvarUnprivileged"), bool,
+                                        "runtime.acceptEnvvarUnprivileged"),
     )
 
 

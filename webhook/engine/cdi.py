@@ -91,10 +91,11 @@ class Verdicts:
 
 
 def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: str | None,
-                demand: cand.Demand, policy: Policy) -> NodeAssessment:
+                demand: cand.Demand, policy: Policy, privileged: bool = False
+                ) -> NodeAssessment:
     """Will every GPU the device plugin could hand this pod resolve on this node?
     ``handler``: the containerd handler the pod's RuntimeClass names
-    (``ClusterView.handler_of``)."""
+    (``ClusterView.handler_of``); ``privileged``: every GPU container is privileged."""
     req = pool.cdi
     if not req.checked:
         return NodeAssessment(node.name, NodeState.OK)
@@ -105,7 +106,8 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
     way = req.delivery
     if way is delivery.Way.DETECT:
         way = delivery.Way(delivery.detected_way(inv, req.device_kind))
-    if way == delivery.VISIBLE_DEVICES and runtime_class in policy.non_cdi_runtime_classes:
+    if way == delivery.VISIBLE_DEVICES and runtime_class in policy.non_cdi_runtime_classes \
+            and (privileged or inv.runtime.accept_envvar_unprivileged is not False):
         return NodeAssessment(node.name, NodeState.OK, way=way,
                               note=f"RuntimeClass {runtime_class} uses no CDI")
     gpus = cand.eligible_gpus(node, demand)
@@ -113,7 +115,7 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
         return NodeAssessment(node.name, NodeState.UNKNOWN, way=way,
                               note="no GPU UUIDs known (no driver list in the inventory, no "
                                    "hami.io/node-nvidia-register annotation)")
-    r = delivery.resolve(inv, way, gpus, handler, req.device_kind)
+    r = delivery.resolve(inv, way, gpus, handler, req.device_kind, privileged)
     if r.ok is None:
         return NodeAssessment(node.name, NodeState.UNKNOWN, note=r.note, mode=r.mode,
                               way=way)
@@ -124,7 +126,8 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
         # changes: a GPU cordoned since may still be handed out. Failing only through such
         # GPUs is doubt, not proof.
         rest = tuple(u for u in gpus if u not in node.cordoned)
-        if not rest or delivery.resolve(inv, way, rest, handler, req.device_kind).ok:
+        if not rest or delivery.resolve(inv, way, rest, handler, req.device_kind,
+                                        privileged).ok:
             shown = ", ".join(sorted(set(gpus) - set(rest))[:_SHOW_DEVICES])
             return NodeAssessment(
                 node.name, NodeState.UNKNOWN, kind=r.kind, mode=r.mode, way=way,
@@ -154,6 +157,11 @@ def fix_text(pool: Pool, checks: list[NodeAssessment], policy: Policy,
              runtime_classes: Mapping[str, str] | None = None) -> str:
     """The fix to name. A RuntimeClass is suggested only if the cluster has it (when gpupool
     knows the cluster's classes): the GPU Operator deletes its own with NRI injection."""
+    if checks and all(c.note == delivery.UNPRIVILEGED_ENVVAR_IGNORED for c in checks):
+        return ("set accept-nvidia-visible-devices-envvar-when-unprivileged = true in the "
+                "NVIDIA runtime's config.toml on those nodes, or set pool "
+                f"{pool.name}'s device plugin to a CDI strategy (DEVICE_LIST_STRATEGY "
+                "cdi-annotations/cdi-cri), whose devices containerd delivers to any container")
     if checks and all(c.undelivered for c in checks):
         return ("make the NVIDIA runtime containerd's default runtime on those nodes, or set "
                 f"pool {pool.name}'s device plugin to a CDI strategy (DEVICE_LIST_STRATEGY "
@@ -291,13 +299,15 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
         if why:
             return (why, False, None)
         matches = affinity.node_matches(facts.spec, n.labels, n.name)
-        check = assess_node(n, pool, facts.runtime_class, handler, demand_of(), policy)
+        check = assess_node(n, pool, facts.runtime_class, handler, demand_of(), policy,
+                            facts.privileged_gpus)
         if check.state is NodeState.OK:
             return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
         return (None, matches, check)
 
     key = ("cdi", policy.cache_key, pool_name,
-           cand.shape_key(facts.spec, (facts.runtime_class, facts.demand_key, extended)))
+           cand.shape_key(facts.spec, (facts.runtime_class, facts.demand_key, extended,
+                                       facts.privileged_gpus)))
     fold = view.fold(key, per_node,
                      lambda: cand.candidates(facts.unsteered, pool_name, view, policy))
     summary: Verdicts = fold.derive(_summarise)

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, TypeVar, cast
 
 from webhook.engine import affinity, hami, objects
 from webhook.engine.policy import Policy
-from webhook.engine.resources import containers, gpu_resources
+from webhook.engine.resources import containers, gpu_resources, resource_names
 
 DEFAULT_SCHEDULER = "default-scheduler"
 #: HAMi's annotations that pick among a node's GPUs.
@@ -94,7 +94,30 @@ class PodFacts(NamedTuple):
                                                 get(_USE_TYPE), get(_NOUSE_TYPE)))
 
     @property
+    def privileged_gpus(self) -> bool:
+        """Every container that asks for GPUs is privileged as the NVIDIA toolkit counts it
+        (it has CAP_SYS_ADMIN: ``privileged: true`` or the capability added)."""
+        def compute() -> bool:
+            gpu = [c for _, _, c in containers(self.spec) if resource_names({"containers": [c]})
+                   & self.gpus]
+            return bool(gpu) and all(_privileged(c) for c in gpu)
+        return self.once("privileged_gpus", compute)
+
+    @property
     def demand_key(self) -> tuple[Any, ...]:
         """Everything a pod's GPU demand is computed from: a cache key for what it decides."""
         return self.once("demand_key", lambda: (
             [c.get("resources") for _, _, c in containers(self.spec)], self.narrowing))
+
+
+def _privileged(container: Mapping[str, Any]) -> bool:
+    ctx = container.get("securityContext")
+    if not isinstance(ctx, Mapping):
+        return False
+    if ctx.get("privileged") is True:
+        return True
+    caps = ctx.get("capabilities")
+    added = caps.get("add") if isinstance(caps, Mapping) else None
+    return isinstance(added, list) and any(
+        isinstance(c, str) and c.upper().removeprefix("CAP_") in ("SYS_ADMIN", "ALL")
+        for c in added)

@@ -7,9 +7,10 @@ labels gpupool's agent keeps on its node (``webhook.api.delivery.LABELS``): ``No
 ``In ["true"]`` when the policy says ``requireInventory``. The labels follow the node: when
 it breaks after admission, pods created afterwards avoid it; when it is fixed, they use it.
 
-A label speaks for every GPU of a node under its default runtime. A pod that picks among a
-node's GPUs (HAMi's ``use-``/``nouse-`` annotations) or names a RuntimeClass is judged per
-node instead, and the nodes that would fail it are excluded by name (``matchFields``).
+A label speaks for every GPU of a node under its default runtime, for unprivileged
+containers. A pod that picks among a node's GPUs (HAMi's ``use-``/``nouse-`` annotations),
+names a RuntimeClass or runs its GPU containers privileged is judged per node instead, and the
+nodes that would fail it are excluded by name (``matchFields``).
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ def requirements(facts: PodFacts, pool_name: str, view: ClusterView | None,
         return [], []
     rc = facts.runtime_class
     way = pool.cdi.delivery
-    if rc and way == delivery.VISIBLE_DEVICES and rc in policy.non_cdi_runtime_classes:
+    if rc and way == delivery.VISIBLE_DEVICES and rc in policy.non_cdi_runtime_classes \
+            and facts.privileged_gpus:
         return [], []
     if not cand.narrows(facts, policy.is_hami_pool(pool_name)) and \
-            not (rc and way != delivery.CDI_DEVICES):
+            not (rc and way != delivery.CDI_DEVICES) and not facts.privileged_gpus:
         return [label_requirement(way, policy)], []
     if view is None or len(view) == 0:
         return [], []

@@ -50,11 +50,17 @@ def _get(doc: Mapping[str, Any], *keys: str) -> Any:
     return cur
 
 
+#: The toolkit's switch (top-level key of its config.toml; installer default true): when
+#: false, NVIDIA_VISIBLE_DEVICES of an unprivileged container is ignored, in every mode.
+ENVVAR_UNPRIVILEGED_KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+
+
 @dataclass(frozen=True)
 class NvidiaConfig:
     mode: str = DEFAULT_MODE
     default_kind: str = DEFAULT_KIND
     spec_dirs: tuple[str, ...] = DEFAULT_SPEC_DIRS
+    accept_envvar_unprivileged: bool = True
 
 
 def read_nvidia_config(path: str) -> NvidiaConfig:
@@ -65,7 +71,11 @@ def read_nvidia_config(path: str) -> NvidiaConfig:
     dirs = _get(doc, "nvidia-container-runtime", "modes", "cdi", "spec-dirs") or DEFAULT_SPEC_DIRS
     if not isinstance(mode, str) or not isinstance(kind, str):
         raise RuntimeConfigError(f"{path}: mode and default-kind must be strings")
-    return NvidiaConfig(mode=mode, default_kind=kind, spec_dirs=tuple(str(d) for d in dirs))
+    accept = doc.get(ENVVAR_UNPRIVILEGED_KEY, True)
+    if not isinstance(accept, bool):
+        raise RuntimeConfigError(f"{path}: {ENVVAR_UNPRIVILEGED_KEY} must be true or false")
+    return NvidiaConfig(mode=mode, default_kind=kind, spec_dirs=tuple(str(d) for d in dirs),
+                        accept_envvar_unprivileged=accept)
 
 
 @dataclass(frozen=True)
@@ -194,4 +204,6 @@ def runtime_info(nvidia: NvidiaConfig | None, containerd: ContainerdConfig | Non
         handlers=handlers,
         default_handler=containerd.default_runtime if containerd else None,
         source=source,
+        accept_envvar_unprivileged=False if nvidia and not nvidia.accept_envvar_unprivileged
+        else None,
     )

@@ -28,7 +28,7 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
                per_uuid: bool | tuple[str, ...] = False, register: bool = True,
                agent: bool = True, allocatable: int | None = None,
                types: tuple[str, ...] = (), cordon: str | None = None,
-               default_runtime: str | None = None) -> dict:
+               default_runtime: str | None = None, envvar_unprivileged: bool = True) -> dict:
     """A node as gpupool's agent publishes it (inventory annotation and steering labels);
     ``per_uuid``: a per-UUID spec for every GPU, or for those listed."""
     labels = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": name}
@@ -47,6 +47,12 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
             paths["containerd"].write_text(text.replace('default_runtime_name = "nvidia"',
                                                         f'default_runtime_name = '
                                                         f'"{default_runtime}"'))
+        if not envvar_unprivileged:  # the toolkit's switch, as its installer writes it
+            text = paths["config"].read_text()
+            key = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+            assert f"{key} = true" in text or f"#{key} = true" in text
+            paths["config"].write_text(text.replace(f"#{key} = true", f"{key} = false")
+                                       .replace(f"{key} = true", f"{key} = false"))
         if per_uuid:
             (paths["run"] / "per-uuid.yaml").write_text(
                 per_uuid_spec() if per_uuid is True else per_uuid_spec(uuids=per_uuid))
@@ -440,6 +446,35 @@ def test_runtime_classes_are_read_from_a_cluster_file(tmp_path):
 
 
 # ------------------------------------------------------------------ GPUs never delivered
+
+
+def test_unprivileged_containers_get_no_gpu_where_the_toolkit_ignores_their_envvar(tmp_path):
+    """accept-nvidia-visible-devices-envvar-when-unprivileged = false: the runtime ignores
+    NVIDIA_VISIBLE_DEVICES of an unprivileged container, in CDI mode too, so a HAMi pod in the
+    envvar strategy would run without its GPU: denied, with the switch and the fix named. A
+    privileged container (or one with CAP_SYS_ADMIN) still gets it, and is not steered off."""
+    strict = agent_node(tmp_path, "hami-strict", "hami", "operator-management",
+                        per_uuid=True, envvar_unprivileged=False)
+    inv = json.loads(strict["metadata"]["annotations"]["gpupool.io/cdi-inventory"])
+    assert inv["runtime"]["acceptEnvvarUnprivileged"] is False
+    assert strict["metadata"]["labels"][delivery.LABELS[delivery.VISIBLE_DEVICES]] == "false"
+    rv, _, _ = decide([strict], hami_pod())
+    assert not rv.final.allowed and rv.final.reason == Reason.GPU_NOT_DELIVERED
+    assert "accept-nvidia-visible-devices-envvar-when-unprivileged is false" in \
+        rv.final.message
+    assert "= true in the NVIDIA runtime's config.toml" in rv.final.message
+    for ctx in ({"privileged": True}, {"capabilities": {"add": ["SYS_ADMIN"]}}):
+        pod = hami_pod()
+        pod["spec"]["containers"][0]["securityContext"] = ctx
+        rv, _, _ = decide([strict], pod)
+        assert rv.final.allowed and not rv.final.warnings, (ctx, rv.final.to_json())
+        assert "resolve.gpupool.io" not in json.dumps(rv.mutation.patch)
+    # the same node with the toolkit's default: the unprivileged pod runs
+    normal = agent_node(tmp_path / "n", "hami-normal", "hami", "operator-management",
+                        per_uuid=True)
+    rv, _, _ = decide([normal], hami_pod())
+    assert rv.final.allowed and not rv.final.warnings
+
 
 
 def test_envvar_gpus_under_a_default_handler_other_than_nvidia_never_arrive(tmp_path):

@@ -150,3 +150,27 @@ def test_an_import_directory_out_of_sight_is_an_error_not_an_empty_glob(tmp_path
         read_containerd_config(main)
     (tmp_path / CONF_D.lstrip("/")).mkdir(parents=True)
     assert read_containerd_config(main, host_root=str(tmp_path)).default_runtime == "runc"
+
+
+def test_unprivileged_envvar_switch(tmp_path):
+    """The toolkit's accept-nvidia-visible-devices-envvar-when-unprivileged: true as its
+    installer writes it and by default; false is carried into the inventory; anything else
+    is a config error the agent reports."""
+    from webhook.node.runtime import ENVVAR_UNPRIVILEGED_KEY, RuntimeConfigError
+
+    installer = RC / "from-go-literals/nvidia-ctk-installer-toolkit-config.cdi-enabled.toml"
+    assert read_nvidia_config(str(installer)).accept_envvar_unprivileged is True
+    assert runtime_info(read_nvidia_config(str(installer)), None) \
+        .accept_envvar_unprivileged is None  # the default goes unsaid
+    off = tmp_path / "off.toml"
+    off.write_text(installer.read_text().replace(f"{ENVVAR_UNPRIVILEGED_KEY} = true",
+                                                 f"{ENVVAR_UNPRIVILEGED_KEY} = false"))
+    rt = runtime_info(read_nvidia_config(str(off)), None)
+    assert rt.accept_envvar_unprivileged is False
+    assert rt.to_json()["acceptEnvvarUnprivileged"] is False
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'{ENVVAR_UNPRIVILEGED_KEY} = "no"\n')
+    import pytest
+
+    with pytest.raises(RuntimeConfigError, match=ENVVAR_UNPRIVILEGED_KEY):
+        read_nvidia_config(str(bad))
