@@ -43,6 +43,7 @@ class Reason(StrEnum):
     DEVICE_CLASS_MISSING = "DeviceClassMissing"
     NO_MATCHING_DEVICES = "NoMatchingDevices"
     DRA_ADMIN_ACCESS_FORBIDDEN = "DRAAdminAccessForbidden"
+    USER_NAMESPACE_UNSUPPORTED = "UserNamespaceUnsupported"
 
     @classmethod
     def codes(cls) -> tuple[str, ...]:

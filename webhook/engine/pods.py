@@ -12,7 +12,13 @@ from webhook.engine import cdi as cdi_needs
 from webhook.engine.cluster import ClusterView
 from webhook.engine.decision import Decision, Reason, allow, deny
 from webhook.engine.podfacts import DEFAULT_SCHEDULER, PodFacts
-from webhook.engine.policy import HAMI_IGNORE_LABEL, HAMI_IGNORE_VALUE, POOL_ANNOTATION, Policy
+from webhook.engine.policy import (
+    HAMI_IGNORE_LABEL,
+    HAMI_IGNORE_VALUE,
+    POOL_ANNOTATION,
+    OnFinding,
+    Policy,
+)
 
 #: The label HAMi-DRA's webhook puts on every pod whose GPU resources it turned into claims.
 HAMI_DRA_LABEL = "hami.io/dra"
@@ -119,6 +125,13 @@ def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decis
               message=f"{who} stays in pool {pool.name}")
     for w in r.warnings:
         d.warn(w)
+    if facts.spec.get("hostUsers") is False:
+        userns = _user_namespace(facts, pool.name, policy)
+        if not userns.allowed:
+            userns.scheduler_name = scheduler
+            return userns
+        for w in userns.warnings:
+            d.warn(w)
     if view is not None:
         for check in (cdi_needs.pod_decision, allocation.pod_decision):
             found = check(facts, pool.name, view, policy)
@@ -131,6 +144,25 @@ def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decis
             d.message = found.message or d.message
             for w in found.warnings:
                 d.warn(w)
+    return d
+
+
+def _user_namespace(facts: PodFacts, pool: str, policy: Policy) -> Decision:
+    """A GPU pod in its own user namespace (``hostUsers: false``, GA in Kubernetes 1.36).
+    The NVIDIA Container Toolkit's createContainer hooks (``nvidia-cdi-hook``, which every
+    NVIDIA CDI spec and the legacy hook carry) run as the remapped user and cannot do their
+    work: the container does not start on any GPU node (NVIDIA/nvidia-container-toolkit#648;
+    the GPU Operator's 26.3 release notes). ``onUserNamespace: warn`` admits it, for a
+    toolkit that has lifted this."""
+    message = (f"{facts.who} sets hostUsers: false (a user namespace): the NVIDIA Container "
+               "Toolkit's hooks (nvidia-cdi-hook) run as the remapped user and fail, so its "
+               "containers would not start on any GPU node (NVIDIA/nvidia-container-toolkit#648). "
+               "Fix: drop hostUsers: false from GPU pods; set the policy's onUserNamespace: warn "
+               "once your toolkit supports user namespaces")
+    if policy.on_user_namespace is OnFinding.DENY:
+        return deny(Reason.USER_NAMESPACE_UNSUPPORTED, message, gpu=True, pool=pool)
+    d = allow(Reason.ROUTED, gpu=True, pool=pool, message=message)
+    d.warn("gpupool: hostUsers: false GPU pods fail under the NVIDIA toolkit's hooks (#648)")
     return d
 
 

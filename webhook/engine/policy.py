@@ -45,7 +45,7 @@ CDI_WHEN = ("runtimeUsesCDI", "always")
 
 class OnFinding(StrEnum):
     """What a policy switch does when its finding occurs (``onNoCandidates``,
-    ``onMissingInventory``)."""
+    ``onMissingInventory``, ``onUserNamespace``)."""
 
     WARN = "warn"
     DENY = "deny"
@@ -128,6 +128,7 @@ class Policy:
     non_cdi_runtime_classes: tuple[str, ...] = ("nvidia-legacy",)
     on_no_candidates: OnFinding = OnFinding.WARN
     on_missing_inventory: OnFinding = OnFinding.WARN
+    on_user_namespace: OnFinding = OnFinding.DENY
     require_inventory: bool = False
     workload_templates: WorkloadTemplates = WorkloadTemplates.DENY
     audit_mutations: bool = False
@@ -399,6 +400,7 @@ def parse_policy(data: Any) -> Policy:
                         check=lambda v: bool(_DNS_SUBDOMAIN.match(v)), what="RuntimeClass name")
     on_no_candidates = OnFinding(f.choice("onNoCandidates", ON_FINDING, "warn"))
     on_missing_inventory = OnFinding(f.choice("onMissingInventory", ON_FINDING, "warn"))
+    on_user_namespace = OnFinding(f.choice("onUserNamespace", ON_FINDING, "deny"))
     require_inventory = f.get("requireInventory", bool, False)
     workload_templates = WorkloadTemplates(
         f.choice("workloadTemplates", WORKLOAD_TEMPLATES, "deny"))
@@ -413,6 +415,7 @@ def parse_policy(data: Any) -> Policy:
                   pools=pools, hami_scheduler_name=hami_scheduler,
                   non_cdi_runtime_classes=non_cdi, on_no_candidates=on_no_candidates,
                   on_missing_inventory=on_missing_inventory,
+                  on_user_namespace=on_user_namespace,
                   require_inventory=require_inventory, workload_templates=workload_templates,
                   audit_mutations=audit_mutations)
 

@@ -499,3 +499,21 @@ def test_envvar_gpus_under_a_default_handler_other_than_nvidia_never_arrive(tmp_
                         default_runtime="runc")
     rv, _, _ = decide([plugin], gpu_pod("g", limits={"nvidia.com/gpu": 1}))
     assert rv.final.allowed and not rv.final.warnings  # CDI names: containerd delivers them
+
+
+def test_a_gpu_pod_in_a_user_namespace_is_denied_unless_the_policy_warns(tmp_path):
+    """hostUsers: false: the toolkit's hooks fail in a user namespace on every GPU node
+    (NVIDIA/nvidia-container-toolkit#648). Denied by default, warned with onUserNamespace:
+    warn; a pod without GPUs is untouched."""
+    node = agent_node(tmp_path, "hami-ok", "hami", "operator-management", per_uuid=True)
+    rv, _, _ = decide([node], hami_pod(hostUsers=False))
+    assert not rv.final.allowed and rv.final.reason == Reason.USER_NAMESPACE_UNSUPPORTED
+    assert "hostUsers: false" in rv.final.message and "#648" in rv.final.message
+    rv, _, _ = decide([node], hami_pod(hostUsers=False),
+                      default_policy_text() + "onUserNamespace: warn\n")
+    assert rv.final.allowed and any("#648" in w for w in rv.final.warnings)
+    rv, _, _ = decide([node], hami_pod(hostUsers=True))
+    assert rv.final.allowed and not rv.final.warnings
+    plain = gpu_pod("c", limits={"cpu": "1"}, hostUsers=False)
+    rv, _, _ = decide([node], plain)
+    assert rv.final.allowed and rv.final.reason == Reason.NOT_GPU_POD
