@@ -45,6 +45,10 @@ DEVICE_PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"
 UNPRIVILEGED_ENVVAR_IGNORED = (
     "the NVIDIA runtime's accept-nvidia-visible-devices-envvar-when-unprivileged is false: an "
     "unprivileged container's NVIDIA_VISIBLE_DEVICES is ignored and it starts without its GPUs")
+#: The kind the NVIDIA runtime resolves without any spec file, for the node's own GPUs (by
+#: UUID or index): it generates the spec just in time (toolkit 1.15+). containerd's CDI
+#: library does not, so a device plugin's CDI names of this kind are still looked up.
+JIT_KIND = "runtime.nvidia.com/gpu"
 #: Runtime modes in which NVIDIA_VISIBLE_DEVICES never goes through CDI.
 NON_CDI_MODES = ("legacy", "csv")
 
@@ -114,6 +118,13 @@ def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | 
                else "the runtime generates a spec for the node's own GPUs")
         return Resolution(way, True, mode=mode, note=f"runtime mode {mode}: {why}")
     kind = inv.runtime.default_kind or DEFAULT_KIND
+    if kind == JIT_KIND:
+        # Names of this kind are not looked up in spec files: the runtime generates them just
+        # in time for the node's own GPUs (nvidia-container-toolkit v1.20.2,
+        # internal/modifier/cdi.go: newCDIModifier -> newJitCDIModifier).
+        return Resolution(way, True, mode=mode, kind=kind,
+                          note=f"default kind {JIT_KIND}: generated just in time, no spec "
+                               "file needed")
     have = inv.kinds.get(kind, frozenset())
     missing = tuple(f"{kind}={u}" for u in gpus if u not in have)
     return Resolution(way, not missing, missing, mode=mode, kind=kind)

@@ -28,7 +28,8 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
                per_uuid: bool | tuple[str, ...] = False, register: bool = True,
                agent: bool = True, allocatable: int | None = None,
                types: tuple[str, ...] = (), cordon: str | None = None,
-               default_runtime: str | None = None, envvar_unprivileged: bool = True) -> dict:
+               default_runtime: str | None = None, envvar_unprivileged: bool = True,
+               default_kind: str | None = None) -> dict:
     """A node as gpupool's agent publishes it (inventory annotation and steering labels);
     ``per_uuid``: a per-UUID spec for every GPU, or for those listed."""
     labels = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": name}
@@ -47,6 +48,11 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
             paths["containerd"].write_text(text.replace('default_runtime_name = "nvidia"',
                                                         f'default_runtime_name = '
                                                         f'"{default_runtime}"'))
+        if default_kind:  # the runtime's modes.cdi.default-kind
+            text = paths["config"].read_text()
+            assert 'default-kind = "management.nvidia.com/gpu"' in text
+            paths["config"].write_text(text.replace('default-kind = "management.nvidia.com/gpu"',
+                                                    f'default-kind = "{default_kind}"'))
         if not envvar_unprivileged:  # the toolkit's switch, as its installer writes it
             text = paths["config"].read_text()
             key = "accept-nvidia-visible-devices-envvar-when-unprivileged"
@@ -517,3 +523,18 @@ def test_a_gpu_pod_in_a_user_namespace_is_denied_unless_the_policy_warns(tmp_pat
     plain = gpu_pod("c", limits={"cpu": "1"}, hostUsers=False)
     rv, _, _ = decide([node], plain)
     assert rv.final.allowed and rv.final.reason == Reason.NOT_GPU_POD
+
+
+def test_the_just_in_time_kind_needs_no_spec_file(tmp_path):
+    """In cdi mode with default-kind runtime.nvidia.com/gpu the runtime generates each GPU's
+    device when the container is created (toolkit internal/modifier/cdi.go): a HAMi pod
+    there needs no per-UUID spec, and denying it would turn away a pod that runs."""
+    jit = agent_node(tmp_path, "hami-jit", "hami", "operator-management",
+                     default_kind=delivery.JIT_KIND)
+    assert jit["metadata"]["labels"][delivery.LABELS[delivery.VISIBLE_DEVICES]] == "true"
+    rv, _, _ = decide([jit], hami_pod())
+    assert rv.final.allowed and not rv.final.warnings, rv.final.to_json()
+    # the same node with the operator's kind and no per-UUID spec: the seed failure
+    rv, _, _ = decide([agent_node(tmp_path / "m", "hami-m", "hami", "operator-management")],
+                      hami_pod())
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
