@@ -113,3 +113,50 @@ def test_stale_per_uuid_spec_is_caught_with_the_driver_gpus(tmp_path):
     _, out = check(tmp_path, [node("hami-1", "hami", inv)], HAMI_POD)
     assert out[0]["allowed"] is False
     assert f"management.nvidia.com/gpu={UUIDS[0]}" in out[0]["message"]
+
+
+def test_cdi_repair_sets_a_class_under_which_the_real_runtime_creates_the_container(
+        tmp_path):
+    """cdi.repair on HAMi's pool: the seed's broken node (only management.nvidia.com/gpu=all,
+    runtime in cdi mode), the GPU Operator's RuntimeClasses in the cluster. The HAMi pod is
+    admitted with runtimeClassName nvidia-legacy instead of denied; the real runtime under
+    that handler's mode creates its container, where under the default handler it fails
+    with the seed error. A second pass adds nothing (reinvocation)."""
+    import jsonpatch
+
+    from tests.unit.engine.test_steering import agent_node, hami_pod
+    from webhook.engine import admit
+    from webhook.engine.cluster import view_from_objects
+    from webhook.engine.decision import Reason
+    from webhook.engine.policy import load_policy_text
+    from webhook.policyfile import default_policy_text
+
+    text = default_policy_text().replace("    cdi:\n      delivery: detect\n",
+                                         "    cdi:\n      delivery: detect\n      repair: true\n",
+                                         1)
+    policy = load_policy_text(text)
+    assert policy.by_name["hami"].cdi.repair
+    broken = agent_node(tmp_path / "n", "hami-broken", "hami", "operator-management")
+    classes = {h: h for h in ("nvidia", "nvidia-cdi", "nvidia-legacy")}
+    view = view_from_objects([broken], policy, runtime_classes=classes)
+    rv = admit.review(admit.Subject(kind="Pod", object=hami_pod(), namespace="default"),
+                      view, policy)
+    final = rv.final
+    assert final.allowed and final.reason == Reason.REPAIRED, final.to_json()
+    assert {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia-legacy"} in \
+        final.patch
+    assert any("runtimeClassName nvidia-legacy set" in w for w in final.warnings)
+    repaired = jsonpatch.apply_patch(hami_pod(), final.patch)
+    again = admit.decide_pod(admit.Stage.MUTATE, repaired, "default", view, policy)
+    assert again.allowed and again.patch == [] and again.reason == Reason.ROUTED
+    # the real runtime: the default handler fails the pod, the class's handler does not
+    oracle, _ = oracle_for(tmp_path / "default", "operator-management")
+    assert SEED_ERROR in oracle.create(UUIDS[0]).error
+    legacy, _ = oracle_for(tmp_path / "legacy", "operator-management", mode="legacy")
+    for uuid in UUIDS:
+        assert legacy.create(uuid).ok
+    # no proof, no repair: the cluster's classes unknown, or the class missing
+    for known in (None, {"nvidia": "nvidia"}):
+        v = view_from_objects([broken], policy, runtime_classes=known)
+        d = admit.review_pod(hami_pod(), "default", v, policy)
+        assert not d.allowed and d.reason == Reason.CDI_DEVICE_MISSING

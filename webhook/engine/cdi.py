@@ -374,6 +374,39 @@ def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy,
                     f"Fix: {fix_text(pool, s.missing, policy, runtime_classes)}", "")
 
 
+def repair_class(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
+                 ) -> str | None:
+    """The RuntimeClass that provably makes this pod run on every candidate node, where
+    without it the pod would fail on every one (``cdi.repair``), or None.
+
+    Only what is known counts as proof: the pod names no class and hands its GPUs through
+    ``NVIDIA_VISIBLE_DEVICES``; every candidate lacks only CDI devices (none is doubtful,
+    none ignores the variable); the class is one of the policy's non-CDI classes, the
+    cluster defines it (gpupool lists the cluster's RuntimeClasses), and every candidate's
+    containerd has its handler running the NVIDIA runtime without CDI. Then the runtime
+    uses no CDI device at all, and none can be missing."""
+    pool = policy.by_name[pool_name]
+    classes = view.runtime_classes()
+    if not pool.cdi.repair or facts.runtime_class is not None or not facts.is_gpu_pod \
+            or classes is None:
+        return None
+    s = verdicts(facts, pool_name, view, policy)
+    if s.ok or s.unknown or not s.missing or \
+            _finding(s, facts, policy.is_hami_pool(pool_name), policy) is not Finding.MISSING:
+        return None
+    if any(c.way != delivery.VISIBLE_DEVICES or c.undelivered for c in s.missing):
+        return None
+    nodes = [view.node(c.node) for c in s.missing]
+    for rc in policy.non_cdi_runtime_classes:
+        handler = classes.get(rc)
+        if handler is not None and all(
+                n is not None and n.inventory is not None
+                and n.inventory.runtime.handlers.get(handler) in delivery.NON_CDI_MODES
+                for n in nodes):
+            return rc
+    return None
+
+
 def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
                  ) -> Decision | None:
     """None: nothing to say. Otherwise a Decision carrying a denial or warnings and nodes."""

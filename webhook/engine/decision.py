@@ -24,6 +24,7 @@ class Reason(StrEnum):
     # allowed
     NOT_GPU_POD = "NotGPUPod"
     ROUTED = "Routed"
+    REPAIRED = "Repaired"
     CUSTOM_SCHEDULER = "CustomScheduler"
     NOT_A_POD = "NotAPod"
     INTERNAL_ERROR = "InternalError"

@@ -86,9 +86,22 @@ def mutate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decisio
                    f"for pool {pool.name}")
         op = patch.replace if "schedulerName" in spec else patch.add
         ops.append(op("/spec/schedulerName", pool.scheduler_name))
-    steer, warnings = steering.requirements(facts, pool.name, view, policy)
-    for w in warnings:
-        d.warn(w)
+    repair = cdi_needs.repair_class(facts, pool.name, view, policy) \
+        if view is not None else None
+    if repair is not None:
+        # Under that class no CDI device is used: nothing to steer the pod off.
+        steer: list[affinity.Requirement] = []
+        ops.append(patch.add("/spec/runtimeClassName", repair))
+        d.reason = Reason.REPAIRED
+        d.message = (f"{facts.who} routed to pool {pool.name} (by {r.source}); "
+                     f"runtimeClassName {repair} set: without it every candidate node would "
+                     "fail it with 'unresolvable CDI devices' (cdi.repair)")
+        d.warn(f"gpupool: runtimeClassName {repair} set: its GPUs' CDI devices are missing "
+               "on every candidate node (cdi.repair)")
+    else:
+        steer, warnings = steering.requirements(facts, pool.name, view, policy)
+        for w in warnings:
+            d.warn(w)
     ops += affinity.affinity_patch({"spec": spec}, affinity.pool_expression(policy, pool.name),
                                    steer)
     d.patch = ops

@@ -100,6 +100,8 @@ class CDIRequirement:
     delivery: Way = Way.NONE
     device_kind: str = DEVICE_PLUGIN_KIND
     steer: bool = True
+    #: set a non-CDI RuntimeClass where that provably makes the pod run (``cdi.repair``)
+    repair: bool = False
 
     @property
     def checked(self) -> bool:
@@ -287,6 +289,7 @@ def _parse_cdi(data: Any, path: str) -> CDIRequirement:
     delivery = Way(f.choice("delivery", WAYS, DETECT)) if "delivery" in f.data else None
     device_kind = f.get("deviceKind", str, DEVICE_PLUGIN_KIND)
     steer = f.get("steer", bool, True)
+    repair = f.get("repair", bool, False)
     # The first version's fields, mapped onto the delivery ways they meant.
     require = f.choice("require", CDI_REQUIRE, "none") if "require" in f.data else ""
     kind = f.get("kind", str, "")
@@ -305,7 +308,8 @@ def _parse_cdi(data: Any, path: str) -> CDIRequirement:
             delivery = VISIBLE_DEVICES
         else:
             delivery, device_kind = CDI_DEVICES, kind
-    return CDIRequirement(delivery=delivery, device_kind=device_kind, steer=steer)
+    return CDIRequirement(delivery=delivery, device_kind=device_kind, steer=steer,
+                          repair=repair)
 
 
 def _parse_pool(data: Any, path: str) -> Pool:

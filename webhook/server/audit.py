@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from webhook.engine import MESSAGE_LIMIT, Decision, Policy, clip
+from webhook.engine import MESSAGE_LIMIT, Decision, Policy, Reason, clip
 from webhook.server.review import Request
 
 log = logging.getLogger(__name__)
@@ -329,8 +329,8 @@ class AuditLog:
         return cls(sinks)
 
     def wants(self, endpoint: str, decision: Decision, policy: Policy) -> bool:
-        if not decision.allowed:
-            return True
+        if not decision.allowed or decision.reason == Reason.REPAIRED:
+            return True  # denials, and pods gpupool changed beyond routing them
         return policy.audit_mutations and endpoint == "mutate" and bool(decision.patch)
 
     def record(self, endpoint: str, req: Request, decision: Decision, policy: Policy) -> None:

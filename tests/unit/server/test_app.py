@@ -216,3 +216,30 @@ def test_livez_and_healthz_are_liveness():
     for path in ("/livez", "/healthz"):
         assert client.get(path).text == "ok\n"  # readiness failing is not liveness failing
         assert client.get(f"{path}?verbose").text == f"[+]ping ok\n{path[1:]} check passed\n"
+
+
+def test_a_repaired_pod_is_always_audited(tmp_path):
+    """cdi.repair changes more than routing: every such mutation gets a record, whatever
+    audit.mutations says."""
+    from tests.unit.engine.test_steering import agent_node, hami_pod
+    from webhook.cli.audit import read_records
+    from webhook.engine import view_from_objects
+    from webhook.engine.policy import load_policy_text
+    from webhook.policyfile import default_policy_text
+    from webhook.server.audit import AuditLog
+
+    policy = load_policy_text(default_policy_text().replace(
+        "    cdi:\n      delivery: detect\n", "    cdi:\n      delivery: detect\n"
+        "      repair: true\n", 1))
+    view = view_from_objects([agent_node(tmp_path / "n", "hami-b", "hami",
+                                         "operator-management")], policy,
+                             runtime_classes={"nvidia-legacy": "nvidia-legacy"})
+    log = AuditLog.from_config(stdout=False, path=str(tmp_path / "a.log"))
+    h = Webhook(policies=PolicySource(fixed=policy), view=view)
+    h.hooks.append(lambda ep, req, d, _s: log.record(ep, req, d, h.policies.policy))
+    code, out = h.handle("mutate", body(hami_pod(), uid="u-fix"), "application/json")
+    assert code == 200 and out["response"]["allowed"]
+    (rec,) = read_records((tmp_path / "a.log").read_text().splitlines())
+    assert rec["uid"] == "u-fix" and rec["reason"] == "Repaired"
+    assert {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia-legacy"} in \
+        rec["patch"]
