@@ -35,6 +35,8 @@ class NodeState(StrEnum):
     UNKNOWN = "unknown"  # gpupool cannot tell (no inventory, unknown mode or GPUs)
 
 _SHOW_NODES = 3
+#: The GPU Operator's MIG resources (mixed strategy): ``nvidia.com/mig-<profile>``.
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 #: Nodes listed in a decision (and so in its audit record); messages give the totals.
 MAX_FINDINGS = 20
 _SHOW_DEVICES = 3
@@ -110,6 +112,18 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
             and (privileged or inv.runtime.accept_envvar_unprivileged is not False):
         return NodeAssessment(node.name, NodeState.OK, way=way,
                               note=f"RuntimeClass {runtime_class} uses no CDI")
+    if any(name.startswith(MIG_RESOURCE_PREFIX) for name, _ in demand.requests):
+        # The device plugin hands MIG devices (MIG-<uuid>), which the node's driver list does
+        # not name and gpupool does not model: judged only where no name can be missing.
+        r = delivery.resolve(inv, way, (), handler, req.device_kind, privileged)
+        if r.ok is True and (not r.kind or r.kind == delivery.JIT_KIND):
+            return NodeAssessment(node.name, NodeState.OK, note=r.note, mode=r.mode, way=way)
+        if r.ok is False:  # never delivered at all, whatever the names
+            return NodeAssessment(node.name, NodeState.MISSING, note=r.note, mode=r.mode,
+                                  way=way, undelivered=r.undelivered)
+        return NodeAssessment(node.name, NodeState.UNKNOWN, mode=r.mode, way=way, kind=r.kind,
+                              note="the pod asks for MIG devices, whose CDI names gpupool "
+                                   "does not check (MIG is not modelled)")
     gpus = cand.eligible_gpus(node, demand)
     if not gpus:
         return NodeAssessment(node.name, NodeState.UNKNOWN, way=way,
