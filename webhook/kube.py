@@ -19,6 +19,8 @@ DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
 DRA_RESOURCES = {"DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices",
                  "ResourceClaim": "resourceclaims",
                  "ResourceClaimTemplate": "resourceclaimtemplates"}
+#: The GPU Operator's ClusterPolicy (a custom resource): group, version, resource.
+CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
 
 
 class KubeError(RuntimeError):

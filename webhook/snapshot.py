@@ -1,7 +1,7 @@
 """Reading cluster snapshots from files: ``kubectl get nodes -o yaml`` output (a v1 List or
-NodeList), multi-document Node YAML, and Namespaces, RuntimeClasses and DRA objects
-(``resource.k8s.io``: DeviceClasses, ResourceSlices, ResourceClaims and templates) among
-them. Used by ``check``, ``doctor --cluster`` and the demo server."""
+NodeList), multi-document Node YAML, and Namespaces, RuntimeClasses, DRA objects
+(``resource.k8s.io``: DeviceClasses, ResourceSlices, ResourceClaims and templates) and the GPU
+Operator's ClusterPolicy among them. Used by ``check``, ``doctor --cluster`` and the demo server."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from webhook.api.inventory import INVENTORY_ANNOTATION
-from webhook.engine import DRA_KINDS, meta_of, runtime_classes_of
+from webhook.engine import RESOURCE_KINDS, meta_of, runtime_classes_of
 
 #: libyaml's loader when PyYAML was built with it: snapshots of thousands of nodes load ~10x
 #: faster. Both are safe loaders.
@@ -74,7 +74,7 @@ class ClusterFile(NamedTuple):
     namespaces: dict[str, dict[str, str]]
     #: RuntimeClass name -> handler; None when the file holds no RuntimeClass (unknown)
     runtime_classes: dict[str, str] | None
-    #: DRA objects (``webhook.engine.DRA_KINDS``), as listed
+    #: DRA objects and the GPU Operator's ClusterPolicy (``webhook.engine.RESOURCE_KINDS``)
     resources: list[dict[str, Any]] = []
 
 
@@ -96,7 +96,7 @@ def load_cluster_file(path: str) -> ClusterFile:
             namespaces[meta["name"]] = dict(meta.get("labels") or {})
         elif kind == "RuntimeClass":
             classes.append(obj)
-        elif kind in DRA_KINDS:
+        elif kind in RESOURCE_KINDS:
             resources.append(obj)
     return ClusterFile(nodes, namespaces, runtime_classes_of(classes) or None, resources)
 

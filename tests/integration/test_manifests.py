@@ -127,6 +127,9 @@ def test_least_privilege_rbac(rendered):
                                          "resources": ["deviceclasses", "resourceslices",
                                                        "resourceclaims",
                                                        "resourceclaimtemplates"],
+                                         "verbs": ["get", "list", "watch"]},
+                                        {"apiGroups": ["nvidia.com"],
+                                         "resources": ["clusterpolicies"],
                                          "verbs": ["get", "list", "watch"]}]
     assert roles["gpupool-agent"] == [{"apiGroups": [""], "resources": ["nodes"],
                                        "verbs": ["get", "patch"]}]

@@ -418,18 +418,27 @@ def _live_objects(kubeconfig: str | None, context: str | None) -> tuple[Any, Clu
 
 
 def _live_resources(api: Any) -> list[dict[str, Any]]:
-    """The cluster's DRA objects (``resource.k8s.io/v1``); none where the API or the
-    permission to list it is missing (then DRA claims are not judged)."""
+    """The cluster's DRA objects (``resource.k8s.io/v1``) and the GPU Operator's
+    ClusterPolicy; none of a kind where its API or the permission to list it is missing
+    (then DRA claims are not judged, and ``detect`` reads each node's disk alone)."""
     from kubernetes import client
 
-    from webhook.kube import DRA_GROUP, DRA_RESOURCES, DRA_VERSION, REQUEST_TIMEOUT
+    from webhook.kube import (
+        CLUSTER_POLICY,
+        DRA_GROUP,
+        DRA_RESOURCES,
+        DRA_VERSION,
+        REQUEST_TIMEOUT,
+    )
 
     custom = client.CustomObjectsApi(api)
     out: list[dict[str, Any]] = []
-    for kind, plural in DRA_RESOURCES.items():
+    wanted = [(kind, (DRA_GROUP, DRA_VERSION, plural)) for kind, plural in DRA_RESOURCES.items()]
+    wanted.append(("ClusterPolicy", CLUSTER_POLICY))
+    for kind, (group, version, plural) in wanted:
         try:
             listed = custom.list_cluster_custom_object(
-                DRA_GROUP, DRA_VERSION, plural, _request_timeout=REQUEST_TIMEOUT)
+                group, version, plural, _request_timeout=REQUEST_TIMEOUT)
         except client.ApiException:
             continue
         items = listed.get("items") if isinstance(listed, dict) else None

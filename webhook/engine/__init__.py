@@ -27,8 +27,11 @@ _SURFACE = {
     "allow": "decision", "clean_warning": "decision", "MESSAGE_LIMIT": "decision",
     # the cluster as the engine sees it
     "ClusterView": "cluster", "NodeInfo": "cluster", "view_from_objects": "cluster",
-    "runtime_classes_of": "cluster", "DRA_KINDS": "cluster", "load_resources": "cluster",
-    "claims_of": "cluster", "DeviceClass": "dra", "Slice": "dra", "mixed_resources": "allocation",
+    "runtime_classes_of": "cluster", "DRA_KINDS": "cluster", "RESOURCE_KINDS": "cluster",
+    "load_resources": "cluster", "claims_of": "cluster",
+    # DRA and the GPU Operator's ClusterPolicy
+    "DeviceClass": "dra", "Slice": "dra", "mixed_resources": "allocation",
+    "cluster_way": "clusterpolicy",
     # the policy
     "Policy": "policy", "PolicyError": "policy", "load_policy_text": "policy",
     # per node, for doctor
@@ -67,12 +70,14 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.cdi import fix_text as fix_text
     from webhook.engine.cdi import node_verdict as node_verdict
     from webhook.engine.cluster import DRA_KINDS as DRA_KINDS
+    from webhook.engine.cluster import RESOURCE_KINDS as RESOURCE_KINDS
     from webhook.engine.cluster import ClusterView as ClusterView
     from webhook.engine.cluster import NodeInfo as NodeInfo
     from webhook.engine.cluster import claims_of as claims_of
     from webhook.engine.cluster import load_resources as load_resources
     from webhook.engine.cluster import runtime_classes_of as runtime_classes_of
     from webhook.engine.cluster import view_from_objects as view_from_objects
+    from webhook.engine.clusterpolicy import cluster_way as cluster_way
     from webhook.engine.decision import MESSAGE_LIMIT as MESSAGE_LIMIT
     from webhook.engine.decision import Decision as Decision
     from webhook.engine.decision import NodeFinding as NodeFinding

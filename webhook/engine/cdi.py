@@ -19,7 +19,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from webhook.api import delivery
-from webhook.engine import affinity, allocation, hami
+from webhook.engine import affinity, allocation, clusterpolicy, hami
 from webhook.engine import candidates as cand
 from webhook.engine.cluster import ClusterView, NodeInfo
 from webhook.engine.decision import Decision, NodeFinding, Reason, allow, deny
@@ -93,11 +93,12 @@ class Verdicts:
 
 
 def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: str | None,
-                demand: cand.Demand, policy: Policy, privileged: bool = False
-                ) -> NodeAssessment:
+                demand: cand.Demand, policy: Policy, privileged: bool = False,
+                operator_way: delivery.Way | None = None) -> NodeAssessment:
     """Will every GPU the device plugin could hand this pod resolve on this node?
     ``handler``: the containerd handler the pod's RuntimeClass names
-    (``ClusterView.handler_of``); ``privileged``: every GPU container is privileged."""
+    (``ClusterView.handler_of``); ``privileged``: every GPU container is privileged;
+    ``operator_way``: how the GPU Operator's plugin hands GPUs, per its ClusterPolicy."""
     req = pool.cdi
     if not req.checked:
         return NodeAssessment(node.name, NodeState.OK)
@@ -107,7 +108,11 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
         return NodeAssessment(node.name, NodeState.UNKNOWN, note=note)
     way = req.delivery
     if way is delivery.Way.DETECT:
-        way = delivery.Way(delivery.detected_way(inv, req.device_kind))
+        # The operator's own word beats what its plugin left on disk (a plugin in a CDI
+        # strategy that wrote no spec looks like an envvar one).
+        way = operator_way if operator_way is not None and \
+            clusterpolicy.runs_operator_plugin(node.labels) \
+            else delivery.Way(delivery.detected_way(inv, req.device_kind))
     if way == delivery.VISIBLE_DEVICES and runtime_class in policy.non_cdi_runtime_classes \
             and (privileged or inv.runtime.accept_envvar_unprivileged is not False):
         return NodeAssessment(node.name, NodeState.OK, way=way,
@@ -295,6 +300,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
         return demand[0]
 
     extended = allocation.demand(facts, view).extended
+    operator_way = view.operator_way()
 
     def per_node(n: NodeInfo) -> _NodeVerdict | None:
         """This node's part in the verdicts (None: not a candidate at all, or one where DRA,
@@ -314,7 +320,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
             return (why, False, None)
         matches = affinity.node_matches(facts.spec, n.labels, n.name)
         check = assess_node(n, pool, facts.runtime_class, handler, demand_of(), policy,
-                            facts.privileged_gpus)
+                            facts.privileged_gpus, operator_way)
         if check.state is NodeState.OK:
             return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
         return (None, matches, check)

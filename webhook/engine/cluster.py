@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
+from webhook.api.delivery import Way
 from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
-from webhook.engine import dra, hami, objects
+from webhook.engine import clusterpolicy, dra, hami, objects
 from webhook.engine.labels import NodeLabels
 from webhook.engine.policy import Policy
 from webhook.engine.resources import whole_number
@@ -213,6 +214,8 @@ class ClusterView:
         self._claims: dict[tuple[str, str, str], dra.ClaimSpec] = {}
         self._claim_kinds: set[str] = set()
         self._slice_changes = 0
+        #: the GPU Operator's device plugin's way, from its ClusterPolicy (None: unknown)
+        self._operator_way: Way | None = None
         self.version = 0
 
     # ---------------------------------------------------------------- writes
@@ -410,7 +413,19 @@ class ClusterView:
             else:
                 self._claims[(kind, namespace, name)] = spec
 
+    def set_operator_way(self, way: Way | None) -> None:
+        """How the GPU Operator's device plugin hands GPUs (``clusterpolicy``)."""
+        with self._lock:
+            if way == self._operator_way:
+                return
+            self._operator_way = way
+            self._folds.clear()  # node verdicts depend on it
+            self._bump()
+
     # ---------------------------------------------------------------- reads
+
+    def operator_way(self) -> Way | None:
+        return self._operator_way
 
     def device_classes(self) -> Mapping[str, dra.DeviceClass] | None:
         """DeviceClass name -> class, or None when gpupool does not know them."""
@@ -559,18 +574,23 @@ def view_from_objects(objects: Iterable[Mapping[str, Any]], policy: Policy | Non
 
 
 DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
+#: Every kind ``load_resources`` reads: the DRA objects and the GPU Operator's ClusterPolicy.
+RESOURCE_KINDS = (*DRA_KINDS, clusterpolicy.KIND)
 
 
 def load_resources(view: ClusterView, items: Iterable[Mapping[str, Any]]) -> None:
-    """Put ``resource.k8s.io`` objects (of the kinds in ``DRA_KINDS``) into the view,
-    replacing what it held of them. DeviceClasses and slices count as known only when some
-    are given: a file without any says nothing of the cluster's DRA drivers (and a claim
-    is then not judged, rather than judged against no devices)."""
-    by_kind: dict[str, list[Mapping[str, Any]]] = {k: [] for k in DRA_KINDS}
+    """Put ``resource.k8s.io`` objects (of the kinds in ``DRA_KINDS``) and the GPU
+    Operator's ClusterPolicy into the view, replacing what it held of them. DeviceClasses
+    and slices count as known only when some are given: a file without any says nothing of
+    the cluster's DRA drivers (and a claim is then not judged, rather than judged against
+    no devices)."""
+    by_kind: dict[str, list[Mapping[str, Any]]] = {k: [] for k in RESOURCE_KINDS}
     for item in items:
         kind = item.get("kind")
         if isinstance(kind, str) and kind in by_kind:
             by_kind[kind].append(item)
+    if by_kind[clusterpolicy.KIND]:
+        view.set_operator_way(clusterpolicy.cluster_way(by_kind[clusterpolicy.KIND]))
     if by_kind["DeviceClass"] or by_kind["ResourceSlice"]:
         view.replace_device_classes(c for o in by_kind["DeviceClass"]
                                     if (c := dra.DeviceClass.from_object(o)) is not None)

@@ -47,7 +47,11 @@ def requirements(facts: PodFacts, pool_name: str, view: ClusterView | None,
     if rc and way == delivery.VISIBLE_DEVICES and rc in policy.non_cdi_runtime_classes \
             and facts.privileged_gpus:
         return [], []
-    if not cand.narrows(facts, policy.is_hami_pool(pool_name)) and \
+    # The agent's "detected" label knows only what is on disk; with the operator's
+    # ClusterPolicy known, nodes are judged one by one instead.
+    by_policy = way is delivery.DETECT and view is not None and \
+        view.operator_way() is not None
+    if not cand.narrows(facts, policy.is_hami_pool(pool_name)) and not by_policy and \
             not (rc and way != delivery.CDI_DEVICES) and not facts.privileged_gpus:
         return [label_requirement(way, policy)], []
     if view is None or len(view) == 0:

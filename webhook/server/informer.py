@@ -17,8 +17,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from webhook.engine import ClusterView, DeviceClass, NodeInfo, Slice, claims_of, runtime_classes_of
-from webhook.kube import DRA_GROUP, DRA_RESOURCES, DRA_VERSION
+from webhook.engine import (
+    ClusterView,
+    DeviceClass,
+    NodeInfo,
+    Slice,
+    claims_of,
+    cluster_way,
+    runtime_classes_of,
+)
+from webhook.kube import CLUSTER_POLICY, DRA_GROUP, DRA_RESOURCES, DRA_VERSION
 
 log = logging.getLogger(__name__)
 #: Backoff jitter from a private generator: never perturbs anyone else's random state.
@@ -190,8 +198,29 @@ class ClusterInformer:
                       convert=Slice.from_object if kind == "ResourceSlice" else _same)
             for kind, plural in DRA_RESOURCES.items())
 
+        group, version, plural = CLUSTER_POLICY
+        self.cluster_policies = Reflector(
+            plural, functools.partial(custom.list_cluster_custom_object, group, version, plural),
+            self._cp_listed, self._cp_event, api_client, watch_timeout=watch_timeout,
+            optional=True)
+        self._policies: dict[str, dict[str, Any]] = {}
+        #: what readiness does not wait for: without them gpupool decides as before
+        self.optional = (*self.dra, self.cluster_policies)
+
     def _reflectors(self) -> tuple[Reflector, ...]:
-        return (self.nodes, self.namespaces, self.runtime_classes, *self.dra)
+        return (self.nodes, self.namespaces, self.runtime_classes, *self.optional)
+
+    def _cp_listed(self, items: list[dict[str, Any]]) -> None:
+        self._policies = {str((i.get("metadata") or {}).get("name")): i for i in items}
+        self.view.set_operator_way(cluster_way(self._policies.values()))
+
+    def _cp_event(self, etype: str, obj: dict[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name"))
+        if etype == "DELETED":
+            self._policies.pop(name, None)
+        else:
+            self._policies[name] = obj
+        self.view.set_operator_way(cluster_way(self._policies.values()))
 
     def start(self) -> None:
         for r in self._reflectors():

@@ -29,7 +29,7 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
                agent: bool = True, allocatable: int | None = None,
                types: tuple[str, ...] = (), cordon: str | None = None,
                default_runtime: str | None = None, envvar_unprivileged: bool = True,
-               default_kind: str | None = None) -> dict:
+               default_kind: str | None = None, mode: str | None = None) -> dict:
     """A node as gpupool's agent publishes it (inventory annotation and steering labels);
     ``per_uuid``: a per-UUID spec for every GPU, or for those listed."""
     labels = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": name}
@@ -48,6 +48,10 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
             paths["containerd"].write_text(text.replace('default_runtime_name = "nvidia"',
                                                         f'default_runtime_name = '
                                                         f'"{default_runtime}"'))
+        if mode:  # the runtime's nvidia-container-runtime.mode
+            text = paths["config"].read_text()
+            assert 'mode = "cdi"' in text
+            paths["config"].write_text(text.replace('mode = "cdi"', f'mode = "{mode}"', 1))
         if default_kind:  # the runtime's modes.cdi.default-kind
             text = paths["config"].read_text()
             assert 'default-kind = "management.nvidia.com/gpu"' in text
@@ -77,8 +81,12 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
 
 
 def decide(nodes, pod, policy_text: str | None = None):
+    """Both stages of ``pod`` against these Nodes (and any other objects among them: a
+    ClusterPolicy, DRA objects)."""
     policy = load_policy_text(policy_text or default_policy_text())
-    view = view_from_objects(nodes, policy)
+    others = [o for o in nodes if o.get("kind", "Node") != "Node"]
+    view = view_from_objects([o for o in nodes if o.get("kind", "Node") == "Node"], policy,
+                             resources=others or None)
     subject = admit.Subject(kind="Pod", object=pod, namespace="default")
     return admit.review(subject, view, policy), view, policy
 

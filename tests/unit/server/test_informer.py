@@ -73,7 +73,7 @@ def _informer(nodes: FakeNodeAPI) -> tuple[ClusterInformer, ClusterView]:
     inf.namespaces = Reflector("namespaces", empty_ns, inf._ns_listed, inf._ns_event, None)
     inf.runtime_classes = Reflector("runtimeclasses", FakeNodeAPI([[]], []), inf._rc_listed,
                                     inf._rc_event, None)
-    inf.dra = ()  # the DRA reflectors: tests/e2e runs them against a real API server
+    inf.optional = ()  # DRA and ClusterPolicy reflectors: tests/e2e runs them for real
     return inf, view
 
 
@@ -188,3 +188,22 @@ def test_dra_objects_list_and_watch_into_the_view():
             r.stop()
         for api in apis.values():
             api.idle.set()
+
+
+def test_cluster_policy_events_set_the_operator_way():
+    """The GPU Operator's ClusterPolicy, as listed and as its watch changes it."""
+    from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES
+
+    view = ClusterView()
+    inf = ClusterInformer.__new__(ClusterInformer)
+    inf.view = view
+    inf._cp_listed([{"metadata": {"name": "cluster-policy"}, "spec": {}}])
+    assert view.operator_way() == CDI_DEVICES
+    inf._cp_event("MODIFIED", {"metadata": {"name": "cluster-policy"},
+                               "spec": {"cdi": {"enabled": False}}})
+    assert view.operator_way() == VISIBLE_DEVICES
+    inf._cp_event("ADDED", {"metadata": {"name": "second"}, "spec": {}})
+    assert view.operator_way() is None  # two policies: no guess
+    inf._cp_event("DELETED", {"metadata": {"name": "second"}})
+    inf._cp_event("DELETED", {"metadata": {"name": "cluster-policy"}})
+    assert view.operator_way() is None

@@ -1,0 +1,63 @@
+"""The GPU Operator's ClusterPolicy as the operator applies it to its device plugin, and the
+node ``delivery: detect`` misreads without it: a plugin in a CDI strategy that wrote no
+spec looks, on disk, like one in envvar."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import gpu_pod
+from tests.unit.engine.test_steering import agent_node, decide
+from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES
+from webhook.engine.clusterpolicy import DEPLOY_LABEL, cluster_way, plugin_way
+from webhook.engine.decision import Reason
+
+
+def policy(**spec) -> dict:
+    return {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "cluster-policy"}, "spec": spec}
+
+
+def env(value: str) -> dict:
+    return {"devicePlugin": {"env": [{"name": "DEVICE_LIST_STRATEGY", "value": value}]}}
+
+
+@pytest.mark.parametrize("spec, way", [
+    ({}, CDI_DEVICES),  # cdi.enabled defaults to true
+    ({"cdi": {"enabled": True}}, CDI_DEVICES),
+    ({"cdi": {"enabled": False}}, VISIBLE_DEVICES),  # the plugin's own default, envvar
+    ({"cdi": {"enabled": True}, **env("envvar")}, VISIBLE_DEVICES),  # the user's env wins
+    ({"cdi": {"enabled": False}, **env("cdi-cri")}, CDI_DEVICES),
+    ({**env("cdi-annotations,cdi-cri")}, CDI_DEVICES),
+    ({**env("volume-mounts")}, None),  # not modelled: detect as before
+    ({"devicePlugin": {"enabled": False}}, None),
+])
+def test_the_plugin_way_as_the_operator_sets_it(spec, way):
+    assert plugin_way(policy(**spec)) == way
+
+
+def test_one_policy_or_no_guess():
+    assert cluster_way([policy()]) == CDI_DEVICES
+    assert cluster_way([]) is None
+    assert cluster_way([policy(), policy(cdi={"enabled": False})]) is None
+
+
+def test_a_cdi_strategy_plugin_without_its_spec_is_caught(tmp_path):
+    """An operator node in auto mode whose plugin (CDI strategy, the operator's default)
+    has not written its spec: detect reads the node as envvar, where auto mode resolves
+    anything; the ClusterPolicy says CDI names, which containerd cannot resolve without the
+    spec."""
+    node = agent_node(tmp_path, "op-1", None, "operator-management", register=False,
+                      mode="auto")
+    node["metadata"]["labels"][DEPLOY_LABEL] = "true"
+    pod = gpu_pod("g", limits={"nvidia.com/gpu": 1})
+    rv, _, _ = decide([node], pod)
+    assert rv.final.allowed  # what detect alone concludes
+    rv, view, _ = decide([node, policy()], pod)
+    assert view.operator_way() == CDI_DEVICES
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
+    assert "k8s.device-plugin.nvidia.com/gpu=GPU-" in rv.final.message
+    # a node the operator does not run its plugin on (HAMi's) is still read from disk
+    node["metadata"]["labels"][DEPLOY_LABEL] = "false"
+    rv, _, _ = decide([node, policy()], pod)
+    assert rv.final.allowed
