@@ -43,6 +43,7 @@ from tests.runtime_oracle import OracleNode, Verdict
 from tests.unit.node.test_driver import fake_driver
 from webhook.engine import admit
 from webhook.engine.cluster import view_from_objects
+from webhook.engine.clusterpolicy import DEPLOY_LABEL
 from webhook.engine.decision import Reason
 from webhook.engine.policy import Policy, load_policy_text
 from webhook.node.agent import Observer, node_labels
@@ -328,6 +329,9 @@ def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
                "operator": rng.choice(("cdi", "cdi", "envvar"))}
     pinned = rng.random() < 0.5
     require = rng.random() < 0.25
+    # Half the detect clusters run the GPU Operator with its ClusterPolicy in view: its
+    # plugin's strategy is then known on the nodes it runs on (docs/cdi-inventory.md).
+    with_policy = not pinned and rng.random() < 0.5
     way = {"envvar": "visibleDevices", "cdi": "cdiDevices"}
     text = POLICY.format(require=str(require).lower(),
                          hami=way[plugins["hami"]] if pinned else "detect",
@@ -337,9 +341,17 @@ def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
     objects, oracles = [], {}
     for n in nodes:
         paths = write_node(root / n.name / "node", n)
-        objects.append(node_object(n, paths))
+        obj = node_object(n, paths)
+        if with_policy:  # where the operator runs its device plugin (HAMi's nodes: not)
+            obj["metadata"]["labels"][DEPLOY_LABEL] = str(n.pool == "operator").lower()
+        objects.append(obj)
         oracles.update(node_oracles(root, n, paths))
-    name = f"{'pinned' if pinned else 'detect'}{', requireInventory' if require else ''}"
+    if with_policy:
+        objects.append({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+                        "metadata": {"name": "cluster-policy"},
+                        "spec": {"cdi": {"enabled": plugins["operator"] == "cdi"}}})
+    name = (f"{'pinned' if pinned else 'detect'}{', requireInventory' if require else ''}"
+            f"{', ClusterPolicy' if with_policy else ''}")
     return Cluster(load_policy_text(text), name, nodes, objects, oracles, root)
 
 
@@ -395,7 +407,9 @@ def node_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
 
 
 def judge(cluster: Cluster, pod: dict) -> Judged:
-    view = view_from_objects(cluster.objects, cluster.policy, {"ml": {}})
+    view = view_from_objects([o for o in cluster.objects if o["kind"] == "Node"],
+                             cluster.policy, {"ml": {}},
+                             resources=[o for o in cluster.objects if o["kind"] != "Node"])
     subject = admit.Subject(kind="Pod", group="", operation="CREATE", object=pod,
                             namespace="ml")
     rv = admit.review(subject, view, cluster.policy)
@@ -429,7 +443,7 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
             if all(not _setup(cluster, f).agent for f in failing):
                 j.apart = "fails only on nodes without inventory"
             elif cluster.policy_name.startswith("detect") and all(
-                    _misdetected(_setup(cluster, f)) or not _setup(cluster, f).agent
+                    _misdetected(cluster, _setup(cluster, f)) or not _setup(cluster, f).agent
                     for f in failing):
                 j.apart = "delivery: detect misreads the plugin's strategy there"
         return j
@@ -453,9 +467,13 @@ def _setup(cluster: Cluster, name: str) -> NodeSetup:
     return next(n for n in cluster.nodes if n.name == name)
 
 
-def _misdetected(n: NodeSetup) -> bool:
+def _misdetected(cluster: Cluster, n: NodeSetup) -> bool:
     """What ``delivery: detect`` cannot see: a plugin in a CDI strategy that wrote no spec,
-    or one in envvar that left a spec from an earlier configuration behind."""
+    or one in envvar that left a spec from an earlier configuration behind. (Not on the
+    operator's nodes when its ClusterPolicy is known: it says which strategy the plugin
+    has.)"""
+    if n.pool == "operator" and cluster.policy_name.endswith("ClusterPolicy"):
+        return False
     has_spec = any(f.startswith("k8s.device-plugin") for _, f, _ in n.specs)
     return (n.plugin == "cdi") != has_spec
 
