@@ -58,6 +58,12 @@ class Verdict:
     by: str = "nvidia-container-runtime"  # or "cdi library", or the rule used instead
     spec: dict[str, Any] | None = None  # the OCI spec after the runtime modified it
 
+    @property
+    def devices(self) -> list[Any]:
+        """The device nodes the runtime put in the container (none: it starts without its
+        GPU, even where creation succeeds)."""
+        return list(((self.spec or {}).get("linux") or {}).get("devices") or [])
+
 
 def _point_devices_at_null(doc: Any) -> Any:
     if isinstance(doc, dict):
@@ -106,7 +112,12 @@ class OracleNode:
         stub.chmod(0o755)
         xdg = root / "xdg" / "nvidia-container-runtime"
         xdg.mkdir(parents=True, exist_ok=True)
-        lines = ["[nvidia-container-runtime]", 'log-level = "info"',
+        # The toolkit's switch for unprivileged containers' NVIDIA_VISIBLE_DEVICES, a
+        # top-level key (before any table).
+        accept = cfg.get("accept-nvidia-visible-devices-envvar-when-unprivileged", True)
+        lines = [f"accept-nvidia-visible-devices-envvar-when-unprivileged = "
+                 f"{str(bool(accept)).lower()}",
+                 "[nvidia-container-runtime]", 'log-level = "info"',
                  f"runtimes = [{json.dumps(str(stub))}]"]
         if self.mode:
             lines.append(f"mode = {json.dumps(self.mode)}")

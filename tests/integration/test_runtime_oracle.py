@@ -160,3 +160,31 @@ def test_cdi_repair_sets_a_class_under_which_the_real_runtime_creates_the_contai
         v = view_from_objects([broken], policy, runtime_classes=known)
         d = admit.review_pod(hami_pod(), "default", v, policy)
         assert not d.allowed and d.reason == Reason.CDI_DEVICE_MISSING
+
+
+def test_the_real_runtime_ignores_an_unprivileged_envvar_when_told_to(tmp_path):
+    """accept-nvidia-visible-devices-envvar-when-unprivileged = false, the GPU's CDI device
+    defined: the real runtime creates the (unprivileged) container without any device, a
+    container that starts without its GPU. gpupool denies that pod on that node
+    (GPUNotDelivered); with the toolkit's default the runtime injects the device and gpupool
+    allows it."""
+    from tests.unit.engine.test_steering import agent_node, decide, hami_pod
+    from webhook.engine.decision import Reason
+
+    key = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+    oracle, paths = oracle_for(tmp_path / "on", "operator-management", per_uuid=True)
+    assert oracle.create(UUIDS[0]).ok and oracle.create(UUIDS[0]).devices
+    strict, paths = oracle_for(tmp_path / "off", "operator-management", per_uuid=True)
+    text = paths["config"].read_text()
+    paths["config"].write_text(text.replace(f"{key} = true", f"{key} = false"))
+    strict = OracleNode(tmp_path / "off-oracle", [paths["etc"], paths["run"]],
+                        paths["config"], gpus=UUIDS)
+    v = strict.create(UUIDS[0])
+    assert v.ok and not v.devices, v.spec  # created, and without its GPU
+    node = agent_node(tmp_path / "n", "hami-strict", "hami", "operator-management",
+                      per_uuid=True, envvar_unprivileged=False)
+    rv, _, _ = decide([node], hami_pod())
+    assert not rv.final.allowed and rv.final.reason == Reason.GPU_NOT_DELIVERED
+    node = agent_node(tmp_path / "m", "hami-ok", "hami", "operator-management", per_uuid=True)
+    rv, _, _ = decide([node], hami_pod())
+    assert rv.final.allowed

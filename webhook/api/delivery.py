@@ -106,9 +106,11 @@ def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | 
                                "runtime: NVIDIA_VISIBLE_DEVICES is ignored and the pod's "
                                "containers start without their GPUs")
     if inv.runtime.accept_envvar_unprivileged is False and not privileged:
-        # The toolkit reads NVIDIA_VISIBLE_DEVICES of an unprivileged container only when
-        # this is true (nvidia-container-toolkit internal/config/image: VisibleDevices), in
-        # every mode, CDI included.
+        # The toolkit reads NVIDIA_VISIBLE_DEVICES of an unprivileged container (no
+        # CAP_SYS_ADMIN) only when this is true (nvidia-container-toolkit v1.20.2,
+        # internal/config/image/cuda_image.go VisibleDevices, privileged.go IsPrivileged), in
+        # every mode, CDI included; tests/integration/test_runtime_oracle.py sees the real
+        # runtime create such a container without any device.
         return Resolution(way, False, undelivered=True, note=UNPRIVILEGED_ENVVAR_IGNORED)
     mode = inv.runtime.effective_mode(runtime_class)
     if mode is None:
