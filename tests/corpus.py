@@ -52,8 +52,10 @@ DP_KIND = "k8s.device-plugin.nvidia.com/gpu"
 MGMT_KIND = "management.nvidia.com/gpu"
 TYPES = ("NVIDIA-Tesla T4", "NVIDIA-A100-SXM4-40GB", "NVIDIA-H100-80GB-HBM3")
 TAINT = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+#: Denials the oracle judges: would the pod have run on a node it could reach?
 CDI_REASONS = {Reason.CDI_DEVICE_MISSING, Reason.INVENTORY_MISSING,
-               Reason.GPU_UUID_UNAVAILABLE, Reason.NO_CANDIDATE_NODES}
+               Reason.GPU_UUID_UNAVAILABLE, Reason.NO_CANDIDATE_NODES,
+               Reason.GPU_NOT_DELIVERED}
 OUTCOMES = ("fine", "potential late failure", "certain late failure", "false denial",
             "denied correctly")
 
@@ -74,6 +76,8 @@ class NodeSetup:
     agent: bool
     tainted: bool
     what: list[str] = field(default_factory=list)  # the setup, in words, for failure reports
+    #: the toolkit's accept-nvidia-visible-devices-envvar-when-unprivileged
+    envvar_unprivileged: bool = True
 
 
 def _uuid(rng: random.Random) -> str:
@@ -122,15 +126,26 @@ def make_node(rng: random.Random, name: str, pool: str, plugin: str) -> NodeSetu
                       device_plugin_spec((_uuid(rng),))))
     agent = rng.random() > 0.12
     tainted = rng.random() < 0.15
+    # The toolkit told to ignore unprivileged containers' NVIDIA_VISIBLE_DEVICES.
+    strict = rng.random() < 0.1
     if not agent:
         what.append("no agent")
     if tainted:
         what.append("tainted")
-    return NodeSetup(name, pool, plugin, mode, kind, gpus, types, specs, agent, tainted, what)
+    if strict:
+        what.append(f"{ENVVAR_KEY} = false")
+    return NodeSetup(name, pool, plugin, mode, kind, gpus, types, specs, agent, tainted, what,
+                     envvar_unprivileged=not strict)
 
 
-def _config(mode: str | None, kind: str | None) -> str:
+ENVVAR_KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+
+
+def _config(mode: str | None, kind: str | None, envvar_unprivileged: bool = True) -> str:
     text = nvidia_config(mode or "auto", kind)
+    if not envvar_unprivileged:
+        assert f"{ENVVAR_KEY} = true" in text
+        text = text.replace(f"{ENVVAR_KEY} = true", f"{ENVVAR_KEY} = false")
     if mode is None:
         text = text.replace('mode = "auto"', "")
     return text
@@ -142,7 +157,7 @@ def write_node(root: Path, n: NodeSetup) -> dict[str, Path]:
         d.mkdir(parents=True, exist_ok=True)
     for where, fname, text in n.specs:
         ((etc if where == "etc" else run) / fname).write_text(text)
-    (cfg / "config.toml").write_text(_config(n.mode, n.default_kind))
+    (cfg / "config.toml").write_text(_config(n.mode, n.default_kind, n.envvar_unprivileged))
     (cfg / "containerd.toml").write_text(
         CONTAINERD_SRC.read_text().replace("{{ .toolkitRoot }}", "/usr/local/nvidia"))
     return {"etc": etc, "run": run, "config": cfg / "config.toml",
@@ -363,7 +378,7 @@ def node_oracles(root: Path, n: NodeSetup, paths: dict[str, Path]
     for handler, mode in (("", n.mode), ("nvidia-cdi", "cdi"), ("nvidia-legacy", "legacy")):
         cfg = root / n.name / f"config-{handler or 'default'}.toml"
         cfg.parent.mkdir(parents=True, exist_ok=True)
-        cfg.write_text(_config(mode, n.default_kind))
+        cfg.write_text(_config(mode, n.default_kind, n.envvar_unprivileged))
         out[(n.name, handler or None)] = OracleNode(
             root / n.name / f"oracle-{handler or 'default'}", [paths["etc"], paths["run"]],
             cfg, gpus=n.gpus)
@@ -382,7 +397,22 @@ def runs(cluster: Cluster, n: NodeSetup, rc: str | None, gpu: str) -> Verdict:
             _verdicts[key] = cluster.oracles[(n.name, None)].inject(f"{DP_KIND}={gpu}")
         else:
             handler = rc if rc in ("nvidia-cdi", "nvidia-legacy") else None
-            _verdicts[key] = cluster.oracles[(n.name, handler)].create(gpu)
+            oracle = cluster.oracles[(n.name, handler)]
+            v = oracle.create(gpu)
+            if v.ok and v.by == "nvidia-container-runtime" and oracle.mode == "cdi" \
+                    and not v.devices:
+                # Created, with nothing injected: the container starts without its GPU.
+                v = Verdict(False, "created without any device: NVIDIA_VISIBLE_DEVICES was "
+                                   "ignored (started without its GPU)", spec=v.spec)
+            elif v.ok and not n.envvar_unprivileged and oracle.mode != "cdi":
+                # Modes the oracle does not run the variable through (auto's just-in-time
+                # CDI needs NVML; legacy's hook is not run here) read it with the same rule
+                # (toolkit v1.20.2 internal/config/image/cuda_image.go VisibleDevices, used
+                # by cmd/nvidia-container-runtime-hook/container_config.go).
+                v = Verdict(False, f"{ENVVAR_KEY} = false: an unprivileged container's "
+                                   "NVIDIA_VISIBLE_DEVICES is ignored",
+                            by="rule: the toolkit ignores it (internal/config/image)")
+            _verdicts[key] = v
     return _verdicts[key]
 
 

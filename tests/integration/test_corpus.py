@@ -39,6 +39,8 @@ def test_zero_late_failures_and_zero_false_denials(tmp_path):
     said = Counter((v.by, v.ok) for v in corpus._verdicts.values())
     for by in ("nvidia-container-runtime", "cdi library"):
         assert said[(by, True)] and said[(by, False)], said
+    # ...including containers the real runtime created without their GPU...
+    assert any("started without its GPU" in v.error for v in corpus._verdicts.values())
     # ...and steering, not only denial, kept pods off broken nodes.
     steered = [j for j in judged if j.allowed and j.outcome == "fine"
                and any(not ok for ok in _unsteered(j).values())]
