@@ -88,7 +88,7 @@ def make_node(rng: random.Random, name: str, pool: str, plugin: str) -> NodeSetu
     gpus = tuple(_uuid(rng) for _ in range(rng.choice((1, 2, 2, 4))))
     types = tuple(rng.choice(TYPES) for _ in gpus)
     mode = rng.choice(("cdi", "cdi", "cdi", "auto", "legacy", None))
-    kind = rng.choice((MGMT_KIND, MGMT_KIND, None))
+    kind = rng.choice((MGMT_KIND, MGMT_KIND, None, MGMT_KIND, MGMT_KIND, None, JIT_KIND))
     what = [f"pool {pool}", f"plugin {plugin}", f"mode {mode}", f"default kind {kind}"]
     specs: list[tuple[str, str, str]] = [("run", "management.nvidia.com-gpu.yaml",
                                           management_spec())]
@@ -139,6 +139,8 @@ def make_node(rng: random.Random, name: str, pool: str, plugin: str) -> NodeSetu
 
 
 ENVVAR_KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+#: The kind the runtime generates just in time, without a spec file.
+JIT_KIND = "runtime.nvidia.com/gpu"
 
 
 def _config(mode: str | None, kind: str | None, envvar_unprivileged: bool = True) -> str:
@@ -404,9 +406,11 @@ def runs(cluster: Cluster, n: NodeSetup, rc: str | None, gpu: str) -> Verdict:
                 # Created, with nothing injected: the container starts without its GPU.
                 v = Verdict(False, "created without any device: NVIDIA_VISIBLE_DEVICES was "
                                    "ignored (started without its GPU)", spec=v.spec)
-            elif v.ok and not n.envvar_unprivileged and oracle.mode != "cdi":
-                # Modes the oracle does not run the variable through (auto's just-in-time
-                # CDI needs NVML; legacy's hook is not run here) read it with the same rule
+            elif v.ok and not n.envvar_unprivileged and not (
+                    v.by == "nvidia-container-runtime" and oracle.mode == "cdi"):
+                # Where the oracle does not run the variable through the runtime's CDI path
+                # (just-in-time CDI needs NVML; legacy's hook is not run here) it is read
+                # with the same rule
                 # (toolkit v1.20.2 internal/config/image/cuda_image.go VisibleDevices, used
                 # by cmd/nvidia-container-runtime-hook/container_config.go).
                 v = Verdict(False, f"{ENVVAR_KEY} = false: an unprivileged container's "

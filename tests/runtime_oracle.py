@@ -131,7 +131,10 @@ class OracleNode:
 
     def create(self, visible_devices: str) -> Verdict:
         """A container whose device plugin set NVIDIA_VISIBLE_DEVICES (envvar strategy)."""
-        if self.mode in (None, "auto") and visible_devices.startswith("GPU-"):
+        jit_kind = self.mode == "cdi" and self.default_kind == "runtime.nvidia.com/gpu"
+        if (self.mode in (None, "auto") or jit_kind) and visible_devices.startswith("GPU-"):
+            # Both generate the spec just in time from the driver (toolkit v1.20.2
+            # internal/modifier/cdi.go, newJitCDIModifier), which needs NVML: not here.
             wanted = visible_devices.split(",")
             missing = [u for u in wanted if u not in self.gpus]
             return Verdict(not missing, f"no GPU {', '.join(missing)} on the node" if missing
