@@ -469,6 +469,73 @@ def test_the_fix_names_only_runtime_classes_the_cluster_has(chain):
     install.wait_until(lambda: suggested in denial(), "the RuntimeClass to be back", 30)
 
 
+def test_an_nri_node_where_envvar_gpus_never_arrive(chain):
+    """A HAMi node set up as the GPU Operator sets nodes up when it injects devices through
+    NRI: containerd's default handler stays runc, which never reads NVIDIA_VISIBLE_DEVICES.
+    Its CDI specs are complete, so nothing is "unresolvable": a HAMi pod in the envvar
+    strategy would simply start without its GPU. gpupool denies pods pinned there, naming
+    the node's setup, and keeps the others off it; without gpupool, HAMi's scheduler binds
+    such a pod there and kwok reports it Running."""
+    name = "hami-ok-1"
+    cfg = chain.paths[name]["containerd"]
+    original = cfg.read_text()
+    assert 'default_runtime_name = "nvidia"' in original
+    chain.clear("ml")
+    cfg.write_text(original.replace('default_runtime_name = "nvidia"',
+                                    'default_runtime_name = "runc"'))
+    chain.agent(name)
+    labels = chain.get("node", name)["metadata"]["labels"]
+    assert labels["resolve.gpupool.io/visible-devices"] == "false"
+
+    def pod(pod_name: str, namespace: str, pinned: bool) -> dict:
+        spec: dict = {"containers": [{"name": "c", "image": "cuda", "resources": {
+            "limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}}}]}
+        if pinned:
+            spec["nodeSelector"] = {"kubernetes.io/hostname": name}
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": pod_name, "namespace": namespace}, "spec": spec}
+    try:
+        def denied() -> str:  # once gpupool's node watch has the new inventory
+            r = chain.kubectl("create", "--dry-run=server", "-f", "-",
+                              input=json.dumps(pod("nri-probe", "ml", True)), check=False)
+            return r.stderr if r.returncode else ""
+        install.wait_until(lambda: "GPUNotDelivered" in denied(),
+                           "gpupool to see the node's runc default handler", 30)
+        message = denied()
+        assert name in message and "default handler runc" in message, message
+        assert "unresolvable" not in message
+        free = chain.create_all([pod(f"nri-free-{i}", "ml", False) for i in range(4)])
+        assert all(c.ok for c in free), [c.error for c in free]
+        landed = [x for x in chain.land("ml", {}) if x.name.startswith("nri-free-")]
+        assert landed and name not in {x.node for x in landed}, landed
+        # Without gpupool: bound to the node by HAMi's scheduler, and Running.
+        chain.clear("ml")
+        install.unregister(chain.cp, chain.objs)
+        try:
+            def gpupool_gone() -> bool:
+                r = install.apply(chain.cp, pod("nri-gone", "raw", False), "--dry-run=server",
+                                  "-o", "json")
+                return r.returncode == 0 and "gpupool.io/pool" not in r.stdout
+            install.wait_until(gpupool_gone, "gpupool's webhooks to be gone")
+            r = install.apply(chain.cp, pod("nri-raw", "raw", True))
+            assert r.returncode == 0, r.stderr
+
+            def running() -> bool:
+                got = chain.get("pod", "-n", "raw", "nri-raw")
+                return got["spec"].get("nodeName") == name and \
+                    got.get("status", {}).get("phase") == "Running"
+            install.wait_until(running, "the unrouted pod to run on the NRI node", 60)
+        finally:
+            chain.kubectl("delete", "pod", "-n", "raw", "nri-raw", "--force",
+                          "--grace-period=0", check=False)
+            install.register(chain.cp, chain.objs, chain.server)
+            install.wait_for_webhooks(chain.cp, chain.server, "ml")
+    finally:
+        chain.clear("ml")
+        cfg.write_text(original)
+        chain.agent(name)
+
+
 def test_without_gpupool_the_seed_failure_reaches_the_node(chain):
     chain.clear("ml")
     install.unregister(chain.cp, chain.objs)
