@@ -188,3 +188,27 @@ def test_the_real_runtime_ignores_an_unprivileged_envvar_when_told_to(tmp_path):
     node = agent_node(tmp_path / "m", "hami-ok", "hami", "operator-management", per_uuid=True)
     rv, _, _ = decide([node], hami_pod())
     assert rv.final.allowed
+
+
+def test_the_nri_fix_applied_the_pod_runs(tmp_path):
+    """On a node whose containerd default handler is runc (the GPU Operator's NRI setup), a
+    HAMi envvar pod is denied with the fix: HAMi's chart value
+    devicePlugin.deviceListStrategy=cdi-annotations. Applied (the plugin writes its spec and
+    hands CDI names), gpupool allows the pod and the real CDI library, which containerd runs
+    whatever the handler, resolves every GPU it could be handed."""
+    from tests.unit.engine.test_steering import agent_node, decide, hami_pod
+    from webhook.engine.decision import Reason
+
+    before = agent_node(tmp_path / "a", "hami-nri", "hami", "operator-management",
+                        default_runtime="runc")
+    rv, _, _ = decide([before], hami_pod())
+    assert not rv.final.allowed and rv.final.reason == Reason.GPU_NOT_DELIVERED
+    assert "devicePlugin.deviceListStrategy=cdi-annotations" in rv.final.message
+    after = agent_node(tmp_path / "b", "hami-nri", "hami", "device-plugin",
+                       default_runtime="runc")
+    rv, _, _ = decide([after], hami_pod())
+    assert rv.final.allowed and not rv.final.warnings, rv.final.to_json()
+    oracle, _ = oracle_for(tmp_path / "o", "device-plugin")
+    for uuid in UUIDS:
+        v = oracle.inject(f"k8s.device-plugin.nvidia.com/gpu={uuid}")
+        assert v.ok and v.by == "cdi library", v.error

@@ -176,16 +176,18 @@ def fix_text(pool: Pool, checks: list[NodeAssessment], policy: Policy,
              runtime_classes: Mapping[str, str] | None = None) -> str:
     """The fix to name. A RuntimeClass is suggested only if the cluster has it (when gpupool
     knows the cluster's classes): the GPU Operator deletes its own with NRI injection."""
+    # HAMi's chart sets its plugin's strategy from devicePlugin.deviceListStrategy.
+    strategy = ("HAMi's chart value devicePlugin.deviceListStrategy=cdi-annotations"
+                if policy.is_hami_pool(pool.name) else
+                f"pool {pool.name}'s device plugin to DEVICE_LIST_STRATEGY=cdi-annotations")
     if checks and all(c.note == delivery.UNPRIVILEGED_ENVVAR_IGNORED for c in checks):
         return ("set accept-nvidia-visible-devices-envvar-when-unprivileged = true in the "
-                "NVIDIA runtime's config.toml on those nodes, or set pool "
-                f"{pool.name}'s device plugin to a CDI strategy (DEVICE_LIST_STRATEGY "
-                "cdi-annotations/cdi-cri), whose devices containerd delivers to any container")
+                f"NVIDIA runtime's config.toml on those nodes, or set {strategy} (a CDI "
+                "strategy, whose devices containerd delivers to any container)")
     if checks and all(c.undelivered for c in checks):
         return ("make the NVIDIA runtime containerd's default runtime on those nodes, or set "
-                f"pool {pool.name}'s device plugin to a CDI strategy (DEVICE_LIST_STRATEGY "
-                "cdi-annotations/cdi-cri), which containerd and the GPU Operator's NRI plugin "
-                "deliver under any handler")
+                f"{strategy} (a CDI strategy, which containerd and the GPU Operator's NRI "
+                "plugin deliver under any handler)")
     kind = next((c.kind for c in checks if c.kind), "")
     way = next((c.way for c in checks if c.way), delivery.VISIBLE_DEVICES)
     legacy = next((rc for rc in policy.non_cdi_runtime_classes
