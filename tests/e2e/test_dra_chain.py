@@ -365,33 +365,27 @@ def test_gpupool_and_the_scheduler_agree_on_every_dra_shape(dra, tmp_path):
 def test_a_pod_mixing_pools_gpupool_denies_cannot_be_allocated(dra):
     """NVIDIA's class and HAMi-DRA's in one pod: gpupool denies it (no one pool serves
     both); without gpupool the scheduler finds no node with both drivers either."""
-    c = dra
-    install.unregister(c.cp, _webhook_objs(c))
-    try:
-        pod = copy.deepcopy(SHAPES["mixed"])
-        pod["metadata"]["name"] = "mixed-unrouted"
-        r = install.apply(c.cp, pod)
-        assert r.returncode == 0, r.stderr
-        got = _outcome(c, "mixed-unrouted")
-        assert got["unschedulable"] and not got["node"], got
-        _delete(c, "mixed-unrouted")
-    finally:
-        install.register(c.cp, _webhook_objs(c), c.server)
-        install.wait_for_webhooks(c.cp, c.server, NS)
+    got = _without_gpupool(dra, "mixed")
+    assert got["unschedulable"] and not got["node"], got
 
 
 def test_without_gpupool_a_dra_pod_lands_in_hamis_pool(dra):
     """The pinning is what keeps extended-3 pending: without gpupool the scheduler puts it
     on the only node with three free GPUs, HAMi's."""
-    c = dra
+    assert _without_gpupool(dra, "extended-3")["node"] == "hami-dra"
+
+
+def _without_gpupool(c: DRAChain, shape: str) -> dict[str, Any]:
+    """Where the scheduler puts this shape's pod with gpupool's webhooks unregistered."""
     install.unregister(c.cp, _webhook_objs(c))
     try:
-        pod = copy.deepcopy(SHAPES["extended-3"])
-        pod["metadata"]["name"] = "unrouted"
+        pod = copy.deepcopy(SHAPES[shape])
+        name = pod["metadata"]["name"] = f"{shape}-unrouted"
         r = install.apply(c.cp, pod)
         assert r.returncode == 0, r.stderr
-        assert _outcome(c, "unrouted")["node"] == "hami-dra"
-        _delete(c, "unrouted")
+        got = _outcome(c, name)
+        _delete(c, name)
+        return got
     finally:
         install.register(c.cp, _webhook_objs(c), c.server)
         install.wait_for_webhooks(c.cp, c.server, NS)
