@@ -40,7 +40,9 @@ def requirements(facts: PodFacts, pool_name: str, view: ClusterView | None,
                  policy: Policy) -> tuple[list[Requirement], list[str]]:
     """The requirements to add to every required term, and warnings."""
     pool = policy.by_name[pool_name]
-    if not pool.cdi.checked or not pool.cdi.steer:
+    if not pool.cdi.checked or not pool.cdi.steer or not facts.is_gpu_pod:
+        # (A pod whose GPUs all come through DRA claims gets no device-plugin GPU: the
+        # labels say nothing about its devices, and the scheduler's DRA plugin picks nodes.)
         return [], []
     rc = facts.runtime_class
     way = pool.cdi.delivery

@@ -74,6 +74,9 @@ def test_a_dra_deployment_is_routed_and_checked_offline(tmp_path):
                                                                     True)
     assert result["warnings"] == []
     assert [n["node"] for n in result["nodes"]] == ["dra-node-1"]  # the one with 80Gi GPUs
+    # pinned to its pool, not steered by the agent's device-plugin labels
+    assert "gpupool.io/pool" in json.dumps(result["patch"])
+    assert "resolve.gpupool.io" not in json.dumps(result["patch"])
     assert "skipped ResourceClaimTemplate" not in r.stderr
 
     app.write_text(DEPLOYMENT % "100Gi")

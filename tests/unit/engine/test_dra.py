@@ -82,8 +82,10 @@ def test_a_claim_pod_is_routed_to_the_pool_serving_its_device_class(policy):
     d = review(pod("one-gpu"), make_view(policy), policy)
     assert d.allowed and d.gpu and d.pool == "dra", d.to_json()
     assert d.scheduler_name == "default-scheduler"
-    # pinned to the pool like any GPU pod: the mutation adds the pool's node affinity
+    # pinned to the pool like any GPU pod: the mutation adds the pool's node affinity, and
+    # no device-plugin steering (the agent's labels say nothing of DRA devices)
     assert any(op["path"].startswith("/spec/affinity") for op in d.patch)
+    assert "resolve.gpupool.io" not in str(d.patch)
 
 
 def test_a_pod_without_claims_or_gpus_is_left_alone(policy):
