@@ -16,42 +16,18 @@ from typing import Any
 
 import orjson
 
-from webhook.engine import affinity, hami
+from webhook.engine import affinity, hami, objects, taints
 from webhook.engine.cluster import ClusterView, NodeInfo
 from webhook.engine.podfacts import PodFacts
 from webhook.engine.policy import Policy
 from webhook.engine.resources import most_per_container, pod_requests
-
-_HARD_EFFECTS = ("NoSchedule", "NoExecute")
-
-
-def tolerates(tolerations: list[Any], taint: Mapping[str, Any]) -> bool:
-    for t in tolerations:
-        if not isinstance(t, dict):
-            continue
-        effect = t.get("effect") or ""
-        if effect and effect != taint.get("effect"):
-            continue
-        key = t.get("key") or ""
-        op = t.get("operator") or "Equal"
-        if op == "Exists":
-            if not key or key == taint.get("key"):
-                return True
-        elif key == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
 
 
 def schedulable(spec: Mapping[str, Any], node: NodeInfo) -> bool:
     """Would the scheduler's node-affinity and taint filters let the pod onto this node?"""
     if not affinity.node_matches(spec, node.labels, node.name):
         return False
-    found = spec.get("tolerations")
-    tolerations: list[Any] = found if isinstance(found, list) else []
-    for taint in node.taints:
-        if taint.get("effect") in _HARD_EFFECTS and not tolerates(tolerations, taint):
-            return False
-    return True
+    return not taints.keeps_off(node.taints, objects.as_list(spec.get("tolerations")))
 
 
 def shape_key(spec: Mapping[str, Any], extra: Any = None) -> str:

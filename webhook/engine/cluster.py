@@ -38,10 +38,6 @@ def _intern_map(m: Any) -> dict[str, str]:
             if isinstance(k, str) and isinstance(v, str)}
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
     """What admission needs to know about one node."""
@@ -64,8 +60,8 @@ class NodeInfo:
     def from_object(cls, obj: Mapping[str, Any]) -> NodeInfo:
         """Build from a Node as the API returns it (camelCase dict); tolerant of missing parts."""
         meta = objects.meta_of(obj)
-        spec = _mapping(obj.get("spec"))
-        status = _mapping(obj.get("status"))
+        spec = objects.as_mapping(obj.get("spec"))
+        status = objects.as_mapping(obj.get("status"))
         name = meta.get("name")
         if not isinstance(name, str) or not name:
             raise ValueError("node has no metadata.name")
@@ -212,7 +208,6 @@ class ClusterView:
         #: (kind, namespace, name) -> requests; claims change with every pod that uses a
         #: template, so they are read on demand and never bump ``version``
         self._claims: dict[tuple[str, str, str], dra.ClaimSpec] = {}
-        self._claim_kinds: set[str] = set()
         self._slice_changes = 0
         #: the GPU Operator's device plugin's way, from its ClusterPolicy (None: unknown)
         self._operator_way: Way | None = None
@@ -403,7 +398,6 @@ class ClusterView:
         with self._lock:
             self._claims = {k: v for k, v in self._claims.items() if k[0] != kind}
             self._claims.update(((kind, ns, n), spec) for (ns, n), spec in claims.items())
-            self._claim_kinds.add(kind)
 
     def set_claim(self, kind: str, namespace: str, name: str,
                   spec: dra.ClaimSpec | None) -> None:
@@ -445,10 +439,6 @@ class ClusterView:
 
     def claim(self, kind: str, namespace: str, name: str) -> dra.ClaimSpec | None:
         return self._claims.get((kind, namespace, name))
-
-    def claims_known(self, kind: str) -> bool:
-        """Whether ``kind`` objects were listed (else a missing one proves nothing)."""
-        return kind in self._claim_kinds
 
     def runtime_classes(self) -> Mapping[str, str] | None:
         """RuntimeClass name -> handler, or None when gpupool does not know them."""

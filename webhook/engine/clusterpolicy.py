@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES, Way
+from webhook.engine.objects import as_mapping
 
 KIND = "ClusterPolicy"
 #: The operator's node label for where it runs its device plugin.
@@ -23,15 +24,11 @@ DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 _CDI_STRATEGIES = {"cdi-annotations", "cdi-cri"}
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def plugin_way(obj: Mapping[str, Any]) -> Way | None:
     """The delivery way of the operator's device plugin, or None when the policy does not
     run one or names a strategy gpupool does not model (``volume-mounts``)."""
-    spec = _mapping(obj.get("spec"))
-    plugin = _mapping(spec.get("devicePlugin"))
+    spec = as_mapping(obj.get("spec"))
+    plugin = as_mapping(spec.get("devicePlugin"))
     if plugin.get("enabled") is False:
         return None
     strategy = None
@@ -41,7 +38,7 @@ def plugin_way(obj: Mapping[str, Any]) -> Way | None:
             value = e.get("value")
             strategy = value if isinstance(value, str) else ""
     if strategy is None:
-        enabled = _mapping(spec.get("cdi")).get("enabled")
+        enabled = as_mapping(spec.get("cdi")).get("enabled")
         return CDI_DEVICES if enabled is not False else VISIBLE_DEVICES
     names = {s.strip() for s in strategy.split(",") if s.strip()}
     if names and names <= _CDI_STRATEGIES:

@@ -25,23 +25,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from webhook.engine import cel, objects
+from webhook.engine import cel, objects, taints
 
-GROUP = "resource.k8s.io"
 #: The implicit extended resource every DeviceClass serves when DRA-backed extended
 #: resources are on (KEP-5004).
 IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
 #: Namespace label that lets claims in it ask for ``adminAccess`` (DRAAdminAccess).
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
-_HARD_EFFECTS = ("NoSchedule", "NoExecute")
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
+_mapping, _list = objects.as_mapping, objects.as_list
 
 
 def _selectors(raw: object) -> tuple[str, ...]:
@@ -160,7 +151,9 @@ class Slice:
         if not isinstance(name, str) or not name or not isinstance(driver, str) or not driver:
             return None
         node = spec.get("nodeName")
-        names, rows, taints = [], [], []
+        names: list[str] = []
+        rows: list[dict[Field, Any]] = []
+        held: list[tuple[Mapping[str, Any], ...]] = []  # each device's hard taints
         for raw in _list(spec.get("devices")):
             dev = _mapping(raw)
             dname = dev.get("name")
@@ -168,8 +161,8 @@ class Slice:
                 continue
             names.append(sys.intern(dname))
             rows.append(_fields(dev, driver))
-            taints.append(tuple(t for t in _list(dev.get("taints"))
-                                if isinstance(t, Mapping) and t.get("effect") in _HARD_EFFECTS))
+            held.append(tuple(t for t in _list(dev.get("taints"))
+                              if isinstance(t, Mapping) and t.get("effect") in taints.HARD_EFFECTS))
         keys = sorted({k for row in rows for k in row})
         shared, varying = [], []
         for k in keys:
@@ -181,7 +174,7 @@ class Slice:
         return cls(name, sys.intern(driver), node if isinstance(node, str) and node else None,
                    _interned(tuple(names)),
                    _interned(tuple(shared)), tuple(varying),
-                   tuple(taints) if any(taints) else ())
+                   tuple(held) if any(held) else ())
 
     def __len__(self) -> int:
         return len(self.names)
@@ -325,20 +318,6 @@ def extended_classes(names: Iterable[str], classes: Mapping[str, DeviceClass]
 # --------------------------------------------------------------------------- one node
 
 
-def _tolerated(tolerations: tuple[Mapping[str, Any], ...], taint: Mapping[str, Any]) -> bool:
-    for t in tolerations:
-        effect = t.get("effect") or ""
-        if effect and effect != taint.get("effect"):
-            continue
-        key = t.get("key") or ""
-        if t.get("operator") == "Exists":
-            if not key or key == taint.get("key"):
-                return True
-        elif key == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
-
-
 class Matched(NamedTuple):
     """A request's devices on one slice: how many match, how many only a taint keeps out,
     and the first selector error seen (doubt)."""
@@ -388,7 +367,7 @@ def match_slice(s: Slice, request: Request, device_class: DeviceClass) -> Matche
         if not verdict:
             continue
         for d in members:
-            if s.taints and any(not _tolerated(request.tolerations, t) for t in s.taints[d]):
+            if s.taints and taints.keeps_off(s.taints[d], request.tolerations):
                 tainted += 1
             else:
                 count += 1
@@ -405,7 +384,28 @@ class NodeResult(NamedTuple):
     ok: bool
     why: str = ""
     doubt: str = ""
-    tainted: bool = False  # only device taints stand in the way
+
+
+def _judge_request(claim: PodClaim, r: Request, slices: tuple[Slice, ...],
+                   classes: Mapping[str, DeviceClass]) -> tuple[bool, str, str]:
+    """(served, why not, doubt) for one request, or one ``firstAvailable`` alternative."""
+    dc = classes.get(r.device_class)
+    if dc is None:
+        return False, f"DeviceClass {r.device_class} does not exist", ""
+    found = tainted = 0
+    doubt = ""
+    for s in slices:
+        m = match_slice(s, r, dc)
+        found, tainted = found + m.found, tainted + m.tainted
+        doubt = doubt or m.error
+    if (r.amount == 0 and found) or (r.amount and found >= r.amount):
+        return True, "", doubt
+    need = "at least one device" if r.amount == 0 else \
+        f"{r.amount} device{'s' if r.amount > 1 else ''}"
+    return False, (f"{claim.source} request {r.name} needs {need} of class {r.device_class}"
+                   f"{' matching its selectors' if r.selectors else ''}; {found} found"
+                   + (f", {tainted} more behind device taints it does not tolerate"
+                      if tainted else "")), doubt
 
 
 def judge_node(claims: Iterable[PodClaim], slices: Iterable[Slice],
@@ -416,31 +416,13 @@ def judge_node(claims: Iterable[PodClaim], slices: Iterable[Slice],
     doubt = ""
     for claim in claims:
         for alternatives in claim.spec.requests:
-            served = False
-            first_why, only_tainted = "", True
+            why = ""
             for r in alternatives:
-                dc = classes.get(r.device_class)
-                if dc is None:
-                    first_why = first_why or f"DeviceClass {r.device_class} does not exist"
-                    only_tainted = False
-                    continue
-                found = tainted = 0
-                for s in slices:
-                    m = match_slice(s, r, dc)
-                    found, tainted = found + m.found, tainted + m.tainted
-                    doubt = doubt or m.error
-                if (r.amount == 0 and found) or (r.amount and found >= r.amount):
-                    served = True
+                served, reason, seen = _judge_request(claim, r, slices, classes)
+                doubt = doubt or seen
+                if served:
                     break
-                if not tainted:
-                    only_tainted = False
-                need = "at least one device" if r.amount == 0 else \
-                    f"{r.amount} device{'s' if r.amount > 1 else ''}"
-                first_why = first_why or (
-                    f"{claim.source} request {r.name} needs {need} of class "
-                    f"{r.device_class}{' matching its selectors' if r.selectors else ''}; "
-                    f"{found} found" + (f", {tainted} more behind device taints it does "
-                                        "not tolerate" if tainted else ""))
-            if not served:
-                return NodeResult(False, first_why, doubt, only_tainted)
+                why = why or reason
+            else:
+                return NodeResult(False, why, doubt)
     return NodeResult(True, doubt=doubt)

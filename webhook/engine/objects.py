@@ -6,6 +6,16 @@ from collections.abc import Mapping
 from typing import Any
 
 
+def as_mapping(value: object) -> Mapping[str, Any]:
+    """A field that should hold a mapping, as one (empty when it holds anything else)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def as_list(value: object) -> list[Any]:
+    """A field that should hold a list, as one (empty when it holds anything else)."""
+    return value if isinstance(value, list) else []
+
+
 def meta_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
