@@ -22,7 +22,7 @@ from webhook.engine.cluster import ClusterView, NodeInfo
 from webhook.engine.decision import Decision, NodeFinding, Reason, allow, deny
 from webhook.engine.podfacts import PodFacts
 from webhook.engine.policy import OnFinding, Policy
-from webhook.engine.resources import pod_requests, resource_names
+from webhook.engine.resources import pod_requests
 
 _SHOW = 3
 MAX_FINDINGS = 20
@@ -36,8 +36,7 @@ def demand(facts: PodFacts, view: ClusterView | None) -> dra.Demand:
             return dra.NO_DEMAND
         refs = dra.pod_claim_refs(facts.spec)
         classes = view.device_classes() or {}
-        extended = dra.extended_classes(resource_names(facts.spec), classes) \
-            if classes else ()
+        extended = dra.extended_classes(facts.resources, classes) if classes else ()
         if not refs and not extended:
             return dra.NO_DEMAND
         claims, unresolved = [], []
@@ -85,32 +84,26 @@ class _NodeCheck(NamedTuple):
     device_plugin: bool = False
 
 
-def _claims_on(node: NodeInfo, d: dra.Demand, spec: Mapping[str, Any]
-               ) -> tuple[dra.PodClaim, ...]:
-    """The pod's claims on this node: its own, plus one for each extended resource the node
-    gets through DRA (as many devices as the pod's containers ask for, as the scheduler
-    counts them)."""
+def _extended_claims(d: dra.Demand, spec: Mapping[str, Any]
+                     ) -> dict[str, dra.PodClaim]:
+    """For each extended resource a DeviceClass serves, the claim the scheduler makes for it
+    where DRA serves it: as many devices as the pod's containers ask for, as the scheduler
+    counts them."""
     counts = pod_requests(spec, [r for r, _ in d.extended])
-    extra = tuple(
-        dra.PodClaim(r, f"extended resource {r}", dra.ClaimSpec(((dra.Request(
-            r, cls, (), max(counts.get(r, 1), 1), False, ()),),)))
-        for r, cls in d.extended if dra_served(node, r, d.extended))
-    return d.claims + extra
+    return {r: dra.PodClaim(r, f"extended resource {r}", dra.ClaimSpec(((dra.Request(
+        r, cls, (), max(counts.get(r, 1), 1), False, ()),),))) for r, cls in d.extended}
 
 
-def _check_node(node: NodeInfo, d: dra.Demand, view: ClusterView, spec: Mapping[str, Any]
-                ) -> _NodeCheck:
-    claims = _claims_on(node, d, spec)
+def _check_node(node: NodeInfo, d: dra.Demand, extra: Mapping[str, dra.PodClaim],
+                view: ClusterView) -> _NodeCheck:
+    """The pod's claims on this node: its own, plus the extended resources the node gets
+    through DRA (``extra``); where device plugins serve all it asks, their count."""
+    claims = d.claims + tuple(c for r, c in extra.items() if dra_served(node, r, d.extended))
     if not claims:
         # a device plugin serves all it asks here (its CDI devices: the CDI check's business)
-        wants = pod_requests(spec, [r for r, _ in d.extended])
-        short = [(r, n, (node.allocatable or {}).get(r, 0)) for r, n in wants.items()
-                 if node.allocatable is not None and node.allocatable.get(r, 0) < n]
-        if short:
-            r, n, have = short[0]
-            return _NodeCheck(node.name, False, f"the pod asks for {n} {r}, the node's device "
-                                                f"plugin has {have}")
-        return _NodeCheck(node.name, True, device_plugin=True)
+        short = cand.unfit_reason(node, cand.Demand(requests=tuple(sorted(
+            (r, c.spec.requests[0][0].amount) for r, c in extra.items()))))
+        return _NodeCheck(node.name, short is None, short or "", device_plugin=short is None)
     result = dra.judge_node(claims, view.slices_for(node.name), view.device_classes() or {})
     if not result.ok:
         return _NodeCheck(node.name, False, result.why, result.doubt)
@@ -176,6 +169,7 @@ def _summary(facts: PodFacts, d: dra.Demand, pool: str, view: ClusterView, polic
     Kept per pod shape as nodes and slices change (``ClusterView.fold``), as the CDI
     verdicts are: the pods of a workload pay for the scan once."""
     asked = {r for r, _ in d.extended}
+    extra = _extended_claims(d, facts.spec)
 
     def per_node(n: NodeInfo) -> tuple[_NodeCheck, tuple[str, str] | None] | None:
         if facts.node_name:
@@ -187,7 +181,7 @@ def _summary(facts: PodFacts, d: dra.Demand, pool: str, view: ClusterView, polic
             return None
         hits = [(r, c) for r, c in mixed_resources(n, view.device_classes()) if r in asked]
         mixed = hits[0] if hits and view.slices_for(n.name) else None
-        return _check_node(n, d, view, facts.spec), mixed
+        return _check_node(n, d, extra, view), mixed
 
     def initial() -> Iterable[NodeInfo]:
         if facts.node_name:

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, TypeVar, cast
 
 from webhook.engine import affinity, hami, objects
 from webhook.engine.policy import Policy
-from webhook.engine.resources import containers, gpu_resources, resource_names
+from webhook.engine.resources import containers, resource_names
 
 DEFAULT_SCHEDULER = "default-scheduler"
 #: HAMi's annotations that pick among a node's GPUs.
@@ -42,7 +42,8 @@ class PodFacts(NamedTuple):
     scheduler: str
     node_name: str | None  # a non-empty string, or None
     runtime_class: str | None
-    gpus: frozenset[str]  # the GPU resources it asks for
+    resources: frozenset[str]  # the extended resources it asks for (a non-zero quantity)
+    gpus: frozenset[str]  # those of them the policy counts as GPUs
     #: what the properties below worked out, each at most once (not part of the facts)
     memo: dict[str, Any]
 
@@ -57,6 +58,7 @@ class PodFacts(NamedTuple):
         node_name = spec.get("nodeName")
         runtime_class = spec.get("runtimeClassName")
         labels, annotations = meta.get("labels"), meta.get("annotations")
+        names = frozenset(resource_names(spec))
         return cls(
             obj, namespace,
             objects.describe(obj, namespace, kind.lower() if isinstance(kind, str) and kind
@@ -68,7 +70,7 @@ class PodFacts(NamedTuple):
             scheduler if isinstance(scheduler, str) and scheduler else DEFAULT_SCHEDULER,
             node_name if isinstance(node_name, str) and node_name else None,
             runtime_class if isinstance(runtime_class, str) else None,
-            frozenset(gpu_resources(spec, policy)), {})
+            names, frozenset(r for r in names if policy.is_gpu_resource(r)), {})
 
     @property
     def is_gpu_pod(self) -> bool:

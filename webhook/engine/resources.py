@@ -11,8 +11,6 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from webhook.engine.policy import Policy
-
 _ZERO = re.compile(r"^[+]?0*(\.0*)?([eE][+-]?\d+)?([a-zA-Z]{0,2})?$")
 
 
@@ -61,10 +59,6 @@ def resource_names(spec: Mapping[str, Any]) -> set[str]:
                 names.update(k for k, v in values.items()
                              if isinstance(k, str) and not is_zero_quantity(v))
     return names
-
-
-def gpu_resources(spec: Mapping[str, Any], policy: Policy) -> set[str]:
-    return {r for r in resource_names(spec) if policy.is_gpu_resource(r)}
 
 
 def _amount(c: Mapping[str, Any], name: str) -> int:
