@@ -81,6 +81,13 @@ def detected_way(inv: Inventory, device_kind: str = DEVICE_PLUGIN_KIND) -> str:
     return CDI_DEVICES if inv.kinds.get(device_kind) else VISIBLE_DEVICES
 
 
+def envvar_ignored(inv: Inventory, privileged: bool) -> bool:
+    """Does the NVIDIA runtime on this node ignore the container's NVIDIA_VISIBLE_DEVICES
+    (its accept-nvidia-visible-devices-envvar-when-unprivileged is false, and the container
+    is not privileged)?"""
+    return inv.runtime.accept_envvar_unprivileged is False and not privileged
+
+
 def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | None = None,
             device_kind: str = DEVICE_PLUGIN_KIND, privileged: bool = False) -> Resolution:
     """Would these GPUs, delivered ``way`` (detect: the node's own), resolve on this node?
@@ -105,7 +112,7 @@ def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | 
                           note=f"containerd's default handler {default} is not the NVIDIA "
                                "runtime: NVIDIA_VISIBLE_DEVICES is ignored and the pod's "
                                "containers start without their GPUs")
-    if inv.runtime.accept_envvar_unprivileged is False and not privileged:
+    if envvar_ignored(inv, privileged):
         # The toolkit reads NVIDIA_VISIBLE_DEVICES of an unprivileged container (no
         # CAP_SYS_ADMIN) only when this is true (nvidia-container-toolkit v1.20.2,
         # internal/config/image/cuda_image.go VisibleDevices, privileged.go IsPrivileged), in

@@ -114,7 +114,7 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
             clusterpolicy.runs_operator_plugin(node.labels) \
             else delivery.Way(delivery.detected_way(inv, req.device_kind))
     if way == delivery.VISIBLE_DEVICES and runtime_class in policy.non_cdi_runtime_classes \
-            and (privileged or inv.runtime.accept_envvar_unprivileged is not False):
+            and not delivery.envvar_ignored(inv, privileged):
         return NodeAssessment(node.name, NodeState.OK, way=way,
                               note=f"RuntimeClass {runtime_class} uses no CDI")
     if any(name.startswith(MIG_RESOURCE_PREFIX) for name, _ in demand.requests):
