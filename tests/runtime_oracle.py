@@ -10,7 +10,14 @@ the tree:
   then resolves CDI devices exactly as on a node, with the runtime's own error text;
 - ``cdi-inject``, a small program on the CDI library (v1.1.2): ``NewCache`` on the node's
   spec dirs and ``InjectDevices``, which is what containerd runs for a device plugin's CDI
-  names (``cdi-annotations``, ``cdi-cri``) whatever the NVIDIA runtime's mode.
+  names (``cdi-annotations``, ``cdi-cri``) whatever the NVIDIA runtime's mode;
+- ``nri-inject``: NVIDIA's NRI plugin (the toolkit's
+  ``cmd/nvidia-ctk-installer/container/runtime/nri``) registered over a real socket with
+  containerd/nri's runtime side (the adaptation containerd hosts plugins with), one
+  ``CreateContainer`` round trip, and the plugin's adjustment applied with NRI's spec
+  generator and the CDI library as containerd v2.2 applies it. Only containerd itself is
+  missing: what it would pass the plugin (the pod's namespace and annotations, the
+  container's name) is given on the command line.
 
 This machine has no GPU, so the node's spec files are copied with every device node's host
 path pointed at ``/dev/null``: names and kinds, which decide resolution, are untouched; only
@@ -153,6 +160,27 @@ class OracleNode:
                                             "XDG_CONFIG_HOME": str(self.root / "xdg")})
         after = json.loads((bundle / "config.json").read_text())
         return Verdict(r.returncode == 0, (r.stderr + r.stdout).strip(), spec=after)
+
+    def nri(self, namespace: str, annotations: dict[str, str], container: str,
+            allowed: tuple[str, ...]) -> Verdict:
+        """A container of a pod whose ``nvidia.cdi.k8s.io`` annotations the GPU Operator's NRI
+        plugin reads, on a node where the plugin allows management devices to ``allowed``
+        namespaces. Created with no device at all is a verdict too: ``devices`` is empty."""
+        args = [str(binaries() / "nri-inject"), "--namespace", namespace,
+                "--container", container]
+        for d in self.spec_dirs:
+            args += ["--spec-dir", str(d)]
+        for ns in allowed:
+            args += ["--allow", ns]
+        for k, v in annotations.items():
+            args += ["--annotation", f"{k}={v}"]
+        r = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        if r.returncode:
+            raise RuntimeError(f"nri-inject failed: {r.stderr.strip()[-500:]}")
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        spec = {"linux": {"devices": [{"path": p} for p in out.get("devices") or []]}}
+        return Verdict(out["ok"], out.get("error") or "; ".join(out.get("log") or []),
+                       by="nvidia nri plugin + cdi library", spec=spec)
 
     def inject(self, *names: str) -> Verdict:
         """A container a device plugin's CDI strategy handed these fully qualified names."""

@@ -31,7 +31,7 @@ _SURFACE = {
     "load_resources": "cluster", "claims_of": "cluster",
     # DRA and the GPU Operator's ClusterPolicy
     "DeviceClass": "dra", "Slice": "dra", "mixed_resources": "allocation",
-    "cluster_way": "clusterpolicy",
+    "cluster_operator": "clusterpolicy",
     # the policy
     "Policy": "policy", "PolicyError": "policy", "load_policy_text": "policy",
     # per node, for doctor
@@ -77,7 +77,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.cluster import load_resources as load_resources
     from webhook.engine.cluster import runtime_classes_of as runtime_classes_of
     from webhook.engine.cluster import view_from_objects as view_from_objects
-    from webhook.engine.clusterpolicy import cluster_way as cluster_way
+    from webhook.engine.clusterpolicy import cluster_operator as cluster_operator
     from webhook.engine.decision import MESSAGE_LIMIT as MESSAGE_LIMIT
     from webhook.engine.decision import Decision as Decision
     from webhook.engine.decision import NodeFinding as NodeFinding

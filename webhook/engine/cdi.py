@@ -19,7 +19,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from webhook.api import delivery
-from webhook.engine import affinity, allocation, clusterpolicy, hami
+from webhook.engine import affinity, allocation, clusterpolicy, hami, nri
 from webhook.engine import candidates as cand
 from webhook.engine.cluster import ClusterView, NodeInfo
 from webhook.engine.decision import Decision, NodeFinding, Reason, allow, deny
@@ -55,6 +55,8 @@ class NodeAssessment:
     way: str = ""
     #: the GPUs would not reach the container at all (see ``delivery.Resolution``)
     undelivered: bool = False
+    #: the fix, where the finding itself knows it (``fix_text`` works out the others)
+    fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,22 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
                           undelivered=r.undelivered)
 
 
+def assess_annotations(node: NodeInfo, facts: PodFacts, plugin: nri.Plugin | None
+                       ) -> NodeAssessment | None:
+    """The CDI devices the pod's own ``nvidia.cdi.k8s.io`` annotations name, on a node where
+    the GPU Operator's NRI plugin injects them (``webhook.engine.nri``); None: nothing
+    wrong, or nothing the plugin reads there."""
+    inv = node.inventory
+    if plugin is None or inv is None or not facts.nri_requests or not nri.runs_on(node.labels):
+        return None
+    s = nri.judge(facts.nri_requests, facts.namespace, plugin, inv.kinds)
+    if s is None:
+        return None
+    return NodeAssessment(node.name, NodeState.UNKNOWN if s.unknown else NodeState.MISSING,
+                          missing=s.missing, note=s.note, way=nri.WAY,
+                          undelivered=s.undelivered, fix=s.fix)
+
+
 def _summary(checks: list[NodeAssessment]) -> str:
     parts = []
     for c in checks[:_SHOW_NODES]:
@@ -176,6 +194,8 @@ def fix_text(pool: Pool, checks: list[NodeAssessment], policy: Policy,
              runtime_classes: Mapping[str, str] | None = None) -> str:
     """The fix to name. A RuntimeClass is suggested only if the cluster has it (when gpupool
     knows the cluster's classes): the GPU Operator deletes its own with NRI injection."""
+    if checks and all(c.fix for c in checks):
+        return "; or ".join(dict.fromkeys(c.fix for c in checks))
     # HAMi's chart sets its plugin's strategy from devicePlugin.deviceListStrategy.
     strategy = ("HAMi's chart value devicePlugin.deviceListStrategy=cdi-annotations"
                 if policy.is_hami_pool(pool.name) else
@@ -238,6 +258,10 @@ def _why(pool: Pool, missing: list[NodeAssessment]) -> str:
     kind = next((c.kind for c in missing if c.kind), "")
     mode = next((c.mode for c in missing if c.mode), None)
     way = next((c.way for c in missing if c.way), delivery.VISIBLE_DEVICES)
+    if way == nri.WAY:
+        return (f"The GPU Operator's NRI plugin has containerd inject the CDI devices its "
+                f"{nri.DOMAIN} annotations name, which containerd resolves from the node's "
+                f"CDI specs")
     if way == delivery.CDI_DEVICES:
         return (f"Its device plugin hands containers CDI devices {kind}=GPU-<uuid>, which "
                 f"containerd resolves from the node's CDI specs whatever the runtime's mode")
@@ -303,6 +327,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
 
     extended = allocation.demand(facts, view).extended
     operator_way = view.operator_way()
+    nri_plugin = view.operator_nri() if facts.nri_requests else None
 
     def per_node(n: NodeInfo) -> _NodeVerdict | None:
         """This node's part in the verdicts (None: not a candidate at all, or one where DRA,
@@ -323,13 +348,16 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
         matches = affinity.node_matches(facts.spec, n.labels, n.name)
         check = assess_node(n, pool, facts.runtime_class, handler, demand_of(), policy,
                             facts.privileged_gpus, operator_way)
+        if check.state is NodeState.OK and nri_plugin is not None and pool.cdi.checked:
+            check = assess_annotations(n, facts, nri_plugin) or check
         if check.state is NodeState.OK:
             return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
         return (None, matches, check)
 
     key = ("cdi", policy.cache_key, pool_name,
            cand.shape_key(facts.spec, (facts.runtime_class, facts.demand_key, extended,
-                                       facts.privileged_gpus)))
+                                       facts.privileged_gpus, facts.nri_requests,
+                                       facts.namespace if facts.nri_requests else None)))
     fold = view.fold(key, per_node,
                      lambda: cand.candidates(facts.unsteered, pool_name, view, policy))
     summary: Verdicts = fold.derive(_summarise)

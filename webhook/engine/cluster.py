@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from webhook.api.delivery import Way
 from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
-from webhook.engine import clusterpolicy, dra, hami, objects
+from webhook.engine import clusterpolicy, dra, hami, nri, objects
 from webhook.engine.labels import NodeLabels
 from webhook.engine.policy import Policy
 from webhook.engine.resources import whole_number
@@ -210,7 +210,7 @@ class ClusterView:
         self._claims: dict[tuple[str, str, str], dra.ClaimSpec] = {}
         self._slice_changes = 0
         #: the GPU Operator's device plugin's way, from its ClusterPolicy (None: unknown)
-        self._operator_way: Way | None = None
+        self._operator: clusterpolicy.Operator | None = None
         self.version = 0
 
     # ---------------------------------------------------------------- writes
@@ -407,19 +407,24 @@ class ClusterView:
             else:
                 self._claims[(kind, namespace, name)] = spec
 
-    def set_operator_way(self, way: Way | None) -> None:
-        """How the GPU Operator's device plugin hands GPUs (``clusterpolicy``)."""
+    def set_operator(self, operator: clusterpolicy.Operator | None) -> None:
+        """What the GPU Operator's ClusterPolicy says (``clusterpolicy``)."""
         with self._lock:
-            if way == self._operator_way:
+            if operator == self._operator:
                 return
-            self._operator_way = way
+            self._operator = operator
             self._folds.clear()  # node verdicts depend on it
             self._bump()
 
     # ---------------------------------------------------------------- reads
 
     def operator_way(self) -> Way | None:
-        return self._operator_way
+        """How the GPU Operator's device plugin hands GPUs, where its ClusterPolicy says."""
+        return self._operator.way if self._operator is not None else None
+
+    def operator_nri(self) -> nri.Plugin | None:
+        """The GPU Operator's NRI plugin, where its ClusterPolicy runs one."""
+        return self._operator.nri if self._operator is not None else None
 
     def device_classes(self) -> Mapping[str, dra.DeviceClass] | None:
         """DeviceClass name -> class, or None when gpupool does not know them."""
@@ -580,7 +585,7 @@ def load_resources(view: ClusterView, items: Iterable[Mapping[str, Any]]) -> Non
         if isinstance(kind, str) and kind in by_kind:
             by_kind[kind].append(item)
     if by_kind[clusterpolicy.KIND]:
-        view.set_operator_way(clusterpolicy.cluster_way(by_kind[clusterpolicy.KIND]))
+        view.set_operator(clusterpolicy.cluster_operator(by_kind[clusterpolicy.KIND]))
     if by_kind["DeviceClass"] or by_kind["ResourceSlice"]:
         view.replace_device_classes(c for o in by_kind["DeviceClass"]
                                     if (c := dra.DeviceClass.from_object(o)) is not None)

@@ -7,16 +7,20 @@ operator deploys its plugin to (label ``nvidia.com/gpu.deploy.device-plugin=true
 nodes carry ``false``). As the operator sets it (gpu-operator controllers/object_controls.go,
 ``TransformDevicePlugin``): ``DEVICE_LIST_STRATEGY`` from ``spec.devicePlugin.env`` when set
 there (applied last, so it wins), else ``cdi-annotations,cdi-cri`` when ``spec.cdi.enabled``
-(true when unset), else the plugin's own default, ``envvar``. Pure: no I/O.
+(true when unset), else the plugin's own default, ``envvar``. It also says whether the
+operator runs NVIDIA's NRI plugin, and for which namespaces (``webhook.engine.nri``).
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES, Way
-from webhook.engine.objects import as_mapping
+from webhook.engine import nri
+from webhook.engine.objects import as_list, as_mapping
 
 KIND = "ClusterPolicy"
 #: The operator's node label for where it runs its device plugin.
@@ -31,12 +35,7 @@ def plugin_way(obj: Mapping[str, Any]) -> Way | None:
     plugin = as_mapping(spec.get("devicePlugin"))
     if plugin.get("enabled") is False:
         return None
-    strategy = None
-    env = plugin.get("env")
-    for e in env if isinstance(env, list) else ():
-        if isinstance(e, Mapping) and e.get("name") == "DEVICE_LIST_STRATEGY":
-            value = e.get("value")
-            strategy = value if isinstance(value, str) else ""
+    strategy = _env(plugin, "DEVICE_LIST_STRATEGY")
     if strategy is None:
         enabled = as_mapping(spec.get("cdi")).get("enabled")
         return CDI_DEVICES if enabled is not False else VISIBLE_DEVICES
@@ -48,11 +47,47 @@ def plugin_way(obj: Mapping[str, Any]) -> Way | None:
     return None
 
 
-def cluster_way(policies: Iterable[Mapping[str, Any]]) -> Way | None:
-    """The way of the cluster's ClusterPolicy (the operator acts on one; with several, or
-    none, gpupool does not guess)."""
+def _env(component: Mapping[str, Any], name: str) -> str | None:
+    """A variable the policy sets on one of its components (the last one wins, as in the
+    container's env); "" for a value that is not a string, None when unset."""
+    value = None
+    for e in as_list(component.get("env")):
+        if isinstance(e, Mapping) and e.get("name") == name:
+            v = e.get("value")
+            value = v if isinstance(v, str) else ""
+    return value
+
+
+def nri_plugin(obj: Mapping[str, Any]) -> nri.Plugin | None:
+    """The NRI plugin the operator runs (gpu-operator ``controllers/object_controls.go``,
+    ``transformToolkitCtrForCDI``: ``ENABLE_NRI_PLUGIN`` when ``cdi.nriPluginEnabled``; the
+    toolkit's ``NRI_NAMESPACE`` is its own namespace), or None when it runs none."""
+    spec = as_mapping(obj.get("spec"))
+    cdi, toolkit = as_mapping(spec.get("cdi")), as_mapping(spec.get("toolkit"))
+    if cdi.get("nriPluginEnabled") is not True or cdi.get("enabled") is False \
+            or toolkit.get("enabled") is False:
+        return None
+    namespace = as_mapping(obj.get("status")).get("namespace")
+    extra = _env(toolkit, nri.NAMESPACES_ENV) or ""
+    return nri.Plugin(namespace if isinstance(namespace, str) and namespace else None,
+                      frozenset(n.strip() for n in extra.split(",") if n.strip()))
+
+
+@dataclass(frozen=True)
+class Operator:
+    """What the cluster's ClusterPolicy says of the nodes the operator manages."""
+
+    way: Way | None  # how its device plugin hands GPUs (None: no plugin, or not modelled)
+    nri: nri.Plugin | None  # its NRI plugin (None: it runs none)
+
+
+def cluster_operator(policies: Iterable[Mapping[str, Any]]) -> Operator | None:
+    """The operator as the cluster's ClusterPolicy sets it up (the operator acts on one; with
+    several, or none, gpupool does not guess)."""
     found = list(policies)
-    return plugin_way(found[0]) if len(found) == 1 else None
+    if len(found) != 1:
+        return None
+    return Operator(plugin_way(found[0]), nri_plugin(found[0]))
 
 
 def runs_operator_plugin(labels: Mapping[str, str]) -> bool:

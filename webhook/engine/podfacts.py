@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar, cast
 
-from webhook.engine import affinity, hami, objects
+from webhook.engine import affinity, hami, nri, objects
 from webhook.engine.policy import Policy
 from webhook.engine.resources import containers, resource_names
 
@@ -104,6 +104,14 @@ class PodFacts(NamedTuple):
                    & self.gpus]
             return bool(gpu) and all(_privileged(c) for c in gpu)
         return self.once("privileged_gpus", compute)
+
+    @property
+    def nri_requests(self) -> nri.Requests:
+        """Per container, the CDI devices its ``nvidia.cdi.k8s.io`` annotations name for the
+        GPU Operator's NRI plugin (empty for nearly every pod)."""
+        return self.once("nri_requests", lambda: nri.requests(
+            self.annotations, (name for _, _, c in containers(self.spec)
+                               if isinstance(name := c.get("name"), str))))
 
     @property
     def demand_key(self) -> tuple[Any, ...]:

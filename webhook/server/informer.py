@@ -23,7 +23,7 @@ from webhook.engine import (
     NodeInfo,
     Slice,
     claims_of,
-    cluster_way,
+    cluster_operator,
     runtime_classes_of,
 )
 from webhook.kube import CLUSTER_POLICY, DRA_GROUP, DRA_RESOURCES, DRA_VERSION
@@ -212,7 +212,7 @@ class ClusterInformer:
 
     def _cp_listed(self, items: list[dict[str, Any]]) -> None:
         self._policies = {str((i.get("metadata") or {}).get("name")): i for i in items}
-        self.view.set_operator_way(cluster_way(self._policies.values()))
+        self.view.set_operator(cluster_operator(self._policies.values()))
 
     def _cp_event(self, etype: str, obj: dict[str, Any]) -> None:
         name = str((obj.get("metadata") or {}).get("name"))
@@ -220,7 +220,7 @@ class ClusterInformer:
             self._policies.pop(name, None)
         else:
             self._policies[name] = obj
-        self.view.set_operator_way(cluster_way(self._policies.values()))
+        self.view.set_operator(cluster_operator(self._policies.values()))
 
     def start(self) -> None:
         for r in self._reflectors():

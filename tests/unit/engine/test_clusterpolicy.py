@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import gpu_pod
 from tests.unit.engine.test_steering import agent_node, decide
 from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES
-from webhook.engine.clusterpolicy import DEPLOY_LABEL, cluster_way, plugin_way
+from webhook.engine.clusterpolicy import DEPLOY_LABEL, cluster_operator, plugin_way
 from webhook.engine.decision import Reason
 
 
@@ -37,9 +37,9 @@ def test_the_plugin_way_as_the_operator_sets_it(spec, way):
 
 
 def test_one_policy_or_no_guess():
-    assert cluster_way([policy()]) == CDI_DEVICES
-    assert cluster_way([]) is None
-    assert cluster_way([policy(), policy(cdi={"enabled": False})]) is None
+    assert cluster_operator([policy()]).way == CDI_DEVICES
+    assert cluster_operator([]) is None
+    assert cluster_operator([policy(), policy(cdi={"enabled": False})]) is None
 
 
 def test_a_cdi_strategy_plugin_without_its_spec_is_caught(tmp_path):

@@ -1,0 +1,81 @@
+"""gpupool against NVIDIA's NRI plugin itself: the devices a pod names in its
+``nvidia.cdi.k8s.io`` annotations, on a node where the GPU Operator runs the plugin.
+
+The judge is ``nri-inject`` (tests/runtime_oracle.py): the toolkit's plugin, built from
+nvidia-container-toolkit v1.20.2, registered with containerd/nri's runtime side over a real
+socket, one CreateContainer round trip, and its adjustment applied with NRI's spec generator
+and the CDI library as containerd v2.2 applies it. A container the plugin leaves without the
+devices its annotation names starts without them: that is a failure too."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import gpu_pod
+from tests.layouts import UUIDS
+from tests.runtime_oracle import OracleNode
+from tests.unit.engine.test_nri import cluster_policy, operator_node
+from webhook.engine import admit
+from webhook.engine.cluster import view_from_objects
+from webhook.engine.decision import Reason
+from webhook.engine.nri import DOMAIN, MANAGEMENT
+from webhook.engine.policy import load_policy_text
+from webhook.policyfile import default_policy_text
+
+ALL = f"{MANAGEMENT}=all"
+DP = "k8s.device-plugin.nvidia.com/gpu"
+OPERATOR_NS = "gpu-operator"
+
+
+def decide(node: dict, cp: dict, pod: dict, namespace: str) -> admit.Review:
+    policy = load_policy_text(default_policy_text())
+    view = view_from_objects([node], policy, resources=[cp])
+    pod["metadata"]["namespace"] = namespace
+    return admit.review(admit.Subject(kind="Pod", object=pod, namespace=namespace), view,
+                        policy)
+
+
+CASES = [
+    # (namespace, extra allowed namespaces, annotation key suffix, value, gpupool's reason)
+    ("team-a", None, "/container.c", ALL, Reason.GPU_NOT_DELIVERED),
+    ("team-a", "team-a", "/container.c", ALL, None),  # the fix gpupool names, applied
+    (OPERATOR_NS, None, "/pod", ALL, None),  # the toolkit's own namespace
+    ("team-a", None, "", ALL, Reason.GPU_NOT_DELIVERED),  # the bare key counts as well
+    ("team-a", "team-a", "/pod", f"{ALL},{MANAGEMENT}={UUIDS[0]}", Reason.CDI_DEVICE_MISSING),
+    ("team-a", None, "/container.c", f"{DP}={UUIDS[0]}", None),  # not management: any ns
+    ("team-a", None, "/container.c", f"{DP}={UUIDS[0]}, {DP}={UUIDS[1]}",  # no trimming
+     Reason.CDI_DEVICE_MISSING),
+    ("team-a", None, "/container.c", f"{DP}={UUIDS[0]},{ALL}", Reason.GPU_NOT_DELIVERED),
+    ("team-a", None, "/container.c", "nvidia.com/gpu=all", Reason.CDI_DEVICE_MISSING),
+    ("team-a", None, "/container.other", ALL, None),  # another container's: not this one's
+]
+
+
+@pytest.mark.parametrize("namespace, extra, suffix, value, reason", CASES)
+def test_gpupool_agrees_with_the_real_nri_plugin(tmp_path, namespace, extra, suffix, value,
+                                                 reason):
+    node = operator_node(tmp_path)
+    inv = json.loads(node["metadata"]["annotations"]["gpupool.io/cdi-inventory"])
+    spec_dirs = [tmp_path / "op-1" / "etc/cdi", tmp_path / "op-1" / "var/run/cdi"]
+    assert all(d.is_dir() for d in spec_dirs) and inv["kinds"][DP]
+    oracle = OracleNode(tmp_path / "oracle", spec_dirs, None)
+    allowed = (OPERATOR_NS, *([extra] if extra else []))
+    annotations = {DOMAIN + suffix: value}
+    v = oracle.nri(namespace, annotations, "c", allowed)
+    names_it = suffix in ("", "/pod", "/container.c")
+    runs = v.ok and (bool(v.devices) or not names_it)
+
+    pod = gpu_pod("mon")
+    pod["metadata"]["annotations"] = annotations
+    rv = decide(node, cluster_policy(extra=extra), pod, namespace)
+    assert rv.final.allowed == runs, (v, rv.final.to_json())
+    assert (rv.final.reason if not rv.final.allowed else None) == reason, rv.final.to_json()
+    if not v.ok:
+        assert "unresolvable CDI devices" in v.error and "op-1 lacks" in rv.final.message
+    if rv.final.allowed:
+        assert not rv.final.warnings, rv.final.to_json()
+    if reason is Reason.GPU_NOT_DELIVERED:
+        assert "not in one of the allowed namespaces" in v.error  # the plugin's own log line
+        assert f"namespace {namespace}" in rv.final.message

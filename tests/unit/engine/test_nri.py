@@ -1,0 +1,142 @@
+"""Devices a pod names in its own ``nvidia.cdi.k8s.io`` annotations, where the GPU Operator
+runs NVIDIA's NRI plugin (``webhook.engine.nri``). What the plugin does with them is checked
+against the plugin itself in tests/integration/test_nri_plugin.py; here, what gpupool decides
+and says."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import gpu_pod
+from tests.unit.engine.test_steering import agent_node, decide, terms
+from webhook.engine.clusterpolicy import DEPLOY_LABEL, cluster_operator, nri_plugin
+from webhook.engine.decision import Reason
+from webhook.engine.nri import DOMAIN, MANAGEMENT, NAMESPACES_ENV, TOOLKIT_LABEL, Plugin, requests
+
+ALL = f"{MANAGEMENT}=all"
+
+
+def cluster_policy(nri: bool = True, namespace: str | None = "gpu-operator",
+                   extra: str | None = None, **cdi) -> dict:
+    toolkit = {"env": [{"name": NAMESPACES_ENV, "value": extra}]} if extra is not None else {}
+    out = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+           "metadata": {"name": "cluster-policy"},
+           "spec": {"cdi": {"enabled": True, "nriPluginEnabled": nri, **cdi},
+                    "toolkit": toolkit}}
+    if namespace:
+        out["status"] = {"namespace": namespace, "state": "ready"}
+    return out
+
+
+def operator_node(tmp_path, name: str = "op-1", toolkit: bool = True) -> dict:
+    """An operator node whose device plugin writes its spec (a plain GPU pod runs there),
+    with the operator's management spec (it defines ``management.nvidia.com/gpu=all``)."""
+    node = agent_node(tmp_path, name, None, "device-plugin", register=False)
+    node["metadata"]["labels"][DEPLOY_LABEL] = "true"
+    node["metadata"]["labels"][TOOLKIT_LABEL] = str(toolkit).lower()
+    return node
+
+
+def annotated(value: str, key: str = f"{DOMAIN}/container.c", **spec) -> dict:
+    pod = gpu_pod("mon", limits={"nvidia.com/gpu": 1}, **spec)
+    pod["metadata"]["annotations"] = {key: value}
+    return pod
+
+
+# ------------------------------------------------------------------ what the plugin reads
+
+
+def test_the_effective_annotation_per_container_as_nri_reads_it():
+    ann = {f"{DOMAIN}/container.a": "x/y=1", f"{DOMAIN}/pod": "x/y=2", DOMAIN: "x/y=3"}
+    assert requests(ann, ["a", "b"]) == (("a", "x/y=1"), ("b", "x/y=2"))
+    assert requests({DOMAIN: "x/y=3"}, ["a"]) == (("a", "x/y=3"),)
+    assert requests({"cdi.k8s.io/x": "x/y=1"}, ["a"]) == ()  # the device plugin's, not NRI's
+    assert requests({f"{DOMAIN}/container.a": 7}, ["a"]) == ()  # not a string: no value
+    assert requests({}, ["a"]) == ()
+
+
+@pytest.mark.parametrize("obj, expected", [
+    (cluster_policy(), Plugin("gpu-operator")),
+    (cluster_policy(extra="ml, monitoring,"), Plugin("gpu-operator",
+                                                     frozenset({"ml", "monitoring"}))),
+    (cluster_policy(namespace=None), Plugin(None)),
+    (cluster_policy(nri=False), None),
+    (cluster_policy(enabled=False), None),  # the operator refuses NRI without CDI
+    ({"spec": {"cdi": {"nriPluginEnabled": True}, "toolkit": {"enabled": False}}}, None),
+    ({"spec": "junk"}, None),
+])
+def test_the_nri_plugin_as_the_cluster_policy_sets_it_up(obj, expected):
+    assert nri_plugin(obj) == expected
+
+
+def test_the_operator_view_carries_the_plugin():
+    assert cluster_operator([cluster_policy()]).nri == Plugin("gpu-operator")
+
+
+# ------------------------------------------------------------------ decisions
+
+
+def test_management_devices_outside_the_allowed_namespaces_never_arrive(tmp_path):
+    """The plugin drops them with one log line and no error: the container starts without
+    them. gpupool denies, naming the namespace, the node and the fix."""
+    node = operator_node(tmp_path)
+    rv, _, _ = decide([node, cluster_policy()], annotated(ALL))
+    assert not rv.final.allowed and rv.final.reason == Reason.GPU_NOT_DELIVERED
+    msg = rv.final.message
+    assert "op-1" in msg and "namespace default" in msg and "allowed: gpu-operator" in msg
+    assert f"add namespace default to {NAMESPACES_ENV}" in msg
+    # the fix applied: the namespace allowed through the ClusterPolicy's toolkit env
+    rv, _, _ = decide([node, cluster_policy(extra="default")], annotated(ALL))
+    assert rv.final.allowed and not rv.final.warnings, rv.final.to_json()
+
+
+def test_a_name_no_spec_defines_fails_like_any_unresolvable_device(tmp_path):
+    node = operator_node(tmp_path)
+    bad = f"{MANAGEMENT}=GPU-00000000-0000-0000-0000-000000000000"
+    rv, _, _ = decide([node, cluster_policy(extra="default")],
+                      annotated(f"{ALL},{bad}", key=f"{DOMAIN}/pod"))
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
+    assert f"op-1 lacks {bad}" in rv.final.message
+    assert "NRI plugin" in rv.final.message and f"correct the pod's {DOMAIN}" in rv.final.message
+    # the device plugin's own names resolve from its spec, in any namespace
+    rv, _, _ = decide([node, cluster_policy()],
+                      annotated("k8s.device-plugin.nvidia.com/gpu=" + _first_gpu(node)))
+    assert rv.final.allowed and not rv.final.warnings, rv.final.to_json()
+
+
+def test_annotations_for_another_container_or_where_no_plugin_reads_them_count_for_nothing(
+        tmp_path):
+    node = operator_node(tmp_path)
+    other = annotated(ALL, key=f"{DOMAIN}/container.sidecar")
+    assert decide([node, cluster_policy()], other)[0].final.allowed
+    # no NRI plugin in the ClusterPolicy, no ClusterPolicy, or a node without the toolkit
+    assert decide([node, cluster_policy(nri=False)], annotated(ALL))[0].final.allowed
+    assert decide([node], annotated(ALL))[0].final.allowed
+    bare = operator_node(tmp_path / "b", "op-2", toolkit=False)
+    rv, _, _ = decide([bare, cluster_policy()], annotated(ALL))
+    assert rv.final.allowed and not rv.final.warnings
+
+
+def test_an_unknown_operator_namespace_is_doubt_not_a_denial(tmp_path):
+    rv, _, _ = decide([operator_node(tmp_path), cluster_policy(namespace=None)], annotated(ALL))
+    assert rv.final.allowed and rv.final.warnings
+    assert any("status.namespace" in n.note for n in rv.final.nodes), rv.final.to_json()
+
+
+def test_unpinned_pods_are_steered_off_the_nodes_that_would_drop_their_devices(tmp_path):
+    """One node without the toolkit (the plugin never reads the annotation there: the pod
+    runs with its device-plugin GPU) and one that drops the management device: the pod is
+    kept off the second by name."""
+    bad, fine = operator_node(tmp_path, "op-bad"), operator_node(tmp_path / "f", "op-fine",
+                                                                 toolkit=False)
+    pod = annotated(ALL)
+    rv, _, _ = decide([bad, fine, cluster_policy()], pod)
+    assert rv.final.allowed, rv.final.to_json()
+    fields = [e for t in terms(pod, rv.mutation.patch) for e in t.get("matchFields", [])]
+    assert fields == [{"key": "metadata.name", "operator": "NotIn", "values": ["op-bad"]}]
+
+
+def _first_gpu(node: dict) -> str:
+    import json
+    inv = json.loads(node["metadata"]["annotations"]["gpupool.io/cdi-inventory"])
+    return inv["kinds"]["k8s.device-plugin.nvidia.com/gpu"][0]
