@@ -45,6 +45,8 @@ from webhook.engine import admit
 from webhook.engine.cluster import view_from_objects
 from webhook.engine.clusterpolicy import DEPLOY_LABEL
 from webhook.engine.decision import Reason
+from webhook.engine.nri import DOMAIN, NAMESPACES_ENV, TOOLKIT_LABEL
+from webhook.engine.nri import requests as nri_requests
 from webhook.engine.policy import Policy, load_policy_text
 from webhook.node.agent import Observer, node_labels
 
@@ -230,6 +232,13 @@ def make_pod(rng: random.Random, i: int, nodes: list[NodeSetup]) -> dict[str, An
             meta["annotations"]["nvidia.com/use-gputype"] = rng.choice(("A100", "H100", "T4"))
         elif roll < 0.36:
             meta["annotations"]["nvidia.com/nouse-gputype"] = rng.choice(("T4", "A100"))
+    if rng.random() < 0.15:
+        # CDI devices named for the GPU Operator's NRI plugin (read only where it runs).
+        gpu = rng.choice(target.gpus)
+        key = rng.choice(("/container.main", "/container.main", "/pod", "", "/container.side"))
+        meta["annotations"][DOMAIN + key] = rng.choice((
+            f"{MGMT_KIND}=all", f"{MGMT_KIND}=all", f"{MGMT_KIND}={gpu}", f"{DP_KIND}={gpu}",
+            f"{DP_KIND}={gpu}", "nvidia.com/gpu=all", f"{MGMT_KIND}=all,{DP_KIND}={gpu}"))
     rc = rng.choice((None, None, None, None, "nvidia-cdi", "nvidia-legacy"))
     if rc:
         spec["runtimeClassName"] = rc
@@ -316,6 +325,8 @@ class Cluster:
     objects: list[dict]
     oracles: dict[tuple[str, str | None], OracleNode]
     root: Path
+    #: namespaces the GPU Operator's NRI plugin gives management devices (None: no plugin)
+    nri_allowed: tuple[str, ...] | None = None
 
     def labels(self, name: str) -> dict[str, str]:
         return next(o["metadata"]["labels"] for o in self.objects
@@ -349,6 +360,10 @@ def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
     # Half the detect clusters run the GPU Operator with its ClusterPolicy in view: its
     # plugin's strategy is then known on the nodes it runs on (docs/cdi-inventory.md).
     with_policy = not pinned and rng.random() < 0.5
+    # Most of those run the operator's NRI plugin; some allow the pods' namespace management
+    # devices through the toolkit's env.
+    nri_allowed = (("gpu-operator", "ml") if rng.random() < 0.3 else ("gpu-operator",)) \
+        if with_policy and rng.random() < 0.7 else None
     way = {"envvar": "visibleDevices", "cdi": "cdiDevices"}
     text = POLICY.format(require=str(require).lower(),
                          hami=way[plugins["hami"]] if pinned else "detect",
@@ -361,15 +376,27 @@ def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
         obj = node_object(n, paths)
         if with_policy:  # where the operator runs its device plugin (HAMi's nodes: not)
             obj["metadata"]["labels"][DEPLOY_LABEL] = str(n.pool == "operator").lower()
+            # and its toolkit (every operator node, some of HAMi's)
+            obj["metadata"]["labels"][TOOLKIT_LABEL] = str(
+                n.pool == "operator" or rng.random() < 0.5).lower()
         objects.append(obj)
         oracles.update(node_oracles(root, n, paths))
     if with_policy:
-        objects.append({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
-                        "metadata": {"name": "cluster-policy"},
-                        "spec": {"cdi": {"enabled": plugins["operator"] == "cdi"}}})
+        cp: dict[str, Any] = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+                              "metadata": {"name": "cluster-policy"},
+                              "spec": {"cdi": {"enabled": plugins["operator"] == "cdi"}}}
+        if nri_allowed:  # (NRI needs CDI on; the plugin's strategy is then set apart)
+            cp["spec"]["cdi"].update(enabled=True, nriPluginEnabled=True)
+            if plugins["operator"] == "envvar":
+                cp["spec"]["devicePlugin"] = {"env": [{"name": "DEVICE_LIST_STRATEGY",
+                                                       "value": "envvar"}]}
+            cp["spec"]["toolkit"] = {"env": [{"name": NAMESPACES_ENV,
+                                              "value": ",".join(nri_allowed[1:])}]}
+            cp["status"] = {"namespace": nri_allowed[0]}
+        objects.append(cp)
     name = (f"{'pinned' if pinned else 'detect'}{', requireInventory' if require else ''}"
-            f"{', ClusterPolicy' if with_policy else ''}")
-    return Cluster(load_policy_text(text), name, nodes, objects, oracles, root)
+            f"{', ClusterPolicy' if with_policy else ''}{', NRI' if nri_allowed else ''}")
+    return Cluster(load_policy_text(text), name, nodes, objects, oracles, root, nri_allowed)
 
 
 def node_oracles(root: Path, n: NodeSetup, paths: dict[str, Path]
@@ -437,7 +464,31 @@ def node_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
     rc = pod["spec"].get("runtimeClassName")
     gpus = plugin_gpus(pod, n)
     # No GPU the plugin may hand it: the container does not get its devices at all.
-    return bool(gpus) and all(runs(cluster, n, rc, g).ok for g in gpus)
+    return bool(gpus) and all(runs(cluster, n, rc, g).ok for g in gpus) and \
+        annotated_runs(cluster, pod, n)
+
+
+_nri_verdicts: dict[tuple[str, ...], Verdict] = {}
+
+
+def annotated_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
+    """Where the GPU Operator's NRI plugin runs: is every container created, with the devices
+    its ``nvidia.cdi.k8s.io`` annotation names (the real plugin says)?"""
+    ann = pod["metadata"].get("annotations") or {}
+    if cluster.nri_allowed is None or cluster.labels(n.name).get(TOOLKIT_LABEL) != "true":
+        return True
+    names = [c["name"] for c in pod["spec"]["containers"]]
+    for container, _ in nri_requests(ann, names):
+        mine = {k: v for k, v in ann.items() if k.startswith(DOMAIN)}
+        key = (str(cluster.root / n.name), container, json.dumps(mine, sort_keys=True),
+               *cluster.nri_allowed)
+        if key not in _nri_verdicts:
+            _nri_verdicts[key] = cluster.oracles[(n.name, None)].nri(
+                "ml", mine, container, cluster.nri_allowed)
+        v = _nri_verdicts[key]
+        if not v.ok or not v.devices:  # not created, or created without its devices
+            return False
+    return True
 
 
 def judge(cluster: Cluster, pod: dict) -> Judged:

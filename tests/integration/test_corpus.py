@@ -1,6 +1,6 @@
 """gpupool's decisions against the real container stack, on a seeded corpus (tests/corpus.py).
 
-For several hundred pods over clusters of mixed node setups, every pod gpupool admits must
+For 3,000 pods over twenty clusters of mixed node setups, every pod gpupool admits must
 run on every node it can land on, with every GPU its device plugin could hand it, and every
 pod it denies must have no such node. The table is printed at the end of the run.
 """
@@ -14,7 +14,8 @@ from tests import corpus
 from tests.conftest import report
 
 SEED = int(os.environ.get("GPUPOOL_CORPUS_SEED", "20261203"))
-PODS = int(os.environ.get("GPUPOOL_CORPUS_PODS", "600"))
+PODS = int(os.environ.get("GPUPOOL_CORPUS_PODS", "3000"))
+CLUSTERS = int(os.environ.get("GPUPOOL_CORPUS_CLUSTERS", "20"))
 #: What may be counted apart from the target, and why it cannot count against gpupool.
 APART = {
     "fails only on nodes without inventory",  # no agent: nothing to judge by
@@ -26,7 +27,7 @@ APART = {
 
 
 def test_zero_late_failures_and_zero_false_denials(tmp_path):
-    judged = corpus.run(tmp_path, SEED, PODS, clusters=10)
+    judged = corpus.run(tmp_path, SEED, PODS, clusters=CLUSTERS)
     table = corpus.table(judged)
     report(f"CDI corpus (seed {SEED}, {PODS} pods, real runtime and CDI library)", table)
     wrong = [j for j in judged if j.outcome in corpus.OUTCOMES[1:4] and not j.apart]
@@ -41,6 +42,10 @@ def test_zero_late_failures_and_zero_false_denials(tmp_path):
         assert said[(by, True)] and said[(by, False)], said
     # ...including containers the real runtime created without their GPU...
     assert any("started without its GPU" in v.error for v in corpus._verdicts.values())
+    # ...and NVIDIA's NRI plugin injected devices, failed a container, and silently dropped
+    # a namespace's management devices.
+    nri = Counter((v.ok, bool(v.devices)) for v in corpus._nri_verdicts.values())
+    assert nri[(True, True)] and nri[(False, False)] and nri[(True, False)], nri
     # ...and steering, not only denial, kept pods off broken nodes.
     steered = [j for j in judged if j.allowed and j.outcome == "fine"
                and any(not ok for ok in _unsteered(j).values())]
