@@ -89,7 +89,7 @@ def _point_devices_at_null(doc: Any) -> Any:
 
 class OracleNode:
     """One node as the oracle sees it: its spec dirs (copied, in priority order), its
-    runtime config, and the GPUs it really has."""
+    runtime config, and the GPUs (and MIG devices) it really has."""
 
     def __init__(self, root: Path, spec_dirs: list[Path], config_toml: Path | None,
                  gpus: tuple[str, ...] = ()) -> None:
@@ -139,7 +139,8 @@ class OracleNode:
     def create(self, visible_devices: str) -> Verdict:
         """A container whose device plugin set NVIDIA_VISIBLE_DEVICES (envvar strategy)."""
         jit_kind = self.mode == "cdi" and self.default_kind == "runtime.nvidia.com/gpu"
-        if (self.mode in (None, "auto") or jit_kind) and visible_devices.startswith("GPU-"):
+        if (self.mode in (None, "auto") or jit_kind) and \
+                visible_devices.startswith(("GPU-", "MIG-")):
             # Both generate the spec just in time from the driver (toolkit v1.20.2
             # internal/modifier/cdi.go, newJitCDIModifier), which needs NVML: not here.
             wanted = visible_devices.split(",")

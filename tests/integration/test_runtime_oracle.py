@@ -212,3 +212,29 @@ def test_the_nri_fix_applied_the_pod_runs(tmp_path):
     for uuid in UUIDS:
         v = oracle.inject(f"k8s.device-plugin.nvidia.com/gpu={uuid}")
         assert v.ok and v.by == "cdi library", v.error
+
+
+@pytest.mark.parametrize("spec", ["fresh", "stale", "partial"])
+def test_gpupool_agrees_with_the_real_runtime_on_mig_pods(tmp_path, spec):
+    """The device plugin hands a MIG pod one of the MIG devices it registered; the real
+    runtime in cdi mode resolves NVIDIA_VISIBLE_DEVICES=MIG-<uuid> against the node's specs.
+    gpupool (reading the registered devices from the kubelet's checkpoint) admits the pod
+    exactly when every one of them is created."""
+    from tests.unit.engine.test_mig import BEFORE, mig_node, mig_pod
+    from tests.unit.engine.test_steering import decide
+    from tests.unit.node.test_kubelet import MIGS
+
+    names = {"fresh": MIGS, "stale": BEFORE, "partial": MIGS[:1]}[spec]
+    node = mig_node(tmp_path, "op-mig", names)
+    paths = tmp_path / "op-mig"
+    oracle = OracleNode(tmp_path / "oracle", [paths / "etc/cdi", paths / "var/run/cdi"],
+                        paths / "config/config.toml", gpus=UUIDS)
+    verdicts = {m: oracle.create(m) for m in MIGS}
+    assert all(v.by == "nvidia-container-runtime" for v in verdicts.values())
+    runs = all(v.ok and v.devices for v in verdicts.values())
+    rv, _, _ = decide([node], mig_pod())
+    assert rv.final.allowed == runs, (verdicts, rv.final.to_json())
+    for m, v in verdicts.items():
+        if not v.ok:
+            assert f"unresolvable CDI devices management.nvidia.com/gpu={m}" in v.error
+            assert m in rv.final.message

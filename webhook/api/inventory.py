@@ -20,6 +20,8 @@ INVENTORY_ANNOTATION = "gpupool.io/cdi-inventory"
 DEFAULT_KIND = "nvidia.com/gpu"
 SCHEMA_VERSION = 1
 _GPU_UUID = re.compile(r"^GPU-[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$")
+#: The GPU Operator's MIG resources (its mixed strategy): ``nvidia.com/mig-<profile>``.
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 #: Annotation values are capped at 256 KiB for all annotations of an object together.
 MAX_ANNOTATION_BYTES = 200 * 1024
 
@@ -94,6 +96,9 @@ class Inventory:
     #: under the default runtime handler; a way the agent could not judge is absent. Written
     #: for people and tools: admission works it out from ``kinds`` and ``runtime`` itself.
     resolves: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: The MIG devices the device plugin registered, per ``nvidia.com/mig-*`` resource, as
+    #: the kubelet lists them (None: not known). Added within schema version 1.
+    mig: Mapping[str, tuple[str, ...]] | None = None
 
     @property
     def gpu_uuids(self) -> tuple[str, ...]:
@@ -118,6 +123,8 @@ class Inventory:
             **({"gpus": list(self.gpus)} if self.gpus else {}),
             **({"resolves": {k: list(v) for k, v in sorted(self.resolves.items())}}
                if self.resolves else {}),
+            **({"mig": {k: list(v) for k, v in sorted(self.mig.items())}}
+               if self.mig is not None else {}),
         }
 
     def content(self) -> dict[str, Any]:
@@ -203,5 +210,10 @@ def parse_inventory(text: str) -> Inventory:
     if not isinstance(resolves_raw, dict):
         raise InventoryError("resolves: expected an object of way -> GPU UUIDs")
     resolves = {str(k): _str_list(v, f"resolves[{k}]") for k, v in resolves_raw.items()}
+    mig_raw = doc.get("mig")
+    if mig_raw is not None and not isinstance(mig_raw, dict):
+        raise InventoryError("mig: expected an object of resource -> device ids")
+    mig = None if mig_raw is None else {
+        str(k): _str_list(v, f"mig[{k}]") for k, v in mig_raw.items()}
     return Inventory(kinds=kinds, runtime=runtime, errors=errors, observed_at=observed,
-                     gpus=gpus, resolves=resolves)
+                     gpus=gpus, resolves=resolves, mig=mig)

@@ -339,6 +339,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     observer = Observer(spec_dirs=args.cdi_dir or None, nvidia_config=args.runtime_config,
                         containerd_config=args.containerd_config, host_root=args.host_root,
                         driver_gpus_dir=args.driver_gpus_dir or None,
+                        kubelet_checkpoint=args.kubelet_checkpoint or None,
                         settle_seconds=args.settle_seconds)
     if args.print:
         print(observer.observe().dumps())
@@ -701,6 +702,10 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
                          "paths (the DaemonSet: /host)")
     ag.add_argument("--driver-gpus-dir", default="/proc/driver/nvidia/gpus", metavar="DIR",
                     help="where the NVIDIA driver lists the node's GPUs ('' to not read it)")
+    ag.add_argument("--kubelet-checkpoint", default="", metavar="FILE",
+                    help="the kubelet's device-manager checkpoint, for the MIG devices the "
+                         "device plugin registered (the DaemonSet: /host/var/lib/kubelet/"
+                         "device-plugins/kubelet_internal_checkpoint)")
     ag.add_argument("--once", action="store_true", help="observe (and publish) once, then exit")
     ag.add_argument("--print", action="store_true", help="print the annotation value")
     ag.add_argument("--poll-interval", type=_positive(float), default=30.0, metavar="SECONDS",

@@ -19,6 +19,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from webhook.api import delivery
+from webhook.api.inventory import MIG_RESOURCE_PREFIX, Inventory
 from webhook.engine import affinity, allocation, clusterpolicy, hami, nri
 from webhook.engine import candidates as cand
 from webhook.engine.cluster import ClusterView, NodeInfo
@@ -35,8 +36,6 @@ class NodeState(StrEnum):
     UNKNOWN = "unknown"  # gpupool cannot tell (no inventory, unknown mode or GPUs)
 
 _SHOW_NODES = 3
-#: The GPU Operator's MIG resources (mixed strategy): ``nvidia.com/mig-<profile>``.
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 #: Nodes listed in a decision (and so in its audit record); messages give the totals.
 MAX_FINDINGS = 20
 _SHOW_DEVICES = 3
@@ -119,18 +118,9 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
             and not delivery.envvar_ignored(inv, privileged):
         return NodeAssessment(node.name, NodeState.OK, way=way,
                               note=f"RuntimeClass {runtime_class} uses no CDI")
-    if any(name.startswith(MIG_RESOURCE_PREFIX) for name, _ in demand.requests):
-        # The device plugin hands MIG devices (MIG-<uuid>), which the node's driver list does
-        # not name and gpupool does not model: judged only where no name can be missing.
-        r = delivery.resolve(inv, way, (), handler, req.device_kind, privileged)
-        if r.ok is True and (not r.kind or r.kind == delivery.JIT_KIND):
-            return NodeAssessment(node.name, NodeState.OK, note=r.note, mode=r.mode, way=way)
-        if r.ok is False:  # never delivered at all, whatever the names
-            return NodeAssessment(node.name, NodeState.MISSING, note=r.note, mode=r.mode,
-                                  way=way, undelivered=r.undelivered)
-        return NodeAssessment(node.name, NodeState.UNKNOWN, mode=r.mode, way=way, kind=r.kind,
-                              note="the pod asks for MIG devices, whose CDI names gpupool "
-                                   "does not check (MIG is not modelled)")
+    mig = [name for name, _ in demand.requests if name.startswith(MIG_RESOURCE_PREFIX)]
+    if mig:
+        return _assess_mig(node, inv, mig, way, handler, req.device_kind, privileged)
     gpus = cand.eligible_gpus(node, demand)
     if not gpus:
         return NodeAssessment(node.name, NodeState.UNKNOWN, way=way,
@@ -158,6 +148,26 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
     return NodeAssessment(node.name, NodeState.OK if r.ok else NodeState.MISSING,
                           missing=r.missing, note=r.note, kind=r.kind, mode=r.mode, way=way,
                           undelivered=r.undelivered)
+
+
+def _assess_mig(node: NodeInfo, inv: Inventory, resources: list[str], way: delivery.Way,
+                handler: str | None, device_kind: str, privileged: bool) -> NodeAssessment:
+    """A pod asking for MIG devices: the device plugin hands it ids of the MIG devices it
+    registered for those resources (``MIG-<uuid>``), which the driver's GPU list does not
+    name. They are judged like GPUs where the agent read them from the kubelet
+    (``Inventory.mig``); otherwise only where no name can be missing."""
+    devices = sorted({d for r in resources for d in (inv.mig or {}).get(r, ())})
+    r = delivery.resolve(inv, way, devices, handler, device_kind, privileged)
+    if r.ok is False and (r.undelivered or devices):  # a name is missing, or none arrive
+        return NodeAssessment(node.name, NodeState.MISSING, missing=r.missing, note=r.note,
+                              kind=r.kind, mode=r.mode, way=way, undelivered=r.undelivered)
+    if r.ok is True and (devices or not r.kind or r.kind == delivery.JIT_KIND):
+        return NodeAssessment(node.name, NodeState.OK, note=r.note, mode=r.mode, way=way)
+    why = ("gpupool's agent does not read the kubelet's device checkpoint there"
+           if inv.mig is None else f"the kubelet lists no {', '.join(resources)} device there")
+    return NodeAssessment(node.name, NodeState.UNKNOWN, mode=r.mode, way=way, kind=r.kind,
+                          note=f"the pod asks for MIG devices, whose CDI names cannot be "
+                               f"checked: {why}")
 
 
 def assess_annotations(node: NodeInfo, facts: PodFacts, plugin: nri.Plugin | None

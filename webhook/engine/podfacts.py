@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar, cast
 
+from webhook.api.inventory import MIG_RESOURCE_PREFIX
 from webhook.engine import affinity, hami, nri, objects
 from webhook.engine.policy import Policy
 from webhook.engine.resources import containers, resource_names
@@ -75,6 +76,11 @@ class PodFacts(NamedTuple):
     @property
     def is_gpu_pod(self) -> bool:
         return bool(self.gpus)
+
+    @property
+    def asks_mig(self) -> bool:
+        """It asks for MIG devices, which the agent's per-GPU labels say nothing about."""
+        return any(r.startswith(MIG_RESOURCE_PREFIX) for r in self.gpus)
 
     def once(self, key: str, compute: Callable[[], T]) -> T:
         """``compute()``, worked out on the first call only (kept in ``memo``)."""

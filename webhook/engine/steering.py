@@ -53,12 +53,13 @@ def requirements(facts: PodFacts, pool_name: str, view: ClusterView | None,
     # ClusterPolicy known, nodes are judged one by one instead.
     by_policy = way is delivery.DETECT and view is not None and \
         view.operator_way() is not None
-    # Nor does the label know the devices a pod's own annotations name for the NRI plugin.
+    # Nor does the label know MIG devices, or the devices a pod's own annotations name for
+    # the NRI plugin.
     by_annotations = bool(facts.nri_requests) and view is not None and \
         view.operator_nri() is not None
     if not cand.narrows(facts, policy.is_hami_pool(pool_name)) and not by_policy and \
             not (rc and way != delivery.CDI_DEVICES) and not facts.privileged_gpus \
-            and not by_annotations:
+            and not by_annotations and not facts.asks_mig:
         return [label_requirement(way, policy)], []
     if view is None or len(view) == 0:
         return [], []

@@ -30,6 +30,7 @@ from webhook.api import delivery
 from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
 from webhook.node import specdirs as registry
 from webhook.node.driver import DRIVER_GPUS_DIR, driver_gpus
+from webhook.node.kubelet import mig_devices
 from webhook.node.runtime import (
     ContainerdConfig,
     NvidiaConfig,
@@ -60,6 +61,8 @@ class Observer:
     #: import paths are read under it
     host_root: str = ""
     driver_gpus_dir: str | None = DRIVER_GPUS_DIR
+    #: the kubelet's device-manager checkpoint (MIG devices; ``webhook.node.kubelet``)
+    kubelet_checkpoint: str | None = None
     settle_seconds: float = 5.0
     clock: Callable[[], float] = time.time
     _last_good: dict[str, tuple[Spec, int]] = field(default_factory=dict)
@@ -111,13 +114,17 @@ class Observer:
         if self.driver_gpus_dir:
             gpus, gpu_errors = driver_gpus(self.driver_gpus_dir)
             errors += gpu_errors
+        mig: dict[str, tuple[str, ...]] | None = None
+        if self.kubelet_checkpoint:
+            mig, mig_errors = mig_devices(self.kubelet_checkpoint)
+            errors += mig_errors
         inv = Inventory(kinds=reg.kinds(), runtime=rt, errors=tuple(errors + reg.error_list()),
-                        observed_at=_now(), gpus=gpus)
+                        observed_at=_now(), gpus=gpus, mig=mig)
         return dataclasses.replace(inv, resolves=delivery.resolving_gpus(inv, gpus))
 
     def watch_paths(self) -> list[str]:
         paths = list(self.spec_dirs or registry.DEFAULT_SPEC_DIRS)
-        for cfg in (self.nvidia_config, self.containerd_config):
+        for cfg in (self.nvidia_config, self.containerd_config, self.kubelet_checkpoint):
             if cfg:
                 paths.append(os.path.dirname(os.path.abspath(cfg)))
         return paths

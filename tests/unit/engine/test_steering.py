@@ -29,9 +29,11 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
                agent: bool = True, allocatable: int | None = None,
                types: tuple[str, ...] = (), cordon: str | None = None,
                default_runtime: str | None = None, envvar_unprivileged: bool = True,
-               default_kind: str | None = None, mode: str | None = None) -> dict:
+               default_kind: str | None = None, mode: str | None = None,
+               mig: dict[str, tuple[str, ...]] | None = None) -> dict:
     """A node as gpupool's agent publishes it (inventory annotation and steering labels);
-    ``per_uuid``: a per-UUID spec for every GPU, or for those listed."""
+    ``per_uuid``: a per-UUID spec for every GPU, or for those listed; ``mig``: the MIG
+    devices the kubelet's checkpoint lists, per resource."""
     labels = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": name}
     if pool:
         labels["gpupool.io/pool"] = pool
@@ -66,9 +68,16 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
         if per_uuid:
             (paths["run"] / "per-uuid.yaml").write_text(
                 per_uuid_spec() if per_uuid is True else per_uuid_spec(uuids=per_uuid))
+        checkpoint = None
+        if mig is not None:
+            checkpoint = tmp_path / name / "kubelet_internal_checkpoint"
+            checkpoint.write_text(json.dumps({"Data": {
+                "PodDeviceEntries": [], "RegisteredDevices": {
+                    r: list(ids) for r, ids in mig.items()}}, "Checksum": 1}))
         inv = Observer([str(paths["etc"]), str(paths["run"])], str(paths["config"]),
                        str(paths["containerd"]),
-                       driver_gpus_dir=str(fake_driver(tmp_path / name / "drv"))).observe()
+                       driver_gpus_dir=str(fake_driver(tmp_path / name / "drv")),
+                       kubelet_checkpoint=str(checkpoint) if checkpoint else None).observe()
         ann["gpupool.io/cdi-inventory"] = inv.dumps()
         labels.update({k: v for k, v in node_labels(inv).items() if v})
     if cordon is not None:

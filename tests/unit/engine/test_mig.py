@@ -1,0 +1,58 @@
+"""MIG pods judged device by device: the device plugin hands a MIG pod ids of the MIG devices
+it registered (``MIG-<uuid>``), which the agent reads from the kubelet's checkpoint
+(``Inventory.mig``). A spec written before a MIG reconfiguration (nvidia-cdi-refresh does not
+follow it) names devices that no longer exist and lacks the new ones."""
+
+from __future__ import annotations
+
+from tests.conftest import gpu_pod
+from tests.unit.engine.test_steering import agent_node, decide, terms
+from tests.unit.node.test_kubelet import MIG_RESOURCE, MIGS
+from webhook.engine.decision import Reason
+
+BEFORE = ("MIG-0a1b2c3d-0000-5000-8000-0000000000a1",)  # the layout before reconfiguration
+
+
+def mig_pod() -> dict:
+    return gpu_pod("m", limits={MIG_RESOURCE: 1})
+
+
+def mig_node(tmp_path, name: str, spec: tuple[str, ...]) -> dict:
+    """An operator node in cdi mode (default kind management.nvidia.com/gpu) whose per-device
+    spec names ``spec``, and whose plugin registered ``MIGS``."""
+    return agent_node(tmp_path, name, None, "operator-management", register=False,
+                      per_uuid=spec, mig={MIG_RESOURCE: MIGS})
+
+
+def test_a_spec_that_names_every_registered_mig_device_admits(tmp_path):
+    rv, _, _ = decide([mig_node(tmp_path, "op-mig", MIGS)], mig_pod())
+    assert rv.final.allowed and not rv.final.warnings, rv.final.to_json()
+
+
+def test_a_spec_from_before_a_mig_reconfiguration_is_caught(tmp_path):
+    rv, _, _ = decide([mig_node(tmp_path, "op-mig", BEFORE)], mig_pod())
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
+    assert f"op-mig lacks management.nvidia.com/gpu={MIGS[0]}" in rv.final.message
+    # one device of two still there: the plugin may hand either (the other fails)
+    rv, _, _ = decide([mig_node(tmp_path / "p", "op-mig", MIGS[:1])], mig_pod())
+    assert not rv.final.allowed and MIGS[1] in rv.final.message
+
+
+def test_unpinned_mig_pods_are_kept_off_the_stale_node_by_name(tmp_path):
+    """The agent's labels speak of whole GPUs; a MIG pod is judged by its MIG devices."""
+    stale, fresh = mig_node(tmp_path, "op-stale", BEFORE), mig_node(tmp_path, "op-fresh", MIGS)
+    pod = mig_pod()
+    rv, _, _ = decide([stale, fresh], pod)
+    assert rv.final.allowed, rv.final.to_json()
+    fields = [e for t in terms(pod, rv.mutation.patch) for e in t.get("matchFields", [])]
+    assert fields == [{"key": "metadata.name", "operator": "NotIn", "values": ["op-stale"]}]
+    labels = [e["key"] for t in terms(pod, rv.mutation.patch) for e in t["matchExpressions"]]
+    assert not any(k.startswith("resolve.gpupool.io/") for k in labels), labels
+
+
+def test_a_node_whose_kubelet_lists_no_such_device_is_doubt(tmp_path):
+    node = agent_node(tmp_path, "op-mig", None, "operator-management", register=False,
+                      per_uuid=MIGS, mig={"nvidia.com/mig-3g.40gb": MIGS})
+    rv, _, _ = decide([node], mig_pod())
+    assert rv.final.allowed and rv.final.warnings
+    assert "lists no nvidia.com/mig-1g.10gb device" in rv.final.nodes[0].note
