@@ -51,6 +51,7 @@ from webhook.engine.policy import Policy, load_policy_text
 from webhook.node.agent import Observer, node_labels
 
 DP_KIND = "k8s.device-plugin.nvidia.com/gpu"
+MIG_RESOURCE = "nvidia.com/mig-1g.10gb"
 MGMT_KIND = "management.nvidia.com/gpu"
 TYPES = ("NVIDIA-Tesla T4", "NVIDIA-A100-SXM4-40GB", "NVIDIA-H100-80GB-HBM3")
 TAINT = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
@@ -80,6 +81,10 @@ class NodeSetup:
     what: list[str] = field(default_factory=list)  # the setup, in words, for failure reports
     #: the toolkit's accept-nvidia-visible-devices-envvar-when-unprivileged
     envvar_unprivileged: bool = True
+    #: the MIG devices its device plugin registered for ``MIG_RESOURCE``
+    mig: tuple[str, ...] = ()
+    #: the agent reads them from the kubelet's checkpoint
+    reads_kubelet: bool = True
 
 
 def _uuid(rng: random.Random) -> str:
@@ -126,6 +131,22 @@ def make_node(rng: random.Random, name: str, pool: str, plugin: str) -> NodeSetu
     elif dp == "stale":
         specs.append(("run", "k8s.device-plugin.nvidia.com-gpu.json",
                       device_plugin_spec((_uuid(rng),))))
+    # MIG (operator nodes, mixed strategy): the devices the plugin registers now, and the CDI
+    # names a spec gives them: current, from before a MIG reconfiguration, or none.
+    mig: tuple[str, ...] = ()
+    if pool == "operator" and rng.random() < 0.25:
+        mig = tuple(_mig(rng) for _ in range(rng.choice((1, 2, 4))))
+        named = rng.choice(("fresh", "fresh", "stale", "none"))
+        what.append(f"MIG devices {len(mig)}, MIG names {named}")
+        names = mig if named == "fresh" else (_mig(rng),) if named == "stale" else ()
+        if names:
+            specs.append(("run", "per-mig.yaml", per_uuid_spec(target, names)))
+            for i, (where, fname, _text) in enumerate(specs):
+                if fname.startswith("k8s.device-plugin") and dp != "missing":
+                    # the plugin's own spec names the MIG devices it knew when it wrote it
+                    shown = gpus if dp == "present" else gpus[:1] if dp == "partial" else ()
+                    specs[i] = (where, fname, device_plugin_spec(
+                        (*shown, *names) if dp != "stale" else (_uuid(rng),)))
     agent = rng.random() > 0.12
     tainted = rng.random() < 0.15
     # The toolkit told to ignore unprivileged containers' NVIDIA_VISIBLE_DEVICES.
@@ -137,7 +158,12 @@ def make_node(rng: random.Random, name: str, pool: str, plugin: str) -> NodeSetu
     if strict:
         what.append(f"{ENVVAR_KEY} = false")
     return NodeSetup(name, pool, plugin, mode, kind, gpus, types, specs, agent, tainted, what,
-                     envvar_unprivileged=not strict)
+                     envvar_unprivileged=not strict, mig=mig,
+                     reads_kubelet=rng.random() > 0.1)
+
+
+def _mig(rng: random.Random) -> str:
+    return f"MIG-{uuidlib.UUID(int=rng.getrandbits(128), version=4)}"
 
 
 ENVVAR_KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
@@ -164,8 +190,15 @@ def write_node(root: Path, n: NodeSetup) -> dict[str, Path]:
     (cfg / "config.toml").write_text(_config(n.mode, n.default_kind, n.envvar_unprivileged))
     (cfg / "containerd.toml").write_text(
         CONTAINERD_SRC.read_text().replace("{{ .toolkitRoot }}", "/usr/local/nvidia"))
+    # The kubelet's device-manager checkpoint (its struct: Kubernetes
+    # pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go).
+    (cfg / "kubelet_internal_checkpoint").write_text(json.dumps({"Data": {
+        "PodDeviceEntries": [], "RegisteredDevices": {
+            "nvidia.com/gpu": list(n.gpus), **({MIG_RESOURCE: list(n.mig)} if n.mig else {})}},
+        "Checksum": 0}))
     return {"etc": etc, "run": run, "config": cfg / "config.toml",
             "containerd": cfg / "containerd.toml",
+            "kubelet": cfg / "kubelet_internal_checkpoint",
             "driver": fake_driver(root / "driver", n.gpus)}
 
 
@@ -181,14 +214,17 @@ def node_object(n: NodeSetup, paths: dict[str, Path]) -> dict[str, Any]:
              for i, (u, t) in enumerate(zip(n.gpus, n.types, strict=True))])
     if n.agent:
         inv = Observer([str(paths["etc"]), str(paths["run"])], str(paths["config"]),
-                       str(paths["containerd"]), driver_gpus_dir=str(paths["driver"])).observe()
+                       str(paths["containerd"]), driver_gpus_dir=str(paths["driver"]),
+                       kubelet_checkpoint=str(paths["kubelet"]) if n.reads_kubelet else None
+                       ).observe()
         annotations["gpupool.io/cdi-inventory"] = inv.dumps()
         labels.update({k: v for k, v in node_labels(inv).items() if v is not None})
     count = len(n.gpus) * (10 if n.pool == "hami" else 1)
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": n.name, "labels": labels, "annotations": annotations},
             "spec": {"taints": [TAINT] if n.tainted else []},
-            "status": {"allocatable": {"nvidia.com/gpu": str(count), "cpu": "64"}}}
+            "status": {"allocatable": {"nvidia.com/gpu": str(count), "cpu": "64",
+                                       **({MIG_RESOURCE: str(len(n.mig))} if n.mig else {})}}}
 
 
 # ------------------------------------------------------------------ pods
@@ -200,14 +236,18 @@ def make_pod(rng: random.Random, i: int, nodes: list[NodeSetup]) -> dict[str, An
     limits: dict[str, Any] = {"nvidia.com/gpu": k}
     if hami and rng.random() < 0.7:
         limits["nvidia.com/gpumem"] = 4000
+    mig = not hami and rng.random() < 0.2
+    if mig:
+        limits = {MIG_RESOURCE: 1}
     containers = [{"name": "main", "image": "cuda", "resources": {"limits": limits}}]
-    if rng.random() < 0.2:
+    if rng.random() < 0.2 and not mig:
         containers.append({"name": "side", "image": "cuda",
                            "resources": {"limits": {"nvidia.com/gpu": 1}}})
     spec: dict[str, Any] = {"containers": containers}
     meta: dict[str, Any] = {"name": f"p{i}", "namespace": "ml", "annotations": {},
                             "labels": {}}
-    pool_nodes = [n for n in nodes if (n.pool == "hami") == hami] or nodes
+    pool_nodes = [n for n in nodes if (n.pool == "hami") == hami and (n.mig or not mig)] \
+        or [n for n in nodes if (n.pool == "hami") == hami] or nodes
     target = rng.choice(pool_nodes)
     pin = rng.choice(("none", "none", "none", "nodeName", "selector", "affinity", "label"))
     if pin == "nodeName":
@@ -274,7 +314,9 @@ def _type_ok(t: str, ann: dict[str, str]) -> bool:
 
 
 def plugin_gpus(pod: dict, n: NodeSetup) -> tuple[str, ...]:
-    """The GPUs this node's device plugin could hand the pod."""
+    """The GPUs (or MIG devices) this node's device plugin could hand the pod."""
+    if _asks_mig(pod):
+        return n.mig
     if n.pool != "hami":
         return n.gpus
     ann = pod["metadata"].get("annotations") or {}
@@ -282,6 +324,10 @@ def plugin_gpus(pod: dict, n: NodeSetup) -> tuple[str, ...]:
     nouse = [u for u in (ann.get("nvidia.com/nouse-gpuuuid") or "").split(",") if u]
     return tuple(u for u, t in zip(n.gpus, n.types, strict=True)
                  if (not use or u in use) and u not in nouse and _type_ok(t, ann))
+
+
+def _asks_mig(pod: dict) -> bool:
+    return any(MIG_RESOURCE in c["resources"]["limits"] for c in pod["spec"]["containers"])
 
 
 def reachable(pod: dict, n: NodeSetup, labels: dict[str, str]) -> bool:
@@ -302,6 +348,9 @@ def reachable(pod: dict, n: NodeSetup, labels: dict[str, str]) -> bool:
             and all(_expr_ok(e, {"metadata.name": n.name}) for e in t.get("matchFields", []))
             for t in terms):
         return False
+    if _asks_mig(pod):  # counted against the MIG resource's allocatable
+        return not hami_sched and sum(c["resources"]["limits"].get(MIG_RESOURCE, 0)
+                                      for c in spec["containers"]) <= len(n.mig)
     counts = [c["resources"]["limits"].get("nvidia.com/gpu", 0) for c in spec["containers"]]
     if n.pool == "hami" and (hami_sched or spec.get("nodeName")):
         # HAMi's filter picks enough GPUs its annotations allow per container; a pod bound by
@@ -336,7 +385,7 @@ class Cluster:
 POLICY = """apiVersion: gpupool.io/v1alpha1
 kind: PoolPolicy
 defaultPool: operator
-gpuResources: [nvidia.com/gpu, nvidia.com/gpumem]
+gpuResources: [nvidia.com/gpu, nvidia.com/gpumem, nvidia.com/mig-*]
 requireInventory: {require}
 pools:
   - name: hami
@@ -410,7 +459,7 @@ def node_oracles(root: Path, n: NodeSetup, paths: dict[str, Path]
         cfg.write_text(_config(mode, n.default_kind, n.envvar_unprivileged))
         out[(n.name, handler or None)] = OracleNode(
             root / n.name / f"oracle-{handler or 'default'}", [paths["etc"], paths["run"]],
-            cfg, gpus=n.gpus)
+            cfg, gpus=n.gpus + n.mig)
     return out
 
 
@@ -527,6 +576,10 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
                          else "potential late failure")
             if all(not _setup(cluster, f).agent for f in failing):
                 j.apart = "fails only on nodes without inventory"
+            elif _asks_mig(mutated) and all(
+                    not _setup(cluster, f).agent or not _setup(cluster, f).reads_kubelet
+                    for f in failing):
+                j.apart = "fails only on nodes whose MIG devices the agent does not read"
             elif cluster.policy_name.startswith("detect") and all(
                     _misdetected(cluster, _setup(cluster, f)) or not _setup(cluster, f).agent
                     for f in failing):

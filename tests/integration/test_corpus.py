@@ -19,6 +19,8 @@ CLUSTERS = int(os.environ.get("GPUPOOL_CORPUS_CLUSTERS", "20"))
 #: What may be counted apart from the target, and why it cannot count against gpupool.
 APART = {
     "fails only on nodes without inventory",  # no agent: nothing to judge by
+    # the agent not given the kubelet's checkpoint: a MIG device's name cannot be checked
+    "fails only on nodes whose MIG devices the agent does not read",
     "would run only on nodes without inventory",  # requireInventory says so
     "delivery: detect misreads the plugin's strategy there",  # docs/cdi-inventory.md
     "allowed, no node can take it (pending)",  # the pod asks for more than any node has
@@ -42,6 +44,9 @@ def test_zero_late_failures_and_zero_false_denials(tmp_path):
         assert said[(by, True)] and said[(by, False)], said
     # ...including containers the real runtime created without their GPU...
     assert any("started without its GPU" in v.error for v in corpus._verdicts.values())
+    # ...MIG devices among them, both ways...
+    mig = Counter(v.ok for k, v in corpus._verdicts.items() if k[3].startswith("MIG-"))
+    assert mig[True] and mig[False], mig
     # ...and NVIDIA's NRI plugin injected devices, failed a container, and silently dropped
     # a namespace's management devices.
     nri = Counter((v.ok, bool(v.devices)) for v in corpus._nri_verdicts.values())

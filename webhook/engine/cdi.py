@@ -163,11 +163,21 @@ def _assess_mig(node: NodeInfo, inv: Inventory, resources: list[str], way: deliv
                               kind=r.kind, mode=r.mode, way=way, undelivered=r.undelivered)
     if r.ok is True and (devices or not r.kind or r.kind == delivery.JIT_KIND):
         return NodeAssessment(node.name, NodeState.OK, note=r.note, mode=r.mode, way=way)
+    if r.ok is True and not any(_mig_name(d) for d in inv.kinds.get(r.kind, ())):
+        # The plugin's id for a MIG device is its MIG-<uuid> (or <gpu>:<mig> with the index
+        # strategy): a kind that defines neither resolves none, whichever it hands out.
+        return NodeAssessment(node.name, NodeState.MISSING, kind=r.kind, mode=r.mode, way=way,
+                              note=f"no CDI spec there defines any MIG device of kind "
+                                   f"{r.kind} (MIG-<uuid> or <gpu>:<mig>)")
     why = ("gpupool's agent does not read the kubelet's device checkpoint there"
            if inv.mig is None else f"the kubelet lists no {', '.join(resources)} device there")
     return NodeAssessment(node.name, NodeState.UNKNOWN, mode=r.mode, way=way, kind=r.kind,
                           note=f"the pod asks for MIG devices, whose CDI names cannot be "
                                f"checked: {why}")
+
+
+def _mig_name(device: str) -> bool:
+    return device.startswith("MIG-") or ":" in device
 
 
 def assess_annotations(node: NodeInfo, facts: PodFacts, plugin: nri.Plugin | None

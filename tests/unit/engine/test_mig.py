@@ -56,3 +56,18 @@ def test_a_node_whose_kubelet_lists_no_such_device_is_doubt(tmp_path):
     rv, _, _ = decide([node], mig_pod())
     assert rv.final.allowed and rv.final.warnings
     assert "lists no nvidia.com/mig-1g.10gb device" in rv.final.nodes[0].note
+
+
+def test_without_the_kubelet_list_a_kind_with_no_mig_name_at_all_still_fails(tmp_path):
+    """The plugin's id for a MIG device is MIG-<uuid> (or <gpu>:<mig>): where the default
+    kind defines no such name, whichever device it hands out cannot resolve. Where it defines
+    some, which one the pod gets is not known: doubt."""
+    node = agent_node(tmp_path, "op-mgmt", None, "operator-management", register=False)
+    rv, _, _ = decide([node], mig_pod())
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
+    assert "defines any MIG device of kind management.nvidia.com/gpu" in rv.final.message
+    named = agent_node(tmp_path / "n", "op-named", None, "operator-management",
+                       register=False, per_uuid=BEFORE)
+    rv, _, _ = decide([named], mig_pod())
+    assert rv.final.allowed and rv.final.warnings
+    assert "kubelet's device checkpoint" in rv.final.nodes[0].note
