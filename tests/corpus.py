@@ -85,6 +85,8 @@ class NodeSetup:
     mig: tuple[str, ...] = ()
     #: the agent reads them from the kubelet's checkpoint
     reads_kubelet: bool = True
+    #: GPUs HAMi runs in MIG mode (it creates the MIG device it hands out)
+    hami_mig: tuple[str, ...] = ()
 
 
 def _uuid(rng: random.Random) -> str:
@@ -147,6 +149,9 @@ def make_node(rng: random.Random, name: str, pool: str, plugin: str) -> NodeSetu
                     shown = gpus if dp == "present" else gpus[:1] if dp == "partial" else ()
                     specs[i] = (where, fname, device_plugin_spec(
                         (*shown, *names) if dp != "stale" else (_uuid(rng),)))
+    hami_mig = (gpus[0],) if pool == "hami" and rng.random() < 0.15 else ()
+    if hami_mig:
+        what.append("HAMi MIG mode on its first GPU")
     agent = rng.random() > 0.12
     tainted = rng.random() < 0.15
     # The toolkit told to ignore unprivileged containers' NVIDIA_VISIBLE_DEVICES.
@@ -159,7 +164,12 @@ def make_node(rng: random.Random, name: str, pool: str, plugin: str) -> NodeSetu
         what.append(f"{ENVVAR_KEY} = false")
     return NodeSetup(name, pool, plugin, mode, kind, gpus, types, specs, agent, tainted, what,
                      envvar_unprivileged=not strict, mig=mig,
-                     reads_kubelet=rng.random() > 0.1)
+                     reads_kubelet=rng.random() > 0.1, hami_mig=hami_mig)
+
+
+def created_mig(gpu: str) -> str:
+    """The MIG device HAMi creates on a MIG-mode GPU when it allocates it."""
+    return f"MIG-{uuidlib.uuid5(uuidlib.NAMESPACE_OID, gpu)}"
 
 
 def _mig(rng: random.Random) -> str:
@@ -210,7 +220,7 @@ def node_object(n: NodeSetup, paths: dict[str, Path]) -> dict[str, Any]:
     if n.pool == "hami":
         annotations["hami.io/node-nvidia-register"] = json.dumps(
             [{"id": u, "count": 10, "devmem": 40960, "devcore": 100, "type": t, "numa": 0,
-              "health": True, "index": i, "mode": "hami-core"}
+              "health": True, "index": i, "mode": "mig" if u in n.hami_mig else "hami-core"}
              for i, (u, t) in enumerate(zip(n.gpus, n.types, strict=True))])
     if n.agent:
         inv = Observer([str(paths["etc"]), str(paths["run"])], str(paths["config"]),
@@ -459,7 +469,7 @@ def node_oracles(root: Path, n: NodeSetup, paths: dict[str, Path]
         cfg.write_text(_config(mode, n.default_kind, n.envvar_unprivileged))
         out[(n.name, handler or None)] = OracleNode(
             root / n.name / f"oracle-{handler or 'default'}", [paths["etc"], paths["run"]],
-            cfg, gpus=n.gpus + n.mig)
+            cfg, gpus=n.gpus + n.mig + tuple(created_mig(u) for u in n.hami_mig))
     return out
 
 
@@ -513,7 +523,9 @@ def node_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
     rc = pod["spec"].get("runtimeClassName")
     gpus = plugin_gpus(pod, n)
     # No GPU the plugin may hand it: the container does not get its devices at all.
-    return bool(gpus) and all(runs(cluster, n, rc, g).ok for g in gpus) and \
+    # On a GPU HAMi runs in MIG mode the container gets the MIG device HAMi creates.
+    handed = [created_mig(g) if g in n.hami_mig else g for g in gpus]
+    return bool(gpus) and all(runs(cluster, n, rc, g).ok for g in handed) and \
         annotated_runs(cluster, pod, n)
 
 
@@ -598,6 +610,9 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
     if good and cluster.policy.require_inventory and all(not _setup(cluster, g).agent
                                                          for g in good):
         j.apart = "would run only on nodes without inventory (requireInventory)"
+    elif good and cluster.policy_name.startswith("detect") and all(
+            _misdetected(cluster, _setup(cluster, g)) for g in good):
+        j.apart = "delivery: detect misreads the plugin's strategy there"
     return j
 
 

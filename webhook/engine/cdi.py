@@ -130,6 +130,9 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
     if r.ok is None:
         return NodeAssessment(node.name, NodeState.UNKNOWN, note=r.note, mode=r.mode,
                               way=way)
+    created = sorted(node.hami_mig_gpus().intersection(gpus)) if demand.hami else []
+    if created and r.kind and r.kind != delivery.JIT_KIND:
+        return _hami_mig_failure(node, r, created, way)
     if r.ok is False and demand.hami and node.cordoned:
         # HAMi's scheduler reads hami.io/device-cordon from the Node it stored when it last
         # registered the node's GPUs (HAMi v2.10 pkg/scheduler/scheduler.go, register: only
@@ -174,6 +177,24 @@ def _assess_mig(node: NodeInfo, inv: Inventory, resources: list[str], way: deliv
     return NodeAssessment(node.name, NodeState.UNKNOWN, mode=r.mode, way=way, kind=r.kind,
                           note=f"the pod asks for MIG devices, whose CDI names cannot be "
                                f"checked: {why}")
+
+
+def _hami_mig_failure(node: NodeInfo, r: delivery.Resolution, created: list[str],
+                      way: delivery.Way) -> NodeAssessment:
+    """HAMi's MIG mode: its device plugin creates a MIG instance when it allocates a GPU and
+    hands the container that instance's UUID (HAMi v2.10 ``GetContainerDeviceStrArray`` ->
+    ``migMgr.EnsureAllocation``), while its CDI spec is written once, when the plugin
+    starts (``plugin-manager.go``: ``CreateSpecFile``). No spec can name such a device in
+    advance: wherever names are looked up in spec files, the container fails."""
+    shown = ", ".join(created[:_SHOW_DEVICES])
+    fix = (f"run HAMi's GPUs on {node.name} in hami-core mode, or hand GPUs through "
+           f"NVIDIA_VISIBLE_DEVICES to a runtime that generates MIG devices just in time "
+           f"(mode auto, or default kind {delivery.JIT_KIND})")
+    return NodeAssessment(node.name, NodeState.MISSING, missing=r.missing, kind=r.kind,
+                          mode=r.mode, way=way, fix=fix,
+                          note=f"HAMi runs GPU(s) {shown} in MIG mode: it creates a MIG device "
+                               f"when it allocates one, which no {r.kind} CDI spec on the node "
+                               "can define")
 
 
 def _mig_name(device: str) -> bool:

@@ -120,6 +120,10 @@ class NodeInfo:
         """GPU UUID -> model, as HAMi's register annotation names them (empty: unknown)."""
         return {g.uuid: g.type for g in self.gpus if g.type}
 
+    def hami_mig_gpus(self) -> frozenset[str]:
+        """The GPUs HAMi runs in MIG mode: it creates the MIG device it hands out."""
+        return frozenset(g.uuid for g in self.gpus if g.mode == hami.MIG_MODE)
+
     def gpu_uuids(self) -> tuple[str, ...]:
         """The node's GPUs: as its driver lists them (the agent reads them), else as HAMi
         registered them, else the UUIDs its CDI specs name."""
@@ -196,6 +200,8 @@ class ClusterView:
         # Per-node labels are indexed pair by pair; shared label dicts by the nodes using them.
         self._by_own_label: dict[tuple[str, str], set[str]] = {}
         self._by_shared: dict[int, tuple[Mapping[str, str], set[str]]] = {}
+        #: nodes where HAMi runs a GPU in MIG mode (its steering label cannot tell)
+        self._hami_mig: set[str] = set()
         self._pool_label = pool_label
         self._memo: OrderedDict[Any, Any] = OrderedDict()
         self._folds: OrderedDict[Any, NodeFold[Any]] = OrderedDict()
@@ -256,6 +262,8 @@ class ClusterView:
         for pair in own.items():
             self._by_own_label.setdefault(pair, set()).add(node.name)
         self._by_shared.setdefault(id(shared), (shared, set()))[1].add(node.name)
+        if node.hami_mig_gpus():
+            self._hami_mig.add(node.name)
 
     def _unindex(self, node: NodeInfo) -> None:
         key = node.labels.get(self._pool_label)
@@ -278,6 +286,7 @@ class ClusterView:
             entry[1].discard(node.name)
             if not entry[1]:
                 del self._by_shared[id(shared)]
+        self._hami_mig.discard(node.name)
 
     def delete_node(self, name: str) -> None:
         with self._lock:
@@ -295,6 +304,7 @@ class ClusterView:
             self._by_pool_value = {}
             self._by_own_label = {}
             self._by_shared = {}
+            self._hami_mig = set()
             for n in nodes:
                 self._nodes[n.name] = n
                 self._index(n)
@@ -458,6 +468,10 @@ class ClusterView:
 
     def node(self, name: str) -> NodeInfo | None:
         return self._nodes.get(name)
+
+    def has_hami_mig(self) -> bool:
+        """Does HAMi run a GPU in MIG mode on some node (``NodeInfo.hami_mig_gpus``)?"""
+        return bool(self._hami_mig)
 
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:
         return self._namespaces.get(name)

@@ -26,11 +26,17 @@ IMPLIES_ONE_GPU = frozenset({"nvidia.com/gpumem", "nvidia.com/gpumem-percentage"
                              "nvidia.com/gpucores"})
 
 
+#: A GPU HAMi runs in MIG mode (the register annotation's ``mode``): its device plugin
+#: creates a MIG instance when it allocates, and hands the container that instance's UUID.
+MIG_MODE = "mig"
+
+
 @dataclass(frozen=True, slots=True)
 class RegisteredGPU:
     uuid: str
     type: str = ""
     healthy: bool = True
+    mode: str = ""  # hami-core, mig or mps (HAMi pkg/device/nvidia: HamiCoreMode, ...)
 
 
 class RegisterError(ValueError):
@@ -53,16 +59,20 @@ def parse_register(value: str) -> tuple[RegisteredGPU, ...]:
         for i, item in enumerate(data):
             if not isinstance(item, dict) or not isinstance(item.get("id"), str):
                 raise RegisterError(f"device {i} has no string 'id'")
+            mode = item.get("mode")
             gpus.append(RegisteredGPU(uuid=item["id"], type=sys.intern(str(item.get("type", ""))),
-                                      healthy=item.get("health", True) is not False))
+                                      healthy=item.get("health", True) is not False,
+                                      mode=sys.intern(mode) if isinstance(mode, str) else ""))
         return tuple(gpus)
     gpus = []
     for i, record in enumerate(r for r in text.split(":") if r.strip()):
         fields = record.split(",")
         if len(fields) < 7 or not fields[0]:
             raise RegisterError(f"CSV record {i} has {len(fields)} fields, want at least 7")
+        # (HAMi's EncodeNodeDevices: nine fields, the index and mode last)
         gpus.append(RegisteredGPU(uuid=fields[0].strip(), type=fields[4],
-                                  healthy=fields[6].strip().lower() != "false"))
+                                  healthy=fields[6].strip().lower() != "false",
+                                  mode=sys.intern(fields[8].strip()) if len(fields) > 8 else ""))
     return tuple(gpus)
 
 

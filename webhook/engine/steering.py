@@ -53,13 +53,15 @@ def requirements(facts: PodFacts, pool_name: str, view: ClusterView | None,
     # ClusterPolicy known, nodes are judged one by one instead.
     by_policy = way is delivery.DETECT and view is not None and \
         view.operator_way() is not None
-    # Nor does the label know MIG devices, or the devices a pod's own annotations name for
-    # the NRI plugin.
+    # Nor does the label know MIG devices (the kubelet's, or those HAMi creates on a GPU it
+    # runs in MIG mode), or the devices a pod's own annotations name for the NRI plugin.
     by_annotations = bool(facts.nri_requests) and view is not None and \
         view.operator_nri() is not None
-    if not cand.narrows(facts, policy.is_hami_pool(pool_name)) and not by_policy and \
+    hami_pool = policy.is_hami_pool(pool_name)
+    hami_mig = hami_pool and view is not None and view.has_hami_mig()
+    if not cand.narrows(facts, hami_pool) and not by_policy and \
             not (rc and way != delivery.CDI_DEVICES) and not facts.privileged_gpus \
-            and not by_annotations and not facts.asks_mig:
+            and not by_annotations and not facts.asks_mig and not hami_mig:
         return [label_requirement(way, policy)], []
     if view is None or len(view) == 0:
         return [], []

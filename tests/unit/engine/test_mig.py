@@ -71,3 +71,64 @@ def test_without_the_kubelet_list_a_kind_with_no_mig_name_at_all_still_fails(tmp
     rv, _, _ = decide([named], mig_pod())
     assert rv.final.allowed and rv.final.warnings
     assert "kubelet's device checkpoint" in rv.final.nodes[0].note
+
+
+# ------------------------------------------------------------------ HAMi's MIG mode
+
+
+def hami_mig_node(tmp_path, name: str, **kw) -> dict:
+    """A HAMi node whose first GPU HAMi runs in MIG mode; every GPU has its per-UUID CDI
+    device (so in hami-core mode every pod would run)."""
+    import json
+
+    from tests.layouts import UUIDS
+
+    node = agent_node(tmp_path, name, "hami", "operator-management", per_uuid=True, **kw)
+    reg = json.loads(node["metadata"]["annotations"]["hami.io/node-nvidia-register"])
+    assert reg[0]["id"] == UUIDS[0]
+    reg[0]["mode"] = "mig"
+    node["metadata"]["annotations"]["hami.io/node-nvidia-register"] = json.dumps(reg)
+    return node
+
+
+def test_hami_mig_mode_gpus_fail_wherever_cdi_names_are_looked_up(tmp_path):
+    from tests.layouts import UUIDS
+    from tests.unit.engine.test_steering import hami_pod
+    from webhook.api import delivery
+
+    rv, _, _ = decide([hami_mig_node(tmp_path, "hami-mig")], hami_pod())
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
+    assert f"HAMi runs GPU(s) {UUIDS[0]} in MIG mode" in rv.final.message
+    assert "hami-core mode" in rv.final.message  # the fix
+    # a pod HAMi's annotations keep off that GPU runs
+    away = hami_pod()
+    away["metadata"]["annotations"] = {"nvidia.com/nouse-gpuuuid": UUIDS[0]}
+    rv, _, _ = decide([hami_mig_node(tmp_path / "a", "hami-mig")], away)
+    assert rv.final.allowed and not rv.final.warnings, rv.final.to_json()
+    # a runtime that generates devices just in time takes the created MIG device as well
+    jit = hami_mig_node(tmp_path / "j", "hami-jit", default_kind=delivery.JIT_KIND)
+    rv, _, _ = decide([jit], hami_pod())
+    assert rv.final.allowed and not rv.final.warnings, rv.final.to_json()
+
+
+def test_the_register_annotations_mode_in_both_formats():
+    from webhook.engine.hami import parse_register
+
+    assert parse_register('[{"id": "GPU-a", "mode": "mig"}]')[0].mode == "mig"
+    csv = "GPU-a,10,40960,100,NVIDIA-A100,0,true,0,mig:GPU-b,10,40960,100,NVIDIA-A100,0,true,1:"
+    assert [g.mode for g in parse_register(csv)] == ["mig", ""]
+
+
+def test_pods_are_kept_off_a_node_where_hami_runs_a_gpu_in_mig_mode_by_name(tmp_path):
+    """The agent's label cannot know HAMi's MIG mode (it is in HAMi's register annotation):
+    with such a node in the cluster, HAMi pods are judged node by node."""
+    from tests.unit.engine.test_steering import hami_pod
+
+    mig, fine = hami_mig_node(tmp_path, "hami-mig"), agent_node(
+        tmp_path / "f", "hami-fine", "hami", "operator-management", per_uuid=True)
+    assert mig["metadata"]["labels"]["resolve.gpupool.io/visible-devices"] == "true"
+    pod = hami_pod()
+    rv, _, _ = decide([mig, fine], pod)
+    assert rv.final.allowed, rv.final.to_json()
+    fields = [e for t in terms(pod, rv.mutation.patch) for e in t.get("matchFields", [])]
+    assert fields == [{"key": "metadata.name", "operator": "NotIn", "values": ["hami-mig"]}]
