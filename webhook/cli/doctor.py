@@ -39,8 +39,10 @@ class Row:
     steering: dict[str, str]
     #: devices the node's ResourceSlices publish, per DRA driver
     dra_devices: dict[str, int]
-    #: findings that are not about CDI specs (a resource served two ways)
+    #: findings beyond the row's status (a resource served two ways, MIG devices that fail)
     hazards: list[str]
+    #: the MIG devices the device plugin registered, per resource (the kubelet's list)
+    mig_devices: dict[str, int]
 
 
 def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
@@ -61,6 +63,13 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
         pool = policy.by_name[policy.pool_for_label_value(node.labels.get(policy.pool_label))]
         check = node_verdict(node, view, policy)
         inv = node.inventory
+        mig = dict(sorted((r, len(ids)) for r, ids in ((inv.mig or {}) if inv else {}).items()))
+        for resource in mig:
+            m = node_verdict(node, view, policy, resource)
+            if m.state is NodeState.MISSING:
+                shown = ", ".join(m.missing[:2]) or m.note
+                hazards.append(f"{resource}: its MIG devices fail here ({shown}); fix: "
+                               f"{fix_text(pool, [m], policy, view.runtime_classes())}")
         errors = [f"{p}: {r}" for p, r in inv.errors] if inv else []
         for e in (node.inventory_error, node.register_error):
             if e:
@@ -83,7 +92,8 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
             missing=list(check.missing), fix=fix, errors=errors,
             steering={k.removeprefix(LABEL_PREFIX): v for k, v in sorted(node.labels.items())
                       if k.startswith(LABEL_PREFIX)},
-            dra_devices=dict(sorted(dra_devices.items())), hazards=hazards))
+            dra_devices=dict(sorted(dra_devices.items())), hazards=hazards,
+            mig_devices=mig))
     return rows
 
 
@@ -178,6 +188,9 @@ def format_table(rows: list[Row], cert: CertificateStatus | None = None,
             lines.extend(f"{'':<24} missing: {m}" for m in r.missing)
         if r.fix:
             lines.append(f"{'':<24} fix: {r.fix}")
+        if r.mig_devices:
+            lines.append(f"{'':<24} MIG devices: "
+                         + ", ".join(f"{d}({n})" for d, n in r.mig_devices.items()))
         if r.dra_devices:
             lines.append(f"{'':<24} DRA devices: "
                          + ", ".join(f"{d}({n})" for d, n in r.dra_devices.items()))

@@ -526,11 +526,16 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     return d
 
 
-def node_verdict(node: NodeInfo, view: ClusterView, policy: Policy) -> NodeAssessment:
-    """How a pod of the node's pool that asks for nothing in particular fares on the node:
-    ``doctor``'s row, from the same verdicts admission and steering use."""
+def node_verdict(node: NodeInfo, view: ClusterView, policy: Policy,
+                 resource: str | None = None) -> NodeAssessment:
+    """How a pod of the node's pool that asks for nothing in particular (or for one of
+    ``resource``) fares on the node: ``doctor``'s row, from the same verdicts admission and
+    steering use."""
     pool_name = policy.pool_for_label_value(node.labels.get(policy.pool_label))
-    probe = PodFacts.parse({"spec": {"nodeName": node.name}}, None, policy)
+    spec: dict[str, object] = {"nodeName": node.name}
+    if resource is not None:
+        spec["containers"] = [{"name": "probe", "resources": {"limits": {resource: 1}}}]
+    probe = PodFacts.parse({"spec": spec}, None, policy)
     s = verdicts(probe, pool_name, view, policy)
     failing = s.missing + s.unknown
     return failing[0] if failing else NodeAssessment(node.name, NodeState.OK)

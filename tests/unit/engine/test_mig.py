@@ -132,3 +132,26 @@ def test_pods_are_kept_off_a_node_where_hami_runs_a_gpu_in_mig_mode_by_name(tmp_
     assert rv.final.allowed, rv.final.to_json()
     fields = [e for t in terms(pod, rv.mutation.patch) for e in t.get("matchFields", [])]
     assert fields == [{"key": "metadata.name", "operator": "NotIn", "values": ["hami-mig"]}]
+
+
+def test_doctor_lists_a_nodes_mig_devices_and_flags_those_that_fail(tmp_path):
+    import json
+
+    import yaml
+
+    from tests.unit.cli.test_check_dra import run
+
+    nodes = [mig_node(tmp_path, "op-fresh", MIGS), mig_node(tmp_path, "op-stale", BEFORE)]
+    f = tmp_path / "cluster.yaml"
+    f.write_text(yaml.safe_dump_all(nodes))
+    r = run("doctor", "--cluster", str(f), "-o", "json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    rows = {row["node"]: row for row in json.loads(r.stdout)["nodes"]}
+    assert rows["op-fresh"]["mig_devices"] == {MIG_RESOURCE: 2}
+    assert rows["op-fresh"]["hazards"] == []
+    (hazard,) = rows["op-stale"]["hazards"]
+    assert hazard.startswith(f"{MIG_RESOURCE}: its MIG devices fail here "
+                             f"(management.nvidia.com/gpu={MIGS[0]}")
+    assert "fix: define a CDI device" in hazard
+    r = run("doctor", "--cluster", str(f))
+    assert f"MIG devices: {MIG_RESOURCE}(2)" in r.stdout
