@@ -240,23 +240,26 @@ def node_object(n: NodeSetup, paths: dict[str, Path]) -> dict[str, Any]:
 # ------------------------------------------------------------------ pods
 
 
-def make_pod(rng: random.Random, i: int, nodes: list[NodeSetup]) -> dict[str, Any]:
+def make_pod(rng: random.Random, i: int, nodes: list[NodeSetup], *, mig: bool = True,
+             nri: bool = True) -> dict[str, Any]:
+    """One seeded pod; ``mig``/``nri``: may it ask for MIG devices, or name CDI devices for
+    the NRI plugin (without either, the draws are those of the corpus before them)."""
     hami = rng.random() < 0.6
     k = rng.choice((1, 1, 1, 2, 3))
     limits: dict[str, Any] = {"nvidia.com/gpu": k}
     if hami and rng.random() < 0.7:
         limits["nvidia.com/gpumem"] = 4000
-    mig = not hami and rng.random() < 0.2
-    if mig:
+    asks_mig = mig and not hami and rng.random() < 0.2
+    if asks_mig:
         limits = {MIG_RESOURCE: 1}
     containers = [{"name": "main", "image": "cuda", "resources": {"limits": limits}}]
-    if rng.random() < 0.2 and not mig:
+    if rng.random() < 0.2 and not asks_mig:
         containers.append({"name": "side", "image": "cuda",
                            "resources": {"limits": {"nvidia.com/gpu": 1}}})
     spec: dict[str, Any] = {"containers": containers}
     meta: dict[str, Any] = {"name": f"p{i}", "namespace": "ml", "annotations": {},
                             "labels": {}}
-    pool_nodes = [n for n in nodes if (n.pool == "hami") == hami and (n.mig or not mig)] \
+    pool_nodes = [n for n in nodes if (n.pool == "hami") == hami and (n.mig or not asks_mig)] \
         or [n for n in nodes if (n.pool == "hami") == hami] or nodes
     target = rng.choice(pool_nodes)
     pin = rng.choice(("none", "none", "none", "nodeName", "selector", "affinity", "label"))
@@ -282,7 +285,7 @@ def make_pod(rng: random.Random, i: int, nodes: list[NodeSetup]) -> dict[str, An
             meta["annotations"]["nvidia.com/use-gputype"] = rng.choice(("A100", "H100", "T4"))
         elif roll < 0.36:
             meta["annotations"]["nvidia.com/nouse-gputype"] = rng.choice(("T4", "A100"))
-    if rng.random() < 0.15:
+    if nri and rng.random() < 0.15:
         # CDI devices named for the GPU Operator's NRI plugin (read only where it runs).
         gpu = rng.choice(target.gpus)
         key = rng.choice(("/container.main", "/container.main", "/pod", "", "/container.side"))

@@ -274,7 +274,8 @@ def _workload(namespace: str, gpu_nodes: list[corpus.NodeSetup]
     rng = random.Random(SEED)
     pods = []
     for i in range(PODS):
-        pod = corpus.make_pod(rng, i, gpu_nodes)
+        # (no MIG or NRI pods: the chain's nodes have neither)
+        pod = corpus.make_pod(rng, i, gpu_nodes, mig=False, nri=False)
         pod["metadata"]["namespace"] = namespace
         pods.append(pod)
     ctr = {"name": "c", "image": "cuda"}

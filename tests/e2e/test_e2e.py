@@ -78,6 +78,8 @@ def env(k8s_bin, helm, tmp_path_factory):
             e.kubectl("taint", "node", n, "node.kubernetes.io/not-ready:NoSchedule-")
         e.agent("hami-1", "operator-management")
         e.agent("op-1", "device-plugin")
+        # The GPU Operator's CRD (its chart's own file): gpupool follows ClusterPolicies.
+        e.kubectl("create", "-f", str(UPSTREAM / "crds/nvidia.com_clusterpolicies.yaml"))
         e.server = install.serve(e.cp, e.tmp, objs)
         e.hami = HamiWebhook(e.certs / "tls.crt", e.certs / "tls.key",
                              e.tmp / "hami-webhook.log").start()
@@ -387,6 +389,54 @@ def test_steering_keeps_pods_off_a_broken_node_until_it_is_fixed(env):
         env.kubectl("delete", "node", "hami-2", "--wait=false", check=False)
         env.kubectl("delete", "pod", "steered-1", "steered-2", "-n", "ml", "--wait=false",
                     check=False)
+
+
+def _until(check, what: str, seconds: float = 30):
+    """Poll ``check()`` (the webhook's caches follow the API server through watches)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        r = check()
+        if r or time.monotonic() > deadline:
+            assert r, what
+            return r
+        time.sleep(0.5)
+
+
+def test_the_gpu_operators_nri_plugin_is_followed_through_its_cluster_policy(env):
+    """The operator's sample ClusterPolicy, switched to NRI injection, in the real CRD: a pod
+    outside the operator's namespace naming the management device in its
+    nvidia.cdi.k8s.io annotation would start without it (the plugin drops it), so gpupool
+    denies it at dry run; the fix gpupool names (the namespace in the toolkit's
+    NRI_MANAGEMENT_CDI_DEVICE_NAMESPACES) admits it, and deleting the policy forgets it."""
+    cp = yaml.safe_load((UPSTREAM / "runtime-config/gpu-operator-sample-clusterpolicy.yaml")
+                        .read_text())
+    cp["spec"]["cdi"] = {"enabled": True, "nriPluginEnabled": True}
+    env.kubectl("create", "namespace", "team-a")
+    env.kubectl("label", "node", "op-1", "nvidia.com/gpu.deploy.container-toolkit=true")
+    assert env.apply(cp).returncode == 0
+    name = cp["metadata"]["name"]
+    try:
+        env.kubectl("patch", "clusterpolicy", name, "--subresource=status", "--type=merge",
+                    "-p", json.dumps({"status": {"state": "ready",
+                                                 "namespace": "gpu-operator"}}))
+        pod = _pod("dcgm-like", {"nvidia.com/gpu": 1})
+        pod["metadata"].update(namespace="team-a", annotations={
+            "nvidia.cdi.k8s.io/container.c": "management.nvidia.com/gpu=all"})
+
+        def denied():
+            r = env.apply(pod, "--dry-run=server")
+            return r if r.returncode != 0 and "GPUNotDelivered" in r.stderr else None
+        r = _until(denied, "the ClusterPolicy's NRI plugin never reached gpupool")
+        assert "namespace team-a" in r.stderr and "op-1" in r.stderr, r.stderr
+        assert "add namespace team-a to NRI_MANAGEMENT_CDI_DEVICE_NAMESPACES" in r.stderr
+        cp["spec"]["toolkit"] = {"enabled": True, "env": [
+            {"name": "NRI_MANAGEMENT_CDI_DEVICE_NAMESPACES", "value": "team-a"}]}
+        assert env.apply(cp).returncode == 0
+        _until(lambda: env.apply(pod, "--dry-run=server").returncode == 0,
+               "the fix applied, the pod is still denied")
+    finally:
+        env.kubectl("delete", "clusterpolicy", name, "--wait=true")
+        env.kubectl("label", "node", "op-1", "nvidia.com/gpu.deploy.container-toolkit-")
 
 
 def test_apiserver_webhook_latency_recorded(env):
