@@ -238,3 +238,28 @@ def test_gpupool_agrees_with_the_real_runtime_on_mig_pods(tmp_path, spec):
         if not v.ok:
             assert f"unresolvable CDI devices management.nvidia.com/gpu={m}" in v.error
             assert m in rv.final.message
+
+
+def test_a_mig_device_hami_creates_at_allocation_is_in_no_spec(tmp_path):
+    """HAMi's MIG mode hands the container a MIG device it has just created. The real
+    runtime in cdi mode cannot resolve it from the node's specs (written before), and
+    gpupool denies the pod; the fix it names, hami-core mode for that GPU, hands the GPU's
+    own UUID, which the per-UUID spec defines, and the real runtime creates the container."""
+    from tests.corpus import created_mig
+    from tests.unit.engine.test_mig import hami_mig_node
+    from tests.unit.engine.test_steering import decide, hami_pod
+    from webhook.engine.decision import Reason
+
+    node = hami_mig_node(tmp_path, "hami-mig")
+    paths = tmp_path / "hami-mig"
+    oracle = OracleNode(tmp_path / "oracle", [paths / "etc/cdi", paths / "var/run/cdi"],
+                        paths / "config/config.toml", gpus=UUIDS)
+    v = oracle.create(created_mig(UUIDS[0]))
+    assert not v.ok and v.by == "nvidia-container-runtime"
+    assert f"unresolvable CDI devices management.nvidia.com/gpu={created_mig(UUIDS[0])}" \
+        in v.error
+    rv, _, _ = decide([node], hami_pod())
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
+    assert "hami-core mode" in rv.final.message
+    v = oracle.create(UUIDS[0])  # hami-core: the GPU itself
+    assert v.ok and v.devices, v.error
