@@ -53,6 +53,8 @@ class RuntimeInfo:
     #: ``accept-nvidia-visible-devices-envvar-when-unprivileged`` (None: not read, or the
     #: toolkit's default, true; published only when false)
     accept_envvar_unprivileged: bool | None = None
+    #: containerd hosts no NRI plugin (published only when false: its config disables NRI)
+    containerd_nri: bool | None = None
 
     def effective_mode(self, runtime_class: str | None) -> str | None:
         """The mode a pod's containers run in: its RuntimeClass's handler (named like the
@@ -79,6 +81,8 @@ class RuntimeInfo:
             out["source"] = self.source
         if self.accept_envvar_unprivileged is False:  # the default (true) goes unsaid
             out["acceptEnvvarUnprivileged"] = False
+        if self.containerd_nri is False:
+            out["containerdNRI"] = False
         return out
 
 
@@ -177,6 +181,7 @@ def _runtime(canonical: str) -> RuntimeInfo:
         source=_opt(rt.get("source"), str, "runtime.source"),
         accept_envvar_unprivileged=_opt(rt.get("acceptEnvvarUnprivileged"), bool,
                                         "runtime.acceptEnvvarUnprivileged"),
+        containerd_nri=_opt(rt.get("containerdNRI"), bool, "runtime.containerdNRI"),
     )
 
 

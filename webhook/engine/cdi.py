@@ -209,7 +209,8 @@ def assess_annotations(node: NodeInfo, facts: PodFacts, plugin: nri.Plugin | Non
     inv = node.inventory
     if plugin is None or inv is None or not facts.nri_requests or not nri.runs_on(node.labels):
         return None
-    s = nri.judge(facts.nri_requests, facts.namespace, plugin, inv.kinds)
+    s = nri.judge(facts.nri_requests, facts.namespace, plugin, inv.kinds,
+                  inv.runtime.containerd_nri)
     if s is None:
         return None
     return NodeAssessment(node.name, NodeState.UNKNOWN if s.unknown else NodeState.MISSING,

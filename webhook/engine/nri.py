@@ -92,9 +92,19 @@ class Shortfall:
 
 
 def judge(reqs: Requests, namespace: str | None, plugin: Plugin,
-          kinds: Mapping[str, frozenset[str]]) -> Shortfall | None:
+          kinds: Mapping[str, frozenset[str]], containerd_nri: bool | None = None
+          ) -> Shortfall | None:
     """What goes wrong, on a node running the plugin whose CDI specs define ``kinds``
-    (kind -> device names); None when every named device reaches its container."""
+    (kind -> device names); None when every named device reaches its container.
+    ``containerd_nri`` False: the node's containerd hosts no NRI plugin (containerd v2.2
+    ``internal/cri/nri``: a disabled NRI adjusts nothing), so nothing is injected."""
+    if containerd_nri is False:
+        return Shortfall(
+            tuple(c for c, _ in reqs), undelivered=True,
+            note=f"containerd's NRI is disabled on the node: the GPU Operator's NRI plugin "
+                 f"cannot inject the devices the pod's {DOMAIN} annotations name",
+            fix='enable NRI in containerd on those nodes (plugins."io.containerd.nri.v1.nri" '
+                "disable = false)")
     dropped, doubt, missing, failing = [], [], [], []
     for container, value in reqs:
         if MANAGEMENT in value:

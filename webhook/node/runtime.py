@@ -85,6 +85,8 @@ class ContainerdConfig:
     #: handler name -> "cdi", "legacy" or "config" (follows the NVIDIA config's mode)
     nvidia_handlers: Mapping[str, str] = field(default_factory=dict)
     default_runtime: str | None = None
+    #: whether containerd hosts NRI plugins (None: its version's default, not known here)
+    nri_enabled: bool | None = None
 
 
 def _cri_sections(doc: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any], int]:
@@ -185,7 +187,23 @@ def read_containerd_config(path: str, host_root: str = "") -> ContainerdConfig:
             handlers[name] = {".cdi": "cdi", ".legacy": "legacy"}.get(suffix, "config")
     return ContainerdConfig(cdi_enabled=bool(enabled), spec_dirs=tuple(str(d) for d in dirs),
                             nvidia_handlers=handlers,
-                            default_runtime=default if isinstance(default, str) else None)
+                            default_runtime=default if isinstance(default, str) else None,
+                            nri_enabled=_nri_enabled(doc, version))
+
+
+def _nri_enabled(doc: Mapping[str, Any], version: int) -> bool | None:
+    """containerd's ``plugins."io.containerd.nri.v1.nri"``: 2.x hosts NRI plugins unless
+    ``disable``d, 1.7 only when told to; ``disable_connections`` shuts out external plugins
+    such as NVIDIA's. A version-2 file may be read by either, so without the key it says
+    nothing."""
+    section = _get(doc, "plugins", "io.containerd.nri.v1.nri")
+    disable = section.get("disable") if isinstance(section, Mapping) else None
+    if disable is True or (isinstance(section, Mapping)
+                           and section.get("disable_connections") is True):
+        return False  # (no external plugin, such as NVIDIA's, may connect)
+    if disable is False:
+        return True
+    return True if version >= 3 else None
 
 
 def runtime_info(nvidia: NvidiaConfig | None, containerd: ContainerdConfig | None,
@@ -206,4 +224,5 @@ def runtime_info(nvidia: NvidiaConfig | None, containerd: ContainerdConfig | Non
         source=source,
         accept_envvar_unprivileged=False if nvidia and not nvidia.accept_envvar_unprivileged
         else None,
+        containerd_nri=False if containerd and containerd.nri_enabled is False else None,
     )

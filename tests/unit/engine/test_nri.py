@@ -140,3 +140,21 @@ def _first_gpu(node: dict) -> str:
     import json
     inv = json.loads(node["metadata"]["annotations"]["gpupool.io/cdi-inventory"])
     return inv["kinds"]["k8s.device-plugin.nvidia.com/gpu"][0]
+
+
+def test_a_node_whose_containerd_hosts_no_nri_plugin_never_injects_them(tmp_path):
+    """containerd with NRI disabled adjusts nothing (containerd v2.2 internal/cri/nri): the
+    annotated devices never arrive, in any namespace."""
+    import json
+
+    node = operator_node(tmp_path)
+    ann = node["metadata"]["annotations"]
+    inv = json.loads(ann["gpupool.io/cdi-inventory"])
+    inv["runtime"]["containerdNRI"] = False
+    ann["gpupool.io/cdi-inventory"] = json.dumps(inv)
+    rv, _, _ = decide([node, cluster_policy(extra="default")], annotated(ALL))
+    assert not rv.final.allowed and rv.final.reason == Reason.GPU_NOT_DELIVERED
+    assert "containerd's NRI is disabled" in rv.final.message
+    assert 'plugins."io.containerd.nri.v1.nri" disable = false' in rv.final.message
+    # a pod naming nothing for the plugin is not concerned
+    assert decide([node, cluster_policy()], gpu_pod("plain"))[0].final.allowed

@@ -174,3 +174,24 @@ def test_unprivileged_envvar_switch(tmp_path):
 
     with pytest.raises(RuntimeConfigError, match=ENVVAR_UNPRIVILEGED_KEY):
         read_nvidia_config(str(bad))
+
+
+def test_whether_containerd_hosts_nri_plugins(tmp_path):
+    """containerd's own files: 1.7's default (NRI turned on), the 2.x full config (version 3,
+    on by default), the toolkit's drop-in (version 2, no NRI key: either containerd may read
+    it, so nothing is said). Only "off" is published."""
+    assert read_containerd_config(str(RC / "containerd-default-1.7.toml")).nri_enabled is True
+    v3 = RC / "from-docs/containerd-v3-full-config.toml"
+    assert read_containerd_config(str(v3)).nri_enabled is True
+    dropin = RC / "from-go-literals/nvidia-ctk-installer-containerd-dropin.cdi-enabled.toml"
+    assert read_containerd_config(str(dropin)).nri_enabled is None
+    for key in ("disable", "disable_connections"):
+        text = (RC / "containerd-default-1.7.toml").read_text()
+        assert f"    {key} = false\n" in text
+        off = tmp_path / f"{key}.toml"
+        off.write_text(text.replace(f"    {key} = false\n", f"    {key} = true\n", 1))
+        cfg = read_containerd_config(str(off))
+        assert cfg.nri_enabled is False
+        info = runtime_info(None, cfg)
+        assert info.containerd_nri is False and info.to_json()["containerdNRI"] is False
+    assert "containerdNRI" not in runtime_info(None, read_containerd_config(str(v3))).to_json()
