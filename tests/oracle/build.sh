@@ -5,7 +5,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../tools/gocache.sh"
-gocache_bin oracle "$(cd "$here" && cat go.mod go.sum build.sh $(find cmd -name '*.go' | sort) \
+gocache_bin oracle "$(cd "$here" && cat go.mod go.sum build.sh $(find cmd internal -name '*.go' | sort) \
   | sha256sum | cut -c1-16)"
 if gocache_have nvidia-container-runtime cdi-inject nri-inject; then echo "$bin"; exit 0; fi
 gocache_start

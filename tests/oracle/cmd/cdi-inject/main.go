@@ -10,16 +10,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
-	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"gpupool.test/oracle/internal/cdiinject"
 )
-
-type dirs []string
-
-func (d *dirs) String() string     { return strings.Join(*d, ",") }
-func (d *dirs) Set(v string) error { *d = append(*d, v); return nil }
 
 type result struct {
 	OK      bool     `json:"ok"`
@@ -29,19 +23,15 @@ type result struct {
 }
 
 func main() {
-	var specDirs dirs
+	var specDirs cdiinject.Strings
 	flag.Var(&specDirs, "spec-dir", "a CDI spec directory, in priority order (repeatable)")
 	flag.Parse()
 	out := result{}
-	cache, err := cdi.NewCache(cdi.WithSpecDirs(specDirs...), cdi.WithAutoRefresh(false))
+	cache, err := cdiinject.Cache(specDirs)
 	if err != nil {
-		// Broken spec files are reported here but do not stop resolution of the others,
-		// as in containerd; only a cache that cannot exist at all is fatal.
-		if cache == nil {
-			out.Error = err.Error()
-			emit(out)
-			return
-		}
+		out.Error = err.Error()
+		emit(out)
+		return
 	}
 	spec := &oci.Spec{Process: &oci.Process{Env: []string{}}, Linux: &oci.Linux{}}
 	if _, err := cache.InjectDevices(spec, flag.Args()...); err != nil {
@@ -49,9 +39,7 @@ func main() {
 	} else {
 		out.OK = true
 		out.Env = spec.Process.Env
-		for _, d := range spec.Linux.Devices {
-			out.Devices = append(out.Devices, d.Path)
-		}
+		out.Devices = cdiinject.Devices(spec)
 	}
 	emit(out)
 }

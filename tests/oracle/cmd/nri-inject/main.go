@@ -33,13 +33,8 @@ import (
 	"github.com/containerd/nri/pkg/runtime-tools/generate"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	rgen "github.com/opencontainers/runtime-tools/generate"
-	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"gpupool.test/oracle/internal/cdiinject"
 )
-
-type list []string
-
-func (l *list) String() string     { return strings.Join(*l, ",") }
-func (l *list) Set(v string) error { *l = append(*l, v); return nil }
 
 type result struct {
 	OK       bool     `json:"ok"`
@@ -84,7 +79,7 @@ func (r ready) UpdatePluginCount(n int) {
 }
 
 func main() {
-	var specDirs, allow, annotations list
+	var specDirs, allow, annotations cdiinject.Strings
 	namespace := flag.String("namespace", "default", "the pod's namespace")
 	container := flag.String("container", "main", "the container's name")
 	flag.Var(&specDirs, "spec-dir", "a CDI spec directory, in priority order (repeatable)")
@@ -163,8 +158,8 @@ func run(specDirs, allow, annotations []string, namespace, container string) (*r
 	for _, d := range resp.GetAdjust().GetCDIDevices() {
 		out.Injected = append(out.Injected, d.GetName())
 	}
-	cache, err := cdi.NewCache(cdi.WithSpecDirs(specDirs...), cdi.WithAutoRefresh(false))
-	if cache == nil {
+	cache, err := cdiinject.Cache(specDirs)
+	if err != nil {
 		return nil, fmt.Errorf("CDI cache: %w", err)
 	}
 	spec := &oci.Spec{Process: &oci.Process{Env: []string{}}, Linux: &oci.Linux{}}
@@ -181,9 +176,7 @@ func run(specDirs, allow, annotations []string, namespace, container string) (*r
 	} else {
 		out.OK = true
 		out.Env = spec.Process.Env
-		for _, d := range spec.Linux.Devices {
-			out.Devices = append(out.Devices, d.Path)
-		}
+		out.Devices = cdiinject.Devices(spec)
 	}
 	log.mu.Lock()
 	out.Log = append(out.Log, log.lines...)
