@@ -419,8 +419,9 @@ def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
                "operator": rng.choice(("cdi", "cdi", "envvar"))}
     pinned = rng.random() < 0.5
     require = rng.random() < 0.25
-    # Half the detect clusters run the GPU Operator with its ClusterPolicy in view: its
-    # plugin's strategy is then known on the nodes it runs on (docs/cdi-inventory.md).
+    # Half the detect clusters have their plugins' configuration in view (the GPU
+    # Operator's ClusterPolicy, HAMi's device-plugin DaemonSet): each plugin's strategy is
+    # then known on the nodes it runs on (docs/cdi-inventory.md).
     with_policy = not pinned and rng.random() < 0.5
     # Most of those run the operator's NRI plugin; some allow the pods' namespace management
     # devices through the toolkit's env.
@@ -456,8 +457,18 @@ def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
                                               "value": ",".join(nri_allowed[1:])}]}
             cp["status"] = {"namespace": nri_allowed[0]}
         objects.append(cp)
+        # HAMi's device-plugin DaemonSet, as its chart labels it, on HAMi's nodes.
+        objects.append({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {
+            "name": "hami-device-plugin", "namespace": "kube-system",
+            "labels": {"app.kubernetes.io/component": "hami-device-plugin"}},
+            "spec": {"template": {"spec": {
+                "nodeSelector": {"gpupool.io/pool": "hami"},
+                "containers": [{"name": "device-plugin", "env": [{
+                    "name": "DEVICE_LIST_STRATEGY",
+                    "value": "cdi-annotations" if plugins["hami"] == "cdi" else "envvar"}]}]}}}})
     name = (f"{'pinned' if pinned else 'detect'}{', requireInventory' if require else ''}"
-            f"{', ClusterPolicy' if with_policy else ''}{', NRI' if nri_allowed else ''}")
+            f"{', ClusterPolicy and HAMi DaemonSet' if with_policy else ''}"
+            f"{', NRI' if nri_allowed else ''}")
     return Cluster(load_policy_text(text), name, nodes, objects, oracles, root, nri_allowed)
 
 
@@ -625,10 +636,9 @@ def _setup(cluster: Cluster, name: str) -> NodeSetup:
 
 def _misdetected(cluster: Cluster, n: NodeSetup) -> bool:
     """What ``delivery: detect`` cannot see: a plugin in a CDI strategy that wrote no spec,
-    or one in envvar that left a spec from an earlier configuration behind. (Not on the
-    operator's nodes when its ClusterPolicy is known: it says which strategy the plugin
-    has.)"""
-    if n.pool == "operator" and cluster.policy_name.endswith("ClusterPolicy"):
+    or one in envvar that left a spec from an earlier configuration behind. (Not where the
+    plugin's configuration is in view: the operator's ClusterPolicy, HAMi's DaemonSet.)"""
+    if "ClusterPolicy" in cluster.policy_name:
         return False
     has_spec = any(f.startswith("k8s.device-plugin") for _, f, _ in n.specs)
     return (n.plugin == "cdi") != has_spec

@@ -439,6 +439,39 @@ def test_the_gpu_operators_nri_plugin_is_followed_through_its_cluster_policy(env
         env.kubectl("label", "node", "op-1", "nvidia.com/gpu.deploy.container-toolkit-")
 
 
+def test_hamis_device_plugin_daemonset_is_followed(env):
+    """HAMi's device-plugin DaemonSet in the real API server, as its chart labels it: set to
+    cdi-annotations, the plugin hands CDI names that hami-1's specs lack (on disk it looks
+    like envvar, which its per-UUID spec serves), so a HAMi pod is denied at dry run with
+    those names; deleted, the node is read from its disk again."""
+    from tests.unit.engine.test_hamiplugin import daemonset
+
+    env.agent("hami-1", "fixed")
+    pod = _pod("vllm-ds", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000})
+    try:
+        _until(lambda: env.apply(pod, "--dry-run=server").returncode == 0,
+               "the per-UUID spec never admitted the HAMi pod")
+        ds = daemonset("cdi-annotations")
+        ds["spec"]["selector"] = {"matchLabels": {"app": "hami-device-plugin"}}
+        ds["spec"]["template"]["metadata"] = {"labels": {"app": "hami-device-plugin"}}
+        ds["spec"]["template"]["spec"]["containers"][0]["image"] = "hami:v2.10.0"
+        assert env.apply(ds).returncode == 0
+
+        def denied():
+            r = env.apply(pod, "--dry-run=server")
+            return r if r.returncode != 0 and "CDIDeviceMissing" in r.stderr else None
+        r = _until(denied, "HAMi's DaemonSet never reached gpupool")
+        assert "hami-1 lacks k8s.device-plugin.nvidia.com/gpu=GPU-" in r.stderr, r.stderr
+        env.kubectl("delete", "daemonset", "hami-device-plugin", "-n", "kube-system",
+                    "--wait=true")
+        _until(lambda: env.apply(pod, "--dry-run=server").returncode == 0,
+               "the DaemonSet deleted, the pod is still denied")
+    finally:
+        env.kubectl("delete", "daemonset", "hami-device-plugin", "-n", "kube-system",
+                    "--ignore-not-found")
+        env.agent("hami-1", "operator-management")
+
+
 def test_apiserver_webhook_latency_recorded(env):
     for i in range(30):
         env.apply(_pod(f"batch-{i}", {"nvidia.com/gpu": 1}))

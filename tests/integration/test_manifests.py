@@ -130,6 +130,8 @@ def test_least_privilege_rbac(rendered):
                                          "verbs": ["get", "list", "watch"]},
                                         {"apiGroups": ["nvidia.com"],
                                          "resources": ["clusterpolicies"],
+                                         "verbs": ["get", "list", "watch"]},
+                                        {"apiGroups": ["apps"], "resources": ["daemonsets"],
                                          "verbs": ["get", "list", "watch"]}]
     assert roles["gpupool-agent"] == [{"apiGroups": [""], "resources": ["nodes"],
                                        "verbs": ["get", "patch"]}]

@@ -73,6 +73,22 @@ class Resolution:
     undelivered: bool = False
 
 
+#: The device plugins' ``DEVICE_LIST_STRATEGY`` values that hand containers CDI names.
+CDI_STRATEGIES = frozenset({"cdi-annotations", "cdi-cri"})
+
+
+def strategy_way(strategy: str) -> Way | None:
+    """The way a device plugin set to this ``DEVICE_LIST_STRATEGY`` (comma-separated, as
+    NVIDIA's and HAMi's plugins take it) hands GPUs; None for what gpupool does not model
+    (``volume-mounts``, or envvar together with a CDI strategy)."""
+    names = {s.strip() for s in strategy.split(",") if s.strip()}
+    if names and names <= CDI_STRATEGIES:
+        return CDI_DEVICES
+    if names == {"envvar"}:
+        return VISIBLE_DEVICES
+    return None
+
+
 def detected_way(inv: Inventory, device_kind: str = DEVICE_PLUGIN_KIND) -> str:
     """A node whose device plugin writes its CDI spec hands out CDI names; otherwise UUIDs.
 

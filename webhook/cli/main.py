@@ -419,11 +419,13 @@ def _live_objects(kubeconfig: str | None, context: str | None) -> tuple[Any, Clu
 
 
 def _live_resources(api: Any) -> list[dict[str, Any]]:
-    """The cluster's DRA objects (``resource.k8s.io/v1``) and the GPU Operator's
-    ClusterPolicy; none of a kind where its API or the permission to list it is missing
-    (then DRA claims are not judged, and ``detect`` reads each node's disk alone)."""
+    """The cluster's DRA objects (``resource.k8s.io/v1``), the GPU Operator's ClusterPolicy
+    and HAMi's device-plugin DaemonSets; none of a kind where its API or the permission to
+    list it is missing (then DRA claims are not judged, and ``detect`` reads each node's
+    disk alone)."""
     from kubernetes import client
 
+    from webhook.engine import HAMI_PLUGIN_SELECTOR
     from webhook.kube import (
         CLUSTER_POLICY,
         DRA_GROUP,
@@ -444,6 +446,12 @@ def _live_resources(api: Any) -> list[dict[str, Any]]:
             continue
         items = listed.get("items") if isinstance(listed, dict) else None
         out.extend({**item, "kind": kind} for item in items or () if isinstance(item, dict))
+    try:
+        sets = client.AppsV1Api(api).list_daemon_set_for_all_namespaces(
+            label_selector=HAMI_PLUGIN_SELECTOR, _request_timeout=REQUEST_TIMEOUT)
+    except client.ApiException:
+        return out
+    out.extend({**api.sanitize_for_serialization(d), "kind": "DaemonSet"} for d in sets.items)
     return out
 
 

@@ -29,9 +29,10 @@ _SURFACE = {
     "ClusterView": "cluster", "NodeInfo": "cluster", "view_from_objects": "cluster",
     "runtime_classes_of": "cluster", "DRA_KINDS": "cluster", "RESOURCE_KINDS": "cluster",
     "load_resources": "cluster", "claims_of": "cluster",
-    # DRA and the GPU Operator's ClusterPolicy
+    # DRA, the GPU Operator's ClusterPolicy and HAMi's device-plugin DaemonSet
     "DeviceClass": "dra", "Slice": "dra", "mixed_resources": "allocation",
-    "cluster_operator": "clusterpolicy",
+    "cluster_operator": "clusterpolicy", "hami_plugin_from": "hamiplugin",
+    "HAMI_PLUGIN_SELECTOR": "hamiplugin",
     # the policy
     "Policy": "policy", "PolicyError": "policy", "load_policy_text": "policy",
     # per node, for doctor
@@ -86,6 +87,8 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.decision import clean_warning as clean_warning
     from webhook.engine.dra import DeviceClass as DeviceClass
     from webhook.engine.dra import Slice as Slice
+    from webhook.engine.hamiplugin import HAMI_PLUGIN_SELECTOR as HAMI_PLUGIN_SELECTOR
+    from webhook.engine.hamiplugin import hami_plugin_from as hami_plugin_from
     from webhook.engine.objects import clip as clip
     from webhook.engine.objects import describe as describe
     from webhook.engine.objects import meta_of as meta_of

@@ -95,11 +95,12 @@ class Verdicts:
 
 def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: str | None,
                 demand: cand.Demand, policy: Policy, privileged: bool = False,
-                operator_way: delivery.Way | None = None) -> NodeAssessment:
+                declared_way: delivery.Way | None = None) -> NodeAssessment:
     """Will every GPU the device plugin could hand this pod resolve on this node?
     ``handler``: the containerd handler the pod's RuntimeClass names
     (``ClusterView.handler_of``); ``privileged``: every GPU container is privileged;
-    ``operator_way``: how the GPU Operator's plugin hands GPUs, per its ClusterPolicy."""
+    ``declared_way``: how the node's device plugin hands GPUs as the cluster's own
+    configuration says (``declared_way``)."""
     req = pool.cdi
     if not req.checked:
         return NodeAssessment(node.name, NodeState.OK)
@@ -109,10 +110,9 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
         return NodeAssessment(node.name, NodeState.UNKNOWN, note=note)
     way = req.delivery
     if way is delivery.Way.DETECT:
-        # The operator's own word beats what its plugin left on disk (a plugin in a CDI
+        # The plugin's configuration beats what it left on disk (a plugin in a CDI
         # strategy that wrote no spec looks like an envvar one).
-        way = operator_way if operator_way is not None and \
-            clusterpolicy.runs_operator_plugin(node.labels) \
+        way = declared_way if declared_way is not None \
             else delivery.Way(delivery.detected_way(inv, req.device_kind))
     if way == delivery.VISIBLE_DEVICES and runtime_class in policy.non_cdi_runtime_classes \
             and not delivery.envvar_ignored(inv, privileged):
@@ -151,6 +151,16 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
     return NodeAssessment(node.name, NodeState.OK if r.ok else NodeState.MISSING,
                           missing=r.missing, note=r.note, kind=r.kind, mode=r.mode, way=way,
                           undelivered=r.undelivered)
+
+
+def declared_way(node: NodeInfo, view: ClusterView, hami_pool: bool) -> delivery.Way | None:
+    """How the node's device plugin hands GPUs, as the cluster's own configuration says: the
+    GPU Operator's ClusterPolicy on the nodes it runs its plugin on, HAMi's device-plugin
+    DaemonSet on HAMi's pool (``hamiplugin``). None: it does not say."""
+    operator = view.operator_way()
+    if operator is not None and clusterpolicy.runs_operator_plugin(node.labels):
+        return operator
+    return view.hami_way(node.labels) if hami_pool else None
 
 
 def _assess_mig(node: NodeInfo, inv: Inventory, resources: list[str], way: delivery.Way,
@@ -368,7 +378,6 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
         return demand[0]
 
     extended = allocation.demand(facts, view).extended
-    operator_way = view.operator_way()
     nri_plugin = view.operator_nri() if facts.nri_requests else None
 
     def per_node(n: NodeInfo) -> _NodeVerdict | None:
@@ -389,7 +398,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
             return (why, False, None)
         matches = affinity.node_matches(facts.spec, n.labels, n.name)
         check = assess_node(n, pool, facts.runtime_class, handler, demand_of(), policy,
-                            facts.privileged_gpus, operator_way)
+                            facts.privileged_gpus, declared_way(n, view, hami_pool))
         if check.state is NodeState.OK and nri_plugin is not None and pool.cdi.checked:
             check = assess_annotations(n, facts, nri_plugin) or check
         if check.state is NodeState.OK:

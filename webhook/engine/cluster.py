@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from webhook.api.delivery import Way
 from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
-from webhook.engine import clusterpolicy, dra, hami, nri, objects
+from webhook.engine import clusterpolicy, dra, hami, hamiplugin, nri, objects
 from webhook.engine.labels import NodeLabels
 from webhook.engine.policy import Policy
 from webhook.engine.resources import whole_number
@@ -217,6 +217,8 @@ class ClusterView:
         self._slice_changes = 0
         #: the GPU Operator's device plugin's way, from its ClusterPolicy (None: unknown)
         self._operator: clusterpolicy.Operator | None = None
+        #: HAMi's device-plugin DaemonSets (None: not known)
+        self._hami_plugins: tuple[hamiplugin.Plugin, ...] | None = None
         self.version = 0
 
     # ---------------------------------------------------------------- writes
@@ -426,7 +428,27 @@ class ClusterView:
             self._folds.clear()  # node verdicts depend on it
             self._bump()
 
+    def set_hami_plugins(self, plugins: Iterable[hamiplugin.Plugin] | None) -> None:
+        """HAMi's device-plugin DaemonSets (``hamiplugin``); None: not known."""
+        found = None if plugins is None else tuple(sorted(
+            plugins, key=lambda p: (p.node_selector, str(p.way))))
+        with self._lock:
+            if found == self._hami_plugins:
+                return
+            self._hami_plugins = found
+            self._folds.clear()  # node verdicts depend on it
+            self._bump()
+
     # ---------------------------------------------------------------- reads
+
+    def hami_way(self, labels: Mapping[str, str]) -> Way | None:
+        """How HAMi's device plugin hands GPUs on a node with these labels, where its
+        DaemonSet says."""
+        plugins = self._hami_plugins
+        return hamiplugin.way_on(plugins, labels) if plugins else None
+
+    def knows_hami_plugins(self) -> bool:
+        return bool(self._hami_plugins)
 
     def operator_way(self) -> Way | None:
         """How the GPU Operator's device plugin hands GPUs, where its ClusterPolicy says."""
@@ -584,7 +606,7 @@ def view_from_objects(objects: Iterable[Mapping[str, Any]], policy: Policy | Non
 
 DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
 #: Every kind ``load_resources`` reads: the DRA objects and the GPU Operator's ClusterPolicy.
-RESOURCE_KINDS = (*DRA_KINDS, clusterpolicy.KIND)
+RESOURCE_KINDS = (*DRA_KINDS, clusterpolicy.KIND, hamiplugin.KIND)
 
 
 def load_resources(view: ClusterView, items: Iterable[Mapping[str, Any]]) -> None:
@@ -600,6 +622,9 @@ def load_resources(view: ClusterView, items: Iterable[Mapping[str, Any]]) -> Non
             by_kind[kind].append(item)
     if by_kind[clusterpolicy.KIND]:
         view.set_operator(clusterpolicy.cluster_operator(by_kind[clusterpolicy.KIND]))
+    if by_kind[hamiplugin.KIND]:
+        view.set_hami_plugins(p for o in by_kind[hamiplugin.KIND]
+                              if (p := hamiplugin.hami_plugin_from(o)) is not None)
     if by_kind["DeviceClass"] or by_kind["ResourceSlice"]:
         view.replace_device_classes(c for o in by_kind["DeviceClass"]
                                     if (c := dra.DeviceClass.from_object(o)) is not None)

@@ -18,14 +18,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES, Way
+from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES, Way, strategy_way
 from webhook.engine import nri
-from webhook.engine.objects import as_list, as_mapping
+from webhook.engine.objects import as_mapping, env_value
 
 KIND = "ClusterPolicy"
 #: The operator's node label for where it runs its device plugin.
 DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
-_CDI_STRATEGIES = {"cdi-annotations", "cdi-cri"}
 
 
 def plugin_way(obj: Mapping[str, Any]) -> Way | None:
@@ -35,27 +34,11 @@ def plugin_way(obj: Mapping[str, Any]) -> Way | None:
     plugin = as_mapping(spec.get("devicePlugin"))
     if plugin.get("enabled") is False:
         return None
-    strategy = _env(plugin, "DEVICE_LIST_STRATEGY")
+    strategy = env_value(plugin.get("env"), "DEVICE_LIST_STRATEGY")
     if strategy is None:
         enabled = as_mapping(spec.get("cdi")).get("enabled")
         return CDI_DEVICES if enabled is not False else VISIBLE_DEVICES
-    names = {s.strip() for s in strategy.split(",") if s.strip()}
-    if names and names <= _CDI_STRATEGIES:
-        return CDI_DEVICES
-    if names == {"envvar"}:
-        return VISIBLE_DEVICES
-    return None
-
-
-def _env(component: Mapping[str, Any], name: str) -> str | None:
-    """A variable the policy sets on one of its components (the last one wins, as in the
-    container's env); "" for a value that is not a string, None when unset."""
-    value = None
-    for e in as_list(component.get("env")):
-        if isinstance(e, Mapping) and e.get("name") == name:
-            v = e.get("value")
-            value = v if isinstance(v, str) else ""
-    return value
+    return strategy_way(strategy)
 
 
 def nri_plugin(obj: Mapping[str, Any]) -> nri.Plugin | None:
@@ -68,7 +51,7 @@ def nri_plugin(obj: Mapping[str, Any]) -> nri.Plugin | None:
             or toolkit.get("enabled") is False:
         return None
     namespace = as_mapping(obj.get("status")).get("namespace")
-    extra = _env(toolkit, nri.NAMESPACES_ENV) or ""
+    extra = env_value(toolkit.get("env"), nri.NAMESPACES_ENV) or ""
     return nri.Plugin(namespace if isinstance(namespace, str) and namespace else None,
                       frozenset(n.strip() for n in extra.split(",") if n.strip()))
 

@@ -49,3 +49,14 @@ def describe(obj: Mapping[str, Any], namespace: str | None, kind: str) -> str:
     """'<kind> ns/name': every message says which object it is about."""
     ns = clip(namespace or meta_of(obj).get("namespace") or "")
     return f"{kind} {ns + '/' if ns else ''}{clip(name_of(obj)) or '(unnamed)'}"
+
+
+def env_value(env: object, name: str) -> str | None:
+    """A variable in a container's (or a ClusterPolicy component's) ``env`` list: the last
+    entry wins, as in the container; "" for a value that is not a string, None when unset."""
+    value = None
+    for e in as_list(env):
+        if isinstance(e, Mapping) and e.get("name") == name:
+            v = e.get("value")
+            value = v if isinstance(v, str) else ""
+    return value

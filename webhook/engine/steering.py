@@ -50,14 +50,14 @@ def requirements(facts: PodFacts, pool_name: str, view: ClusterView | None,
             and facts.privileged_gpus:
         return [], []
     # The agent's "detected" label knows only what is on disk; with the operator's
-    # ClusterPolicy known, nodes are judged one by one instead.
-    by_policy = way is delivery.DETECT and view is not None and \
-        view.operator_way() is not None
+    # ClusterPolicy or HAMi's device-plugin DaemonSet known, nodes are judged one by one.
+    hami_pool = policy.is_hami_pool(pool_name)
+    by_policy = way is delivery.DETECT and view is not None and (
+        view.operator_way() is not None or (hami_pool and view.knows_hami_plugins()))
     # Nor does the label know MIG devices (the kubelet's, or those HAMi creates on a GPU it
     # runs in MIG mode), or the devices a pod's own annotations name for the NRI plugin.
     by_annotations = bool(facts.nri_requests) and view is not None and \
         view.operator_nri() is not None
-    hami_pool = policy.is_hami_pool(pool_name)
     hami_mig = hami_pool and view is not None and view.has_hami_mig()
     if not cand.narrows(facts, hami_pool) and not by_policy and \
             not (rc and way != delivery.CDI_DEVICES) and not facts.privileged_gpus \

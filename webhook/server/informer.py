@@ -18,12 +18,14 @@ from collections.abc import Callable
 from typing import Any
 
 from webhook.engine import (
+    HAMI_PLUGIN_SELECTOR,
     ClusterView,
     DeviceClass,
     NodeInfo,
     Slice,
     claims_of,
     cluster_operator,
+    hami_plugin_from,
     runtime_classes_of,
 )
 from webhook.kube import CLUSTER_POLICY, DRA_GROUP, DRA_RESOURCES, DRA_VERSION
@@ -204,8 +206,17 @@ class ClusterInformer:
             self._cp_listed, self._cp_event, api_client, watch_timeout=watch_timeout,
             optional=True)
         self._policies: dict[str, dict[str, Any]] = {}
+        # HAMi's device-plugin DaemonSets (its chart's component label): how its plugin
+        # hands GPUs, on which nodes.
+        self.hami_plugins = Reflector(
+            "daemonsets", functools.partial(
+                client.AppsV1Api(api_client).list_daemon_set_for_all_namespaces,
+                label_selector=HAMI_PLUGIN_SELECTOR),
+            self._ds_listed, self._ds_event, api_client, watch_timeout=watch_timeout,
+            optional=True)
+        self._daemonsets: dict[tuple[str, str], dict[str, Any]] = {}
         #: what readiness does not wait for: without them gpupool decides as before
-        self.optional = (*self.dra, self.cluster_policies)
+        self.optional = (*self.dra, self.cluster_policies, self.hami_plugins)
 
     def _reflectors(self) -> tuple[Reflector, ...]:
         return (self.nodes, self.namespaces, self.runtime_classes, *self.optional)
@@ -221,6 +232,21 @@ class ClusterInformer:
         else:
             self._policies[name] = obj
         self.view.set_operator(cluster_operator(self._policies.values()))
+
+    def _ds_listed(self, items: list[dict[str, Any]]) -> None:
+        self._daemonsets = {_ns_name(i): i for i in items}
+        self._set_hami_plugins()
+
+    def _ds_event(self, etype: str, obj: dict[str, Any]) -> None:
+        if etype == "DELETED":
+            self._daemonsets.pop(_ns_name(obj), None)
+        else:
+            self._daemonsets[_ns_name(obj)] = obj
+        self._set_hami_plugins()
+
+    def _set_hami_plugins(self) -> None:
+        self.view.set_hami_plugins(p for o in self._daemonsets.values()
+                                   if (p := hami_plugin_from(o)) is not None)
 
     def start(self) -> None:
         for r in self._reflectors():
@@ -309,3 +335,8 @@ class ClusterInformer:
         if stale > max_staleness:
             return False, f"node cache last in sync {stale:.0f}s ago"
         return True, f"{len(self.view)} nodes synced"
+
+
+def _ns_name(obj: dict[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace")), str(meta.get("name"))

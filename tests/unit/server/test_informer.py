@@ -207,3 +207,18 @@ def test_cluster_policy_events_set_the_operator_way():
     inf._cp_event("DELETED", {"metadata": {"name": "second"}})
     inf._cp_event("DELETED", {"metadata": {"name": "cluster-policy"}})
     assert view.operator_way() is None
+
+
+def test_hami_device_plugin_daemonset_events_set_hamis_way():
+    from tests.unit.engine.test_hamiplugin import daemonset
+    from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES
+
+    view = ClusterView()
+    inf = ClusterInformer.__new__(ClusterInformer)
+    inf.view = view
+    inf._ds_listed([daemonset()])
+    assert view.hami_way({"gpu": "on"}) == VISIBLE_DEVICES
+    inf._ds_event("MODIFIED", daemonset("cdi-annotations"))
+    assert view.hami_way({"gpu": "on"}) == CDI_DEVICES
+    inf._ds_event("DELETED", daemonset())
+    assert view.hami_way({"gpu": "on"}) is None and not view.knows_hami_plugins()

@@ -1,0 +1,75 @@
+"""HAMi's device plugin, as its DaemonSet configures it: how it hands GPUs, and where.
+
+``delivery: detect`` judges each node by whether the plugin's CDI spec is on disk, and cannot
+see a plugin set to a CDI strategy that has not written one. HAMi's chart says which
+strategy its plugin runs with: the DaemonSet labelled
+``app.kubernetes.io/component=hami-device-plugin`` sets ``DEVICE_LIST_STRATEGY`` from
+``devicePlugin.deviceListStrategy`` on its ``device-plugin`` container, and runs on the
+nodes its ``nodeSelector`` picks (``devicePlugin.nvidiaNodeSelector``, ``gpu: "on"`` by
+default) (HAMi v2.10 chart, ``templates/device-plugin/daemonsetnvidia.yaml``). A
+``--device-list-strategy`` argument, which the plugin's flag parsing prefers to the
+variable, wins. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.api.delivery import Way, strategy_way
+from webhook.engine.objects import as_list, as_mapping, env_value, meta_of
+
+KIND = "DaemonSet"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+COMPONENT = "hami-device-plugin"
+#: The label selector that lists HAMi's device-plugin DaemonSets.
+HAMI_PLUGIN_SELECTOR = f"{COMPONENT_LABEL}={COMPONENT}"
+_FLAG = "--device-list-strategy"
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One HAMi device-plugin DaemonSet: the nodes it runs on, and its way."""
+
+    node_selector: tuple[tuple[str, str], ...]
+    way: Way | None  # None: a strategy gpupool does not model
+
+
+def hami_plugin_from(obj: Mapping[str, Any]) -> Plugin | None:
+    """The plugin a DaemonSet runs, or None when it is not HAMi's device plugin."""
+    labels = as_mapping(meta_of(obj).get("labels"))
+    if labels.get(COMPONENT_LABEL) != COMPONENT:
+        return None
+    pod = as_mapping(as_mapping(as_mapping(obj.get("spec")).get("template")).get("spec"))
+    strategy = None
+    for c in as_list(pod.get("containers")):
+        if not isinstance(c, Mapping):
+            continue
+        found = _flag(c.get("command")) or _flag(c.get("args"))
+        if found is None:
+            found = env_value(c.get("env"), "DEVICE_LIST_STRATEGY")
+        if found is not None:
+            strategy = found
+            break
+    selector = as_mapping(pod.get("nodeSelector"))
+    return Plugin(tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+                  # the plugin's own default, envvar, when nothing sets it
+                  strategy_way(strategy if strategy is not None else "envvar"))
+
+
+def _flag(argv: object) -> str | None:
+    items = [a for a in as_list(argv) if isinstance(a, str)]
+    for i, a in enumerate(items):
+        if a.startswith(_FLAG + "="):
+            return a.split("=", 1)[1]
+        if a == _FLAG and i + 1 < len(items):
+            return items[i + 1]
+    return None
+
+
+def way_on(plugins: Iterable[Plugin], labels: Mapping[str, str]) -> Way | None:
+    """The way HAMi's plugin hands GPUs on a node with these labels: that of the DaemonSets
+    that run there, when they agree (None: none runs there, or they disagree)."""
+    ways = {p.way for p in plugins if all(labels.get(k) == v for k, v in p.node_selector)}
+    return ways.pop() if len(ways) == 1 else None
