@@ -263,3 +263,45 @@ def test_a_mig_device_hami_creates_at_allocation_is_in_no_spec(tmp_path):
     assert "hami-core mode" in rv.final.message
     v = oracle.create(UUIDS[0])  # hami-core: the GPU itself
     assert v.ok and v.devices, v.error
+
+
+OWN_VALUES = ("all", "void", UUIDS[0], f"{UUIDS[0]},{UUIDS[1]}", "0",
+              "management.nvidia.com/gpu=all", "nvidia.com/gpu=all",
+              f"management.nvidia.com/gpu={UUIDS[0]}", f"nvidia.com/gpu={UUIDS[1]}")
+
+
+@pytest.mark.parametrize("layout, mode", [("operator-management", None), ("fixed", None),
+                                          ("nvidia-ctk", None), ("fixed", "auto")])
+def test_gpupool_agrees_with_the_real_runtime_on_a_pods_own_visible_devices(tmp_path, layout,
+                                                                            mode):
+    """A GPU container that sets NVIDIA_VISIBLE_DEVICES itself overrides the device plugin's
+    value (the kubelet appends the container's variables after the plugin's; the runtime
+    keeps the last). The real runtime resolves that value: bare names with the default
+    kind, fully qualified ones as they are (and in auto mode through CDI), void as no
+    device. gpupool admits the pod exactly when the real runtime creates the container
+    with a device."""
+    from tests.unit.engine.test_steering import agent_node, decide
+
+    base = "operator-management" if layout == "fixed" else layout
+    node = agent_node(tmp_path, "op-1", None, base, register=False,
+                      per_uuid=layout == "fixed", mode=mode)
+    paths = tmp_path / "op-1"
+    oracle = OracleNode(tmp_path / "oracle", [paths / "etc/cdi", paths / "var/run/cdi"],
+                        paths / "config/config.toml", gpus=UUIDS)
+    judged = 0
+    for value in OWN_VALUES:
+        if mode == "auto" and "=" not in value:
+            continue  # auto mode's bare names go to just-in-time CDI, which needs NVML
+        v = oracle.create(value)
+        assert v.by == "nvidia-container-runtime", v
+        runs = v.ok and bool(v.devices)
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "own", "namespace": "default"},
+               "spec": {"containers": [{"name": "c", "image": "cuda", "resources": {
+                   "limits": {"nvidia.com/gpu": 1}}, "env": [
+                   {"name": "NVIDIA_VISIBLE_DEVICES", "value": value}]}]}}
+        final = decide([node], pod)[0].final
+        assert final.allowed == runs and not (final.allowed and final.warnings), \
+            (layout, mode, value, v, final.to_json())
+        judged += 1
+    assert judged >= 4

@@ -155,6 +155,60 @@ def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | 
     return Resolution(way, not missing, missing, mode=mode, kind=kind)
 
 
+#: What an NVIDIA_VISIBLE_DEVICES value asks for no device at all (the toolkit's ``void``,
+#: ``none`` and the empty value).
+NO_DEVICES = ("", "void", "none")
+
+
+def resolve_own(inv: Inventory, value: str, handler: str | None, gpus: tuple[str, ...],
+                privileged: bool = False) -> Resolution | None:
+    """A container that sets NVIDIA_VISIBLE_DEVICES itself: the kubelet puts the container's
+    own variables after the device plugin's (Kubernetes ``kubelet_pods.go``,
+    ``GenerateRunContainerOptions``) and the NVIDIA runtime keeps the last of a name
+    (toolkit v1.20.2 ``internal/config/image/builder.go`` ``WithEnv``), so its value, not
+    the plugin's UUIDs, is what the runtime resolves. None: the runtime does not read it
+    here (another handler, or ignored for an unprivileged container). ``gpus``: the node's.
+
+    Fully qualified names skip the default kind (and make ``auto`` mode use CDI:
+    ``OnlyFullyQualifiedCDIDevices``); the just-in-time kind names the node's own GPUs, by
+    UUID or index, or ``all``; ``void``/``none`` ask for nothing (``undelivered``)."""
+    rt = inv.runtime
+    if handler is not None and handler not in rt.handlers:
+        return None
+    if handler is None and rt.default_handler is not None \
+            and rt.default_handler not in rt.handlers:
+        return None
+    if envvar_ignored(inv, privileged):
+        return None
+    names = [n.strip() for n in value.split(",")]
+    if all(n in NO_DEVICES for n in names):
+        return Resolution(VISIBLE_DEVICES, False, undelivered=True,
+                          note=f"the pod sets NVIDIA_VISIBLE_DEVICES={value} itself, which "
+                               "overrides the device plugin's: its containers get no GPU")
+    qualified = all("=" in n for n in names)
+    mode = rt.effective_mode(handler)
+    if mode is None:
+        return Resolution(VISIBLE_DEVICES, None, note="runtime mode unknown")
+    if mode != "cdi" and not (qualified and mode == "auto"):
+        if qualified:  # legacy tooling is handed CDI names: not modelled
+            return Resolution(VISIBLE_DEVICES, None, mode=mode,
+                              note=f"CDI names in NVIDIA_VISIBLE_DEVICES under mode {mode}")
+        return Resolution(VISIBLE_DEVICES, True, mode=mode)
+    kind = rt.default_kind or DEFAULT_KIND
+    wanted = [n.partition("=")[::2] if "=" in n else (kind, n) for n in names]
+    missing = tuple(f"{k}={d}" for k, d in wanted if not _defined(inv, k, d, gpus))
+    return Resolution(VISIBLE_DEVICES, not missing, missing, mode=mode, kind=kind,
+                      note=f"the pod sets NVIDIA_VISIBLE_DEVICES={value} itself, which "
+                           "overrides the device plugin's")
+
+
+def _defined(inv: Inventory, kind: str, device: str, gpus: tuple[str, ...]) -> bool:
+    if kind == JIT_KIND:  # generated for the node's own GPUs
+        return device == "all" or device in gpus or (device.isdigit()
+                                                     and int(device) < len(gpus))
+    return inv.has(kind, device)
+
+
 def steering_labels(inv: Inventory, gpus: tuple[str, ...],
                     device_kind: str = DEVICE_PLUGIN_KIND) -> dict[str, str]:
     """The labels the agent sets on its node (default runtime handler, every GPU it has).

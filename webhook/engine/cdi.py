@@ -211,6 +211,34 @@ def _mig_name(device: str) -> bool:
     return device.startswith("MIG-") or ":" in device
 
 
+def assess_own_devices(node: NodeInfo, facts: PodFacts, handler: str | None,
+                       check: NodeAssessment) -> NodeAssessment:
+    """GPU containers that set NVIDIA_VISIBLE_DEVICES themselves: the NVIDIA runtime
+    resolves their value instead of the device plugin's (``delivery.resolve_own``).
+    ``check`` is the node judged by the plugin's devices; where every GPU container sets its
+    own value and the plugin hands UUIDs that way, the plugin's UUIDs reach none of them."""
+    inv = node.inventory
+    if inv is None:
+        return check
+    own = [delivery.resolve_own(inv, v, handler, node.gpu_uuids(), facts.privileged_gpus)
+           for v in facts.own_visible_devices]
+    for r in own:
+        if r is None or r.ok is True or (r.undelivered and check.way == delivery.CDI_DEVICES):
+            continue  # (containerd still injects a CDI strategy's devices)
+        state = NodeState.UNKNOWN if r.ok is None else NodeState.MISSING
+        return NodeAssessment(node.name, state, missing=r.missing, note=r.note, kind=r.kind,
+                              mode=r.mode, way=delivery.VISIBLE_DEVICES,
+                              undelivered=r.undelivered,
+                              fix="remove NVIDIA_VISIBLE_DEVICES from the pod's GPU "
+                                  "containers: the device plugin sets it")
+    if check.state is not NodeState.OK and facts.only_own_visible_devices \
+            and check.way == delivery.VISIBLE_DEVICES and not check.undelivered \
+            and all(r is not None and r.ok for r in own):
+        return NodeAssessment(node.name, NodeState.OK, way=delivery.VISIBLE_DEVICES,
+                              note="every GPU container's own NVIDIA_VISIBLE_DEVICES resolves")
+    return check
+
+
 def assess_annotations(node: NodeInfo, facts: PodFacts, plugin: nri.Plugin | None
                        ) -> NodeAssessment | None:
     """The CDI devices the pod's own ``nvidia.cdi.k8s.io`` annotations name, on a node where
@@ -399,6 +427,8 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
         matches = affinity.node_matches(facts.spec, n.labels, n.name)
         check = assess_node(n, pool, facts.runtime_class, handler, demand_of(), policy,
                             facts.privileged_gpus, declared_way(n, view, hami_pool))
+        if facts.own_visible_devices and pool.cdi.checked:
+            check = assess_own_devices(n, facts, handler, check)
         if check.state is NodeState.OK and nri_plugin is not None and pool.cdi.checked:
             check = assess_annotations(n, facts, nri_plugin) or check
         if check.state is NodeState.OK:
@@ -408,7 +438,8 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
     key = ("cdi", policy.cache_key, pool_name,
            cand.shape_key(facts.spec, (facts.runtime_class, facts.demand_key, extended,
                                        facts.privileged_gpus, facts.nri_requests,
-                                       facts.namespace if facts.nri_requests else None)))
+                                       facts.namespace if facts.nri_requests else None,
+                                       facts.own_visible_devices)))
     fold = view.fold(key, per_node,
                      lambda: cand.candidates(facts.unsteered, pool_name, view, policy))
     summary: Verdicts = fold.derive(_summarise)

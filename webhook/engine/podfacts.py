@@ -112,6 +112,38 @@ class PodFacts(NamedTuple):
         return self.once("privileged_gpus", compute)
 
     @property
+    def own_visible_devices(self) -> tuple[str, ...]:
+        """The NVIDIA_VISIBLE_DEVICES values its GPU containers set themselves, literally
+        (one from ``valueFrom`` cannot be known, and is left out): they override the device
+        plugin's (``delivery.resolve_own``)."""
+        return self._own_visible_devices[0]
+
+    @property
+    def only_own_visible_devices(self) -> bool:
+        """Every GPU container sets NVIDIA_VISIBLE_DEVICES itself: the plugin's value reaches
+        none of them."""
+        return self._own_visible_devices[1]
+
+    @property
+    def _own_visible_devices(self) -> tuple[tuple[str, ...], bool]:
+        def compute() -> tuple[tuple[str, ...], bool]:
+            found, every = set(), True
+            for _, _, c in containers(self.spec):
+                if not resource_names({"containers": [c]}) & self.gpus:
+                    continue
+                value = None
+                for e in objects.as_list(c.get("env")):
+                    if isinstance(e, Mapping) and e.get("name") == "NVIDIA_VISIBLE_DEVICES":
+                        v = e.get("value", "")
+                        value = v if isinstance(v, str) and "valueFrom" not in e else None
+                if value is not None:
+                    found.add(value)
+                else:
+                    every = False
+            return tuple(sorted(found)), every and bool(found)
+        return self.once("own_visible_devices", compute)
+
+    @property
     def nri_requests(self) -> nri.Requests:
         """Per container, the CDI devices its ``nvidia.cdi.k8s.io`` annotations name for the
         GPU Operator's NRI plugin (empty for nearly every pod)."""

@@ -55,13 +55,15 @@ def requirements(facts: PodFacts, pool_name: str, view: ClusterView | None,
     by_policy = way is delivery.DETECT and view is not None and (
         view.operator_way() is not None or (hami_pool and view.knows_hami_plugins()))
     # Nor does the label know MIG devices (the kubelet's, or those HAMi creates on a GPU it
-    # runs in MIG mode), or the devices a pod's own annotations name for the NRI plugin.
+    # runs in MIG mode), or the devices a pod names itself (in NVIDIA_VISIBLE_DEVICES, or in
+    # annotations for the NRI plugin).
     by_annotations = bool(facts.nri_requests) and view is not None and \
         view.operator_nri() is not None
     hami_mig = hami_pool and view is not None and view.has_hami_mig()
     if not cand.narrows(facts, hami_pool) and not by_policy and \
             not (rc and way != delivery.CDI_DEVICES) and not facts.privileged_gpus \
-            and not by_annotations and not facts.asks_mig and not hami_mig:
+            and not by_annotations and not facts.asks_mig and not hami_mig \
+            and not facts.own_visible_devices:
         return [label_requirement(way, policy)], []
     if view is None or len(view) == 0:
         return [], []
