@@ -241,9 +241,10 @@ def node_object(n: NodeSetup, paths: dict[str, Path]) -> dict[str, Any]:
 
 
 def make_pod(rng: random.Random, i: int, nodes: list[NodeSetup], *, mig: bool = True,
-             nri: bool = True) -> dict[str, Any]:
-    """One seeded pod; ``mig``/``nri``: may it ask for MIG devices, or name CDI devices for
-    the NRI plugin (without either, the draws are those of the corpus before them)."""
+             nri: bool = True, own_env: bool = True) -> dict[str, Any]:
+    """One seeded pod; ``mig``/``nri``/``own_env``: may it ask for MIG devices, name CDI
+    devices for the NRI plugin, or set NVIDIA_VISIBLE_DEVICES itself (without them, the
+    draws are those of the corpus before them)."""
     hami = rng.random() < 0.6
     k = rng.choice((1, 1, 1, 2, 3))
     limits: dict[str, Any] = {"nvidia.com/gpu": k}
@@ -292,6 +293,12 @@ def make_pod(rng: random.Random, i: int, nodes: list[NodeSetup], *, mig: bool = 
         meta["annotations"][DOMAIN + key] = rng.choice((
             f"{MGMT_KIND}=all", f"{MGMT_KIND}=all", f"{MGMT_KIND}={gpu}", f"{DP_KIND}={gpu}",
             f"{DP_KIND}={gpu}", "nvidia.com/gpu=all", f"{MGMT_KIND}=all,{DP_KIND}={gpu}"))
+    if own_env and not asks_mig and rng.random() < 0.08:
+        # The main container sets NVIDIA_VISIBLE_DEVICES itself (it overrides the plugin's).
+        gpu = target.gpus[0]
+        containers[0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": rng.choice((
+            "all", "void", gpu, "0", f"{MGMT_KIND}=all", "nvidia.com/gpu=all",
+            f"{MGMT_KIND}={gpu}"))}]
     rc = rng.choice((None, None, None, None, "nvidia-cdi", "nvidia-legacy"))
     if rc:
         spec["runtimeClassName"] = rc
@@ -539,8 +546,51 @@ def node_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
     # No GPU the plugin may hand it: the container does not get its devices at all.
     # On a GPU HAMi runs in MIG mode the container gets the MIG device HAMi creates.
     handed = [created_mig(g) if g in n.hami_mig else g for g in gpus]
+    own = _own_value(pod)
+    if own is not None:
+        # The main container's own value is what the runtime resolves for it; the plugin's
+        # devices still count for a CDI strategy (containerd injects them) and for the
+        # containers that leave the variable alone.
+        others = n.plugin == "cdi" or len(pod["spec"]["containers"]) > 1
+        return bool(gpus) and own_runs(cluster, n, rc, own) and annotated_runs(
+            cluster, pod, n) and (not others or all(runs(cluster, n, rc, g).ok
+                                                    for g in handed))
     return bool(gpus) and all(runs(cluster, n, rc, g).ok for g in handed) and \
         annotated_runs(cluster, pod, n)
+
+
+def _own_value(pod: dict) -> str | None:
+    for e in pod["spec"]["containers"][0].get("env") or ():
+        if e["name"] == "NVIDIA_VISIBLE_DEVICES":
+            return str(e["value"])
+    return None
+
+
+def own_runs(cluster: Cluster, n: NodeSetup, rc: str | None, value: str) -> bool:
+    """Is a container that sets NVIDIA_VISIBLE_DEVICES=value itself created, with a GPU
+    where it gets none otherwise (the plugin's envvar strategy)?"""
+    handler = rc if rc in ("nvidia-cdi", "nvidia-legacy") else None
+    oracle = cluster.oracles[(n.name, handler)]
+    v = runs_value(cluster, n, handler, value)
+    if not n.envvar_unprivileged and not (v.by == "nvidia-container-runtime"
+                                          and oracle.mode == "cdi"):
+        # The variable is ignored (the toolkit's rule, as in ``runs``): only a CDI
+        # strategy's devices arrive.
+        return n.plugin == "cdi"
+    if not v.ok:
+        return False
+    if n.plugin == "cdi":
+        return True  # its GPUs come from containerd's CDI injection either way
+    if all(x.strip() in ("", "void", "none") for x in value.split(",")):
+        return False  # asks for no device: it starts without a GPU
+    return bool(v.devices) or oracle.mode != "cdi" or v.by != "nvidia-container-runtime"
+
+
+def runs_value(cluster: Cluster, n: NodeSetup, handler: str | None, value: str) -> Verdict:
+    key = (str(cluster.root / n.name), handler, "own", value)
+    if key not in _verdicts:
+        _verdicts[key] = cluster.oracles[(n.name, handler)].create(value)
+    return _verdicts[key]
 
 
 _nri_verdicts: dict[tuple[str, ...], Verdict] = {}
@@ -610,6 +660,8 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
                     _misdetected(cluster, _setup(cluster, f)) or not _setup(cluster, f).agent
                     for f in failing):
                 j.apart = "delivery: detect misreads the plugin's strategy there"
+            elif all(_legacy_hook(cluster, mutated, _setup(cluster, f)) for f in failing):
+                j.apart = LEGACY_HOOK
         return j
     if final.reason not in CDI_REASONS:
         j.outcome, j.apart = "denied correctly", f"denied for routing ({final.reason})"
@@ -627,7 +679,27 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
     elif good and cluster.policy_name.startswith("detect") and all(
             _misdetected(cluster, _setup(cluster, g)) for g in good):
         j.apart = "delivery: detect misreads the plugin's strategy there"
+    elif good and all(_legacy_hook(cluster, routed, _setup(cluster, g)) or (
+            cluster.policy.require_inventory and not _setup(cluster, g).agent) for g in good):
+        j.apart = LEGACY_HOOK
     return j
+
+
+#: Counted apart: the pod's own NVIDIA_VISIBLE_DEVICES names devices that are not the
+#: node's GPUs, under the legacy hook, which the oracle does not run (it needs the driver);
+#: gpupool says it cannot tell.
+LEGACY_HOOK = "own NVIDIA_VISIBLE_DEVICES under the legacy hook, which is not run here"
+
+
+def _legacy_hook(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
+    value = _own_value(pod)
+    if value is None:
+        return False
+    rc = pod["spec"].get("runtimeClassName")
+    mode = "legacy" if rc == "nvidia-legacy" else "cdi" if rc == "nvidia-cdi" else n.mode
+    names = [x.strip() for x in value.split(",")]
+    return mode == "legacy" and not all(
+        x == "all" or x in n.gpus or (x.isdigit() and int(x) < len(n.gpus)) for x in names)
 
 
 def _setup(cluster: Cluster, name: str) -> NodeSetup:

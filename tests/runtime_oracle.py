@@ -138,13 +138,18 @@ class OracleNode:
 
     def create(self, visible_devices: str) -> Verdict:
         """A container whose device plugin set NVIDIA_VISIBLE_DEVICES (envvar strategy)."""
-        jit_kind = self.mode == "cdi" and self.default_kind == "runtime.nvidia.com/gpu"
+        jit = "runtime.nvidia.com/gpu"
+        jit_kind = self.mode == "cdi" and self.default_kind == jit
+        wanted = [n.partition("=")[2] if n.startswith(jit + "=") and jit_kind else n
+                  for n in visible_devices.split(",")]
         if (self.mode in (None, "auto") or jit_kind) and \
-                visible_devices.startswith(("GPU-", "MIG-")):
+                all("=" not in n and n not in ("", "void", "none") for n in wanted):
             # Both generate the spec just in time from the driver (toolkit v1.20.2
-            # internal/modifier/cdi.go, newJitCDIModifier), which needs NVML: not here.
-            wanted = visible_devices.split(",")
-            missing = [u for u in wanted if u not in self.gpus]
+            # internal/modifier/cdi.go, newJitCDIModifier), which needs NVML: not here. It
+            # knows the node's GPUs (and MIG devices) by UUID, by index, and "all".
+            whole = [g for g in self.gpus if g.startswith("GPU-")]
+            missing = [u for u in wanted if u not in self.gpus and u != "all"
+                       and not (u.isdigit() and int(u) < len(whole))]
             return Verdict(not missing, f"no GPU {', '.join(missing)} on the node" if missing
                            else "", by="rule: jit-cdi resolves the GPUs the node has")
         self._n += 1

@@ -274,8 +274,8 @@ def _workload(namespace: str, gpu_nodes: list[corpus.NodeSetup]
     rng = random.Random(SEED)
     pods = []
     for i in range(PODS):
-        # (no MIG or NRI pods: the chain's nodes have neither)
-        pod = corpus.make_pod(rng, i, gpu_nodes, mig=False, nri=False)
+        # (the chain's shapes: no MIG, NRI or own NVIDIA_VISIBLE_DEVICES pods)
+        pod = corpus.make_pod(rng, i, gpu_nodes, mig=False, nri=False, own_env=False)
         pod["metadata"]["namespace"] = namespace
         pods.append(pod)
     ctr = {"name": "c", "image": "cuda"}

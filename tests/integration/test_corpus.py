@@ -25,6 +25,7 @@ APART = {
     "delivery: detect misreads the plugin's strategy there",  # docs/cdi-inventory.md
     "allowed, no node can take it (pending)",  # the pod asks for more than any node has
     "denied for routing",  # pool conflicts: not a CDI matter
+    corpus.LEGACY_HOOK,  # the legacy hook needs the driver: gpupool says it cannot tell
 }
 
 
@@ -47,6 +48,9 @@ def test_zero_late_failures_and_zero_false_denials(tmp_path):
     # ...MIG devices among them, both ways...
     mig = Counter(v.ok for k, v in corpus._verdicts.items() if k[3].startswith("MIG-"))
     assert mig[True] and mig[False], mig
+    # ...a pod's own NVIDIA_VISIBLE_DEVICES, both ways...
+    own = Counter(v.ok for k, v in corpus._verdicts.items() if k[2] == "own")
+    assert own[True] and own[False], own
     # ...and NVIDIA's NRI plugin injected devices, failed a container, and silently dropped
     # a namespace's management devices.
     nri = Counter((v.ok, bool(v.devices)) for v in corpus._nri_verdicts.values())

@@ -170,8 +170,10 @@ def resolve_own(inv: Inventory, value: str, handler: str | None, gpus: tuple[str
     here (another handler, or ignored for an unprivileged container). ``gpus``: the node's.
 
     Fully qualified names skip the default kind (and make ``auto`` mode use CDI:
-    ``OnlyFullyQualifiedCDIDevices``); the just-in-time kind names the node's own GPUs, by
-    UUID or index, or ``all``; ``void``/``none`` ask for nothing (``undelivered``)."""
+    ``OnlyFullyQualifiedCDIDevices``); bare names in ``auto`` mode, like the just-in-time
+    kind, name the node's own GPUs, by UUID or index, or ``all``; ``void``/``none`` ask for
+    nothing (``undelivered``). The legacy hook's handling of other names is not modelled:
+    doubt."""
     rt = inv.runtime
     if handler is not None and handler not in rt.handlers:
         return None
@@ -189,12 +191,16 @@ def resolve_own(inv: Inventory, value: str, handler: str | None, gpus: tuple[str
     mode = rt.effective_mode(handler)
     if mode is None:
         return Resolution(VISIBLE_DEVICES, None, note="runtime mode unknown")
-    if mode != "cdi" and not (qualified and mode == "auto"):
-        if qualified:  # legacy tooling is handed CDI names: not modelled
-            return Resolution(VISIBLE_DEVICES, None, mode=mode,
-                              note=f"CDI names in NVIDIA_VISIBLE_DEVICES under mode {mode}")
-        return Resolution(VISIBLE_DEVICES, True, mode=mode)
+    if mode in NON_CDI_MODES:
+        if all(_defined(inv, JIT_KIND, n, gpus) for n in names):
+            return Resolution(VISIBLE_DEVICES, True, mode=mode)
+        return Resolution(VISIBLE_DEVICES, None, mode=mode,
+                          note=f"NVIDIA_VISIBLE_DEVICES={value}, set by the pod, under mode "
+                               f"{mode}: names that are not the node's GPUs go to the legacy "
+                               "hook, whose answer gpupool does not model")
     kind = rt.default_kind or DEFAULT_KIND
+    if mode != "cdi" and not qualified:
+        kind = JIT_KIND  # auto mode: generated just in time for the node's own GPUs
     wanted = [n.partition("=")[::2] if "=" in n else (kind, n) for n in names]
     missing = tuple(f"{k}={d}" for k, d in wanted if not _defined(inv, k, d, gpus))
     return Resolution(VISIBLE_DEVICES, not missing, missing, mode=mode, kind=kind,

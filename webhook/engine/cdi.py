@@ -226,17 +226,26 @@ def assess_own_devices(node: NodeInfo, facts: PodFacts, handler: str | None,
         if r is None or r.ok is True or (r.undelivered and check.way == delivery.CDI_DEVICES):
             continue  # (containerd still injects a CDI strategy's devices)
         state = NodeState.UNKNOWN if r.ok is None else NodeState.MISSING
-        return NodeAssessment(node.name, state, missing=r.missing, note=r.note, kind=r.kind,
-                              mode=r.mode, way=delivery.VISIBLE_DEVICES,
-                              undelivered=r.undelivered,
-                              fix="remove NVIDIA_VISIBLE_DEVICES from the pod's GPU "
-                                  "containers: the device plugin sets it")
+        return worse(check, NodeAssessment(
+            node.name, state, missing=r.missing, note=r.note, kind=r.kind, mode=r.mode,
+            way=delivery.VISIBLE_DEVICES, undelivered=r.undelivered,
+            fix="remove NVIDIA_VISIBLE_DEVICES from the pod's GPU containers: the device "
+                "plugin sets it"))
     if check.state is not NodeState.OK and facts.only_own_visible_devices \
             and check.way == delivery.VISIBLE_DEVICES and not check.undelivered \
             and all(r is not None and r.ok for r in own):
         return NodeAssessment(node.name, NodeState.OK, way=delivery.VISIBLE_DEVICES,
                               note="every GPU container's own NVIDIA_VISIBLE_DEVICES resolves")
     return check
+
+
+_SEVERITY = {NodeState.OK: 0, NodeState.UNKNOWN: 1, NodeState.MISSING: 2}
+
+
+def worse(a: NodeAssessment, b: NodeAssessment | None) -> NodeAssessment:
+    """Of two findings on one node, the one that says more: a missing device beats doubt,
+    doubt beats fine (``a`` on a tie)."""
+    return b if b is not None and _SEVERITY[b.state] > _SEVERITY[a.state] else a
 
 
 def assess_annotations(node: NodeInfo, facts: PodFacts, plugin: nri.Plugin | None
@@ -429,8 +438,9 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
                             facts.privileged_gpus, declared_way(n, view, hami_pool))
         if facts.own_visible_devices and pool.cdi.checked:
             check = assess_own_devices(n, facts, handler, check)
-        if check.state is NodeState.OK and nri_plugin is not None and pool.cdi.checked:
-            check = assess_annotations(n, facts, nri_plugin) or check
+        if nri_plugin is not None and check.state is not NodeState.MISSING \
+                and pool.cdi.checked:
+            check = worse(check, assess_annotations(n, facts, nri_plugin))
         if check.state is NodeState.OK:
             return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
         return (None, matches, check)
