@@ -407,7 +407,7 @@ def test_the_gpu_operators_nri_plugin_is_followed_through_its_cluster_policy(env
     outside the operator's namespace naming the management device in its
     nvidia.cdi.k8s.io annotation would start without it (the plugin drops it), so gpupool
     denies it at dry run; the fix gpupool names (the namespace in the toolkit's
-    NRI_MANAGEMENT_CDI_DEVICE_NAMESPACES) admits it, and deleting the policy forgets it."""
+    NRI_MANAGEMENT_CDI_DEVICE_NAMESPACES) admits it."""
     cp = yaml.safe_load((UPSTREAM / "runtime-config/gpu-operator-sample-clusterpolicy.yaml")
                         .read_text())
     cp["spec"]["cdi"] = {"enabled": True, "nriPluginEnabled": True}
