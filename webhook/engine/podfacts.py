@@ -9,6 +9,7 @@ interpret; they get it from here, already shaped.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar, cast
 
@@ -80,7 +81,7 @@ class PodFacts(NamedTuple):
     @property
     def asks_mig(self) -> bool:
         """It asks for MIG devices, which the agent's per-GPU labels say nothing about."""
-        return any(r.startswith(MIG_RESOURCE_PREFIX) for r in self.gpus)
+        return _asks_mig(self.gpus)
 
     def once(self, key: str, compute: Callable[[], T]) -> T:
         """``compute()``, worked out on the first call only (kept in ``memo``)."""
@@ -126,27 +127,17 @@ class PodFacts(NamedTuple):
 
     @property
     def _own_visible_devices(self) -> tuple[tuple[str, ...], bool]:
-        def compute() -> tuple[tuple[str, ...], bool]:
-            found, every = set(), True
-            for _, _, c in containers(self.spec):
-                if not resource_names({"containers": [c]}) & self.gpus:
-                    continue
-                value = None
-                for e in objects.as_list(c.get("env")):
-                    if isinstance(e, Mapping) and e.get("name") == "NVIDIA_VISIBLE_DEVICES":
-                        v = e.get("value", "")
-                        value = v if isinstance(v, str) and "valueFrom" not in e else None
-                if value is not None:
-                    found.add(value)
-                else:
-                    every = False
-            return tuple(sorted(found)), every and bool(found)
-        return self.once("own_visible_devices", compute)
+        hit = self.memo.get("own_visible_devices")
+        if hit is None:  # (on every review: no closure, and the usual answer is quick)
+            hit = self.memo["own_visible_devices"] = _own_visible_devices(self.spec, self.gpus)
+        return cast(tuple[tuple[str, ...], bool], hit)
 
     @property
     def nri_requests(self) -> nri.Requests:
         """Per container, the CDI devices its ``nvidia.cdi.k8s.io`` annotations name for the
         GPU Operator's NRI plugin (empty for nearly every pod)."""
+        if not self.annotations:
+            return ()
         return self.once("nri_requests", lambda: nri.requests(
             self.annotations, (name for _, _, c in containers(self.spec)
                                if isinstance(name := c.get("name"), str))))
@@ -156,6 +147,36 @@ class PodFacts(NamedTuple):
         """Everything a pod's GPU demand is computed from: a cache key for what it decides."""
         return self.once("demand_key", lambda: (
             [c.get("resources") for _, _, c in containers(self.spec)], self.narrowing))
+
+
+@functools.lru_cache(maxsize=256)
+def _asks_mig(gpus: frozenset[str]) -> bool:
+    return any(r.startswith(MIG_RESOURCE_PREFIX) for r in gpus)
+
+
+def _own_visible_devices(spec: Mapping[str, Any], gpus: frozenset[str]
+                         ) -> tuple[tuple[str, ...], bool]:
+    if not any(isinstance(e, dict) and e.get("name") == "NVIDIA_VISIBLE_DEVICES"
+               for f in ("initContainers", "containers") for c in objects.as_list(spec.get(f))
+               for e in objects.as_list(c.get("env") if isinstance(c, dict) else None)):
+        return (), False  # nearly every pod: no container sets it
+    values = [(c, _own_value(c)) for _, _, c in containers(spec)]
+    gpu = [v for c, v in values if resource_names({"containers": [c]}) & gpus]
+    found = {v for v in gpu if v is not None}
+    return tuple(sorted(found)), bool(found) and all(v is not None for v in gpu)
+
+
+def _own_value(container: Mapping[str, Any]) -> str | None:
+    """The container's literal NVIDIA_VISIBLE_DEVICES (None: unset, or from ``valueFrom``)."""
+    value = None
+    env = container.get("env")
+    if not isinstance(env, list):
+        return None
+    for e in env:
+        if isinstance(e, Mapping) and e.get("name") == "NVIDIA_VISIBLE_DEVICES":
+            v = e.get("value", "")
+            value = v if isinstance(v, str) and "valueFrom" not in e else None
+    return value
 
 
 def _privileged(container: Mapping[str, Any]) -> bool:
