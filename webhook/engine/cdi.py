@@ -248,13 +248,13 @@ def worse(a: NodeAssessment, b: NodeAssessment | None) -> NodeAssessment:
     return b if b is not None and _SEVERITY[b.state] > _SEVERITY[a.state] else a
 
 
-def assess_annotations(node: NodeInfo, facts: PodFacts, plugin: nri.Plugin | None
+def assess_annotations(node: NodeInfo, facts: PodFacts, plugin: nri.Plugin
                        ) -> NodeAssessment | None:
     """The CDI devices the pod's own ``nvidia.cdi.k8s.io`` annotations name, on a node where
     the GPU Operator's NRI plugin injects them (``webhook.engine.nri``); None: nothing
     wrong, or nothing the plugin reads there."""
     inv = node.inventory
-    if plugin is None or inv is None or not facts.nri_requests or not nri.runs_on(node.labels):
+    if inv is None or not facts.nri_requests or not nri.runs_on(node.labels):
         return None
     s = nri.judge(facts.nri_requests, facts.namespace, plugin, inv.kinds,
                   inv.runtime.containerd_nri)
@@ -415,7 +415,9 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
         return demand[0]
 
     extended = allocation.demand(facts, view).extended
-    nri_plugin = view.operator_nri() if facts.nri_requests else None
+    # The devices a pod names itself (only where its pool's devices are checked at all).
+    own = bool(facts.own_visible_devices) and pool.cdi.checked
+    nri_plugin = view.operator_nri() if facts.nri_requests and pool.cdi.checked else None
 
     def per_node(n: NodeInfo) -> _NodeVerdict | None:
         """This node's part in the verdicts (None: not a candidate at all, or one where DRA,
@@ -436,10 +438,9 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
         matches = affinity.node_matches(facts.spec, n.labels, n.name)
         check = assess_node(n, pool, facts.runtime_class, handler, demand_of(), policy,
                             facts.privileged_gpus, declared_way(n, view, hami_pool))
-        if facts.own_visible_devices and pool.cdi.checked:
+        if own:
             check = assess_own_devices(n, facts, handler, check)
-        if nri_plugin is not None and check.state is not NodeState.MISSING \
-                and pool.cdi.checked:
+        if nri_plugin is not None:
             check = worse(check, assess_annotations(n, facts, nri_plugin))
         if check.state is NodeState.OK:
             return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE

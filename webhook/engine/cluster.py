@@ -215,7 +215,7 @@ class ClusterView:
         #: template, so they are read on demand and never bump ``version``
         self._claims: dict[tuple[str, str, str], dra.ClaimSpec] = {}
         self._slice_changes = 0
-        #: the GPU Operator's device plugin's way, from its ClusterPolicy (None: unknown)
+        #: what the GPU Operator's ClusterPolicy says (None: unknown)
         self._operator: clusterpolicy.Operator | None = None
         #: HAMi's device-plugin DaemonSets (None: not known)
         self._hami_plugins: tuple[hamiplugin.Plugin, ...] | None = None
@@ -421,22 +421,21 @@ class ClusterView:
 
     def set_operator(self, operator: clusterpolicy.Operator | None) -> None:
         """What the GPU Operator's ClusterPolicy says (``clusterpolicy``)."""
-        with self._lock:
-            if operator == self._operator:
-                return
-            self._operator = operator
-            self._folds.clear()  # node verdicts depend on it
-            self._bump()
+        self._set_config("_operator", operator)
 
     def set_hami_plugins(self, plugins: Iterable[hamiplugin.Plugin] | None) -> None:
         """HAMi's device-plugin DaemonSets (``hamiplugin``); None: not known."""
-        found = None if plugins is None else tuple(sorted(
-            plugins, key=lambda p: (p.node_selector, str(p.way))))
+        self._set_config("_hami_plugins", None if plugins is None else tuple(sorted(
+            plugins, key=lambda p: (p.node_selector, str(p.way)))))
+
+    def _set_config(self, attr: str, value: object) -> None:
+        """Swap in a cluster-wide setting that node verdicts depend on: every fold is
+        recomputed (a change is rare; an unchanged value costs nothing)."""
         with self._lock:
-            if found == self._hami_plugins:
+            if getattr(self, attr) == value:
                 return
-            self._hami_plugins = found
-            self._folds.clear()  # node verdicts depend on it
+            setattr(self, attr, value)
+            self._folds.clear()
             self._bump()
 
     # ---------------------------------------------------------------- reads
@@ -605,13 +604,15 @@ def view_from_objects(objects: Iterable[Mapping[str, Any]], policy: Policy | Non
 
 
 DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
-#: Every kind ``load_resources`` reads: the DRA objects and the GPU Operator's ClusterPolicy.
+#: Every kind ``load_resources`` reads: the DRA objects, the GPU Operator's ClusterPolicy and
+#: HAMi's device-plugin DaemonSets.
 RESOURCE_KINDS = (*DRA_KINDS, clusterpolicy.KIND, hamiplugin.KIND)
 
 
 def load_resources(view: ClusterView, items: Iterable[Mapping[str, Any]]) -> None:
-    """Put ``resource.k8s.io`` objects (of the kinds in ``DRA_KINDS``) and the GPU
-    Operator's ClusterPolicy into the view, replacing what it held of them. DeviceClasses
+    """Put ``resource.k8s.io`` objects (of the kinds in ``DRA_KINDS``), the GPU Operator's
+    ClusterPolicy and HAMi's device-plugin DaemonSets into the view, replacing what it held
+    of them (other DaemonSets are ignored). DeviceClasses
     and slices count as known only when some are given: a file without any says nothing of
     the cluster's DRA drivers (and a claim is then not judged, rather than judged against
     no devices)."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES, Way, strategy_way
 from webhook.engine import nri
-from webhook.engine.objects import as_mapping, env_value
+from webhook.engine.objects import as_mapping, env_entry, literal_value
 
 KIND = "ClusterPolicy"
 #: The operator's node label for where it runs its device plugin.
@@ -34,11 +34,11 @@ def plugin_way(obj: Mapping[str, Any]) -> Way | None:
     plugin = as_mapping(spec.get("devicePlugin"))
     if plugin.get("enabled") is False:
         return None
-    strategy = env_value(plugin.get("env"), "DEVICE_LIST_STRATEGY")
+    strategy = env_entry(plugin.get("env"), "DEVICE_LIST_STRATEGY")
     if strategy is None:
         enabled = as_mapping(spec.get("cdi")).get("enabled")
         return CDI_DEVICES if enabled is not False else VISIBLE_DEVICES
-    return strategy_way(strategy)
+    return strategy_way(literal_value(strategy) or "")
 
 
 def nri_plugin(obj: Mapping[str, Any]) -> nri.Plugin | None:
@@ -51,7 +51,8 @@ def nri_plugin(obj: Mapping[str, Any]) -> nri.Plugin | None:
             or toolkit.get("enabled") is False:
         return None
     namespace = as_mapping(obj.get("status")).get("namespace")
-    extra = env_value(toolkit.get("env"), nri.NAMESPACES_ENV) or ""
+    entry = env_entry(toolkit.get("env"), nri.NAMESPACES_ENV)
+    extra = (literal_value(entry) if entry is not None else None) or ""
     return nri.Plugin(namespace if isinstance(namespace, str) and namespace else None,
                       frozenset(n.strip() for n in extra.split(",") if n.strip()))
 

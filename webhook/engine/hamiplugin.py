@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.api.delivery import Way, strategy_way
-from webhook.engine.objects import as_list, as_mapping, env_value, meta_of
+from webhook.engine.objects import as_list, as_mapping, env_entry, literal_value, meta_of
 
 KIND = "DaemonSet"
 COMPONENT_LABEL = "app.kubernetes.io/component"
@@ -47,8 +47,9 @@ def hami_plugin_from(obj: Mapping[str, Any]) -> Plugin | None:
         if not isinstance(c, Mapping):
             continue
         found = _flag(c.get("command")) or _flag(c.get("args"))
-        if found is None:
-            found = env_value(c.get("env"), "DEVICE_LIST_STRATEGY")
+        entry = env_entry(c.get("env"), "DEVICE_LIST_STRATEGY")
+        if found is None and entry is not None:
+            found = literal_value(entry) or ""
         if found is not None:
             strategy = found
             break

@@ -51,12 +51,18 @@ def describe(obj: Mapping[str, Any], namespace: str | None, kind: str) -> str:
     return f"{kind} {ns + '/' if ns else ''}{clip(name_of(obj)) or '(unnamed)'}"
 
 
-def env_value(env: object, name: str) -> str | None:
-    """A variable in a container's (or a ClusterPolicy component's) ``env`` list: the last
-    entry wins, as in the container; "" for a value that is not a string, None when unset."""
-    value = None
+def env_entry(env: object, name: str) -> Mapping[str, Any] | None:
+    """A variable's entry in a container's (or a ClusterPolicy component's) ``env`` list:
+    the last one named so wins, as in the container. None when unset."""
+    found = None
     for e in as_list(env):
         if isinstance(e, Mapping) and e.get("name") == name:
-            v = e.get("value")
-            value = v if isinstance(v, str) else ""
-    return value
+            found = e
+    return found
+
+
+def literal_value(entry: Mapping[str, Any]) -> str | None:
+    """An env entry's value as written ("" when it gives none); None when it comes from
+    ``valueFrom``, or is not a string, and so cannot be known here."""
+    value = entry.get("value", "")
+    return value if isinstance(value, str) and "valueFrom" not in entry else None

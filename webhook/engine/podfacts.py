@@ -156,27 +156,14 @@ def _asks_mig(gpus: frozenset[str]) -> bool:
 
 def _own_visible_devices(spec: Mapping[str, Any], gpus: frozenset[str]
                          ) -> tuple[tuple[str, ...], bool]:
-    if not any(isinstance(e, dict) and e.get("name") == "NVIDIA_VISIBLE_DEVICES"
-               for f in ("initContainers", "containers") for c in objects.as_list(spec.get(f))
-               for e in objects.as_list(c.get("env") if isinstance(c, dict) else None)):
+    entries = [(c, objects.env_entry(c.get("env"), "NVIDIA_VISIBLE_DEVICES"))
+               for _, _, c in containers(spec)]
+    if all(e is None for _, e in entries):
         return (), False  # nearly every pod: no container sets it
-    values = [(c, _own_value(c)) for _, _, c in containers(spec)]
-    gpu = [v for c, v in values if resource_names({"containers": [c]}) & gpus]
+    gpu = [objects.literal_value(e) if e is not None else None for c, e in entries
+           if resource_names({"containers": [c]}) & gpus]
     found = {v for v in gpu if v is not None}
     return tuple(sorted(found)), bool(found) and all(v is not None for v in gpu)
-
-
-def _own_value(container: Mapping[str, Any]) -> str | None:
-    """The container's literal NVIDIA_VISIBLE_DEVICES (None: unset, or from ``valueFrom``)."""
-    value = None
-    env = container.get("env")
-    if not isinstance(env, list):
-        return None
-    for e in env:
-        if isinstance(e, Mapping) and e.get("name") == "NVIDIA_VISIBLE_DEVICES":
-            v = e.get("value", "")
-            value = v if isinstance(v, str) and "valueFrom" not in e else None
-    return value
 
 
 def _privileged(container: Mapping[str, Any]) -> bool:

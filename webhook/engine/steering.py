@@ -36,6 +36,28 @@ def label_requirement(way: delivery.Way, policy: Policy) -> Requirement:
                                  "values": ["false"]})
 
 
+def _judged_by_name(facts: PodFacts, pool_name: str, view: ClusterView | None,
+                    policy: Policy) -> bool:
+    """Must the pod be steered node by node? The agent's label says whether every GPU of the
+    node resolves the pool's way under the default handler, and nothing more: not which
+    GPUs a pod narrows to, another RuntimeClass, a privileged container, MIG devices (the
+    kubelet's, or those HAMi creates on a GPU it runs in MIG mode), devices a pod names
+    itself (in NVIDIA_VISIBLE_DEVICES, or in annotations for the NRI plugin), or a way the
+    plugins' own configuration declares (the detected label knows only the disk)."""
+    way = policy.by_name[pool_name].cdi.delivery
+    hami_pool = policy.is_hami_pool(pool_name)
+    rc = facts.runtime_class
+    if cand.narrows(facts, hami_pool) or (rc and way != delivery.CDI_DEVICES) \
+            or facts.privileged_gpus or facts.asks_mig or facts.own_visible_devices:
+        return True
+    if view is None:
+        return False
+    return (way is delivery.DETECT and (view.operator_way() is not None or (
+                hami_pool and view.knows_hami_plugins()))) \
+        or (bool(facts.nri_requests) and view.operator_nri() is not None) \
+        or (hami_pool and view.has_hami_mig())
+
+
 def requirements(facts: PodFacts, pool_name: str, view: ClusterView | None,
                  policy: Policy) -> tuple[list[Requirement], list[str]]:
     """The requirements to add to every required term, and warnings."""
@@ -49,21 +71,7 @@ def requirements(facts: PodFacts, pool_name: str, view: ClusterView | None,
     if rc and way == delivery.VISIBLE_DEVICES and rc in policy.non_cdi_runtime_classes \
             and facts.privileged_gpus:
         return [], []
-    # The agent's "detected" label knows only what is on disk; with the operator's
-    # ClusterPolicy or HAMi's device-plugin DaemonSet known, nodes are judged one by one.
-    hami_pool = policy.is_hami_pool(pool_name)
-    by_policy = way is delivery.DETECT and view is not None and (
-        view.operator_way() is not None or (hami_pool and view.knows_hami_plugins()))
-    # Nor does the label know MIG devices (the kubelet's, or those HAMi creates on a GPU it
-    # runs in MIG mode), or the devices a pod names itself (in NVIDIA_VISIBLE_DEVICES, or in
-    # annotations for the NRI plugin).
-    by_annotations = bool(facts.nri_requests) and view is not None and \
-        view.operator_nri() is not None
-    hami_mig = hami_pool and view is not None and view.has_hami_mig()
-    if not cand.narrows(facts, hami_pool) and not by_policy and \
-            not (rc and way != delivery.CDI_DEVICES) and not facts.privileged_gpus \
-            and not by_annotations and not facts.asks_mig and not hami_mig \
-            and not facts.own_visible_devices:
+    if not _judged_by_name(facts, pool_name, view, policy):
         return [label_requirement(way, policy)], []
     if view is None or len(view) == 0:
         return [], []

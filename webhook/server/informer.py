@@ -205,7 +205,7 @@ class ClusterInformer:
             plural, functools.partial(custom.list_cluster_custom_object, group, version, plural),
             self._cp_listed, self._cp_event, api_client, watch_timeout=watch_timeout,
             optional=True)
-        self._policies: dict[str, dict[str, Any]] = {}
+        self._policies: dict[tuple[str, str], dict[str, Any]] = {}
         # HAMi's device-plugin DaemonSets (its chart's component label): how its plugin
         # hands GPUs, on which nodes.
         self.hami_plugins = Reflector(
@@ -222,26 +222,22 @@ class ClusterInformer:
         return (self.nodes, self.namespaces, self.runtime_classes, *self.optional)
 
     def _cp_listed(self, items: list[dict[str, Any]]) -> None:
-        self._policies = {str((i.get("metadata") or {}).get("name")): i for i in items}
-        self.view.set_operator(cluster_operator(self._policies.values()))
+        self._policies = _keyed(items)
+        self._set_operator()
 
     def _cp_event(self, etype: str, obj: dict[str, Any]) -> None:
-        name = str((obj.get("metadata") or {}).get("name"))
-        if etype == "DELETED":
-            self._policies.pop(name, None)
-        else:
-            self._policies[name] = obj
+        _apply(self._policies, etype, obj)
+        self._set_operator()
+
+    def _set_operator(self) -> None:
         self.view.set_operator(cluster_operator(self._policies.values()))
 
     def _ds_listed(self, items: list[dict[str, Any]]) -> None:
-        self._daemonsets = {_ns_name(i): i for i in items}
+        self._daemonsets = _keyed(items)
         self._set_hami_plugins()
 
     def _ds_event(self, etype: str, obj: dict[str, Any]) -> None:
-        if etype == "DELETED":
-            self._daemonsets.pop(_ns_name(obj), None)
-        else:
-            self._daemonsets[_ns_name(obj)] = obj
+        _apply(self._daemonsets, etype, obj)
         self._set_hami_plugins()
 
     def _set_hami_plugins(self) -> None:
@@ -340,3 +336,17 @@ class ClusterInformer:
 def _ns_name(obj: dict[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace")), str(meta.get("name"))
+
+
+def _keyed(items: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """A listing, by namespace and name (the namespace None for cluster-scoped kinds)."""
+    return {_ns_name(i): i for i in items}
+
+
+def _apply(store: dict[tuple[str, str], dict[str, Any]], etype: str,
+           obj: dict[str, Any]) -> None:
+    """One watch event on a ``_keyed`` listing."""
+    if etype == "DELETED":
+        store.pop(_ns_name(obj), None)
+    else:
+        store[_ns_name(obj)] = obj
