@@ -8,6 +8,7 @@ half-written pair (key not matching cert) keeps the previous context until the f
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import logging
@@ -146,6 +147,54 @@ class _Deadlines(_SocketBase):
         super().sendall(data, flags)
 
 
+class _HeadWithBody(_SocketBase):
+    """Sends a response's head together with its body: one TLS record and one write where
+    gunicorn makes two (it writes the status line and headers, then the body).
+
+    A head is held until the next write and then sent with it; anything that could wait on
+    the peer (a read, a close) sends what is held first, so nothing is ever held while the
+    server waits. Half the records also means half the decryption work for the API server,
+    which calls on every pod create."""
+
+    def _flush(self) -> None:
+        held = self.__dict__.pop("_held", None)
+        if held:
+            super().sendall(held)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        held = self.__dict__.pop("_held", None)
+        if held is not None:
+            data = held + bytes(data)
+        elif data[:7] == b"HTTP/1." and data[-4:] == b"\r\n\r\n":
+            self.__dict__["_held"] = bytes(data)
+            return
+        super().sendall(data, flags)
+
+    def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
+        self._flush()
+        return super().recv(buflen, flags)
+
+    def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
+        self._flush()
+        if nbytes is None:
+            return super().recv_into(buffer, flags=flags)
+        return super().recv_into(buffer, nbytes, flags)
+
+    def unwrap(self) -> Any:
+        self._flush()
+        return super().unwrap()
+
+    def shutdown(self, how: int) -> None:
+        with contextlib.suppress(OSError):  # the peer is gone: nothing left to say to it
+            self._flush()
+        super().shutdown(how)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._flush()
+        super().close()
+
+
 class _GeventDeadlines(_Deadlines):
     """gevent applies a socket timeout to each wait inside the handshake, so a client sending
     a byte a second would never trip it: bound the whole handshake instead."""
@@ -166,7 +215,7 @@ def deadline_socket_class(base: type, deadlines: Deadlines) -> type:
     key = (base, deadlines)
     if key not in _DEADLINE_CLASSES:
         mixin = _GeventDeadlines if base.__module__.startswith("gevent") else _Deadlines
-        _DEADLINE_CLASSES[key] = type(f"Deadline{base.__name__}", (mixin, base),
+        _DEADLINE_CLASSES[key] = type(f"Deadline{base.__name__}", (mixin, _HeadWithBody, base),
                                       {"deadlines": deadlines})
     return _DEADLINE_CLASSES[key]
 
