@@ -18,9 +18,17 @@ N concurrent creators (10, 50, 200) create a fixed number of pods, a third HAMi 
 third GPU Operator pods, a third without GPUs, all of which every configuration admits. The
 client's create latency (p50, p99) and rate are reported beside the API server's own
 ``apiserver_admission_webhook_admission_duration_seconds``, with ratios to ``none`` and to
-``hami`` taken round by round. Then a burst: 1,000 creations from 64 writers with gpupool in
-front of HAMi. A component that does not start is named and the run exits 2; at the end the
-run checks that no process it started is left.
+``hami`` taken round by round. Beside them, what each batch cost: CPU per created pod for
+every component (API server, etcd, each webhook, the load generator) and the TCP connections
+the machine accepted per pod (the API server opens new ones to an HTTP/1.1 webhook once more
+calls are in flight than it keeps idle).
+
+Two placements, interleaved with the rest: ``shared``, every process on every core; and
+``split``, the control plane and the load generator on one core and the webhooks on the
+other, as in a cluster where webhook pods run on worker nodes and what they burn is not taken
+from the API server. Then a burst: 1,000 creations from 64 writers with gpupool in front of
+HAMi. A component that does not start is named and the run exits 2; at the end the run checks
+that no process it started is left.
 """
 
 from __future__ import annotations
@@ -46,8 +54,11 @@ from typing import Any
 import requests
 import yaml
 
+from bench import machine
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ("none", "hami", "gpupool", "gpupool+hami")
+PLACEMENTS = ("shared", "split")
 NAMESPACE = "load"
 
 
@@ -71,6 +82,7 @@ class Rig:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.replicas: list[subprocess.Popen] = []
+        self.cores: set[int] = set()
 
     # ------------------------------------------------------------------ start
     def start(self) -> Rig:
@@ -231,6 +243,32 @@ class Rig:
             "get", "pods", "-n", NAMESPACE, "-o", "name").stdout.strip(),
             "the batch's pods to be deleted", timeout=120)
 
+    # ------------------------------------------------------------------ accounting
+    def roots(self) -> dict[int, str]:
+        """The processes this rig started, by component; their children count as theirs."""
+        out = {p.pid: Path(p.args[0]).name for p in self.cp.procs}
+        out.update({p.pid: "gpupool" for p in self.replicas})
+        if self.hami.proc is not None:
+            out[self.hami.proc.pid] = "hami"
+        return out
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds each component has used so far (this process: the load generator)."""
+        return cpu_seconds(self.roots())
+
+    def place(self, placement: str) -> None:
+        """``shared``: every process may run on every core. ``split``: the webhooks on the
+        last core, everything else (control plane, load generator) on the others."""
+        cores = sorted(os.sched_getaffinity(0) | self.cores)
+        self.cores = set(cores)
+        webhooks = {pid for pid, name in self.roots().items() if name in ("gpupool", "hami")}
+        for pid, root in owners(self.roots()).items():
+            if placement == "shared":
+                want = set(cores)
+            else:
+                want = {cores[-1]} if root in webhooks else set(cores[:-1])
+            pin(pid, want)
+
     # ------------------------------------------------------------------ stop
     def stop(self) -> list[str]:
         """Stop everything; returns the command lines of any process still alive after."""
@@ -258,6 +296,68 @@ def leftovers(marker: str) -> list[str]:
         if marker in cmd:
             out.append(f"{entry.name}: {cmd[:200]}")
     return out
+
+
+def _stat(pid: int | str) -> list[str]:
+    """/proc/<pid>/stat's fields after the command name (which may hold spaces)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rfind(")") + 2:].split()
+
+
+def owners(roots: dict[int, str]) -> dict[int, int]:
+    """Every live process under ``roots`` (and this one), mapped to its root: the rig's
+    programs fork (gunicorn's workers) and spawn threads, all billed to what started them."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent[int(entry.name)] = int(_stat(entry.name)[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    out: dict[int, int] = {}
+    for pid in parent:
+        p = pid
+        while p not in roots and p != os.getpid() and p in parent and p > 1:
+            p = parent[p]
+        if p in roots or p == os.getpid():
+            out[pid] = p
+    return out
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(roots: dict[int, str]) -> dict[str, float]:
+    """User and system CPU so far per component; "load generator" is this process."""
+    totals: dict[str, float] = {}
+    for pid, root in owners(roots).items():
+        name = roots.get(root, "load generator")
+        try:
+            fields = _stat(pid)
+        except OSError:  # gone since the listing
+            continue
+        totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / _TICK
+    return totals
+
+
+def pin(pid: int, cores: set[int]) -> None:
+    """Every thread of ``pid`` onto ``cores`` (threads it starts later inherit it)."""
+    try:
+        tasks = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+    except OSError:
+        return
+    for tid in tasks:
+        try:
+            os.sched_setaffinity(tid, cores)
+        except OSError:  # a thread that ended meanwhile
+            continue
+
+
+def accepted_connections() -> int:
+    """TCP connections this machine has accepted so far (/proc/net/snmp's PassiveOpens)."""
+    lines = [ln.split() for ln in Path("/proc/net/snmp").read_text().splitlines()
+             if ln.startswith("Tcp:")]
+    return int(lines[1][lines[0].index("PassiveOpens")])
 
 
 def pod(name: str, kind: str) -> dict[str, Any]:
@@ -353,37 +453,56 @@ PLANS: dict[str, dict[str, Any]] = {
 def run(tmp: Path, *, writers: tuple[int, ...], pods: int, rounds: int, burst: int,
         burst_writers: int) -> dict[str, Any]:
     rig = Rig(tmp)
+    placements = PLACEMENTS if len(os.sched_getaffinity(0)) > 1 else ("shared",)
     res: dict[str, Any] = {"host": f"{platform.node()} ({os.cpu_count()} cores)",
+                           "machine": machine.describe(),
                            "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                           "pods_per_batch": pods, "rounds": rounds, "levels": {}}
+                           "pods_per_batch": pods, "rounds": rounds, "placements": {}}
     try:
         rig.start()
+        # Unrecorded: every gpupool worker past its imports and first review, every webhook's
+        # connections open, before any batch is counted.
+        for config in CONFIGS:
+            rig.use(config)
+            rig.create(batch(60), writers[0])
+            rig.clear()
+        raw: dict[str, dict[int, dict[str, list[dict]]]] = {
+            pl: {n: {c: [] for c in CONFIGS} for n in writers} for pl in placements}
         for n in writers:
-            raw: dict[str, list[dict]] = {c: [] for c in CONFIGS}
             for _ in range(rounds):
-                for config in CONFIGS:
-                    rig.use(config)
-                    before = rig.cp.metrics()
-                    lat, errors, wall = rig.create(batch(pods), n)
-                    after = rig.cp.metrics()
-                    raw[config].append({"p50_ms": _pct(lat, 0.5), "p99_ms": _pct(lat, 0.99),
-                                        "rate": len(lat) / wall, "failed": len(errors),
-                                        "errors": errors[:3], **server_view(before, after)})
-                    rig.clear()
-            res["levels"][str(n)] = summarise(raw)
+                for placement in placements:
+                    for config in CONFIGS:
+                        rig.use(config)
+                        rig.place(placement)
+                        raw[placement][n][config].append(measure(rig, batch(pods), n))
+                        rig.clear()
+        for placement in placements:
+            res["placements"][placement] = {str(n): summarise(raw[placement][n])
+                                            for n in writers}
         rig.use("gpupool+hami")
-        before = rig.cp.metrics()
-        lat, errors, wall = rig.create(batch(burst), burst_writers)
-        after = rig.cp.metrics()
-        res["burst"] = {"pods": burst, "writers": burst_writers, "answered": len(lat),
-                        "failed": len(errors), "errors": errors[:5],
-                        "timed_out": sum("Timeout" in e for e in errors),
-                        "client_p99_ms": _pct(lat, 0.99), "seconds": wall,
-                        **server_view(before, after)}
+        rig.place("shared")
+        m = measure(rig, batch(burst), burst_writers)
+        res["burst"] = {"pods": burst, "writers": burst_writers, "client_p99_ms": m["p99_ms"],
+                        "timed_out": sum("Timeout" in e for e in m["errors"]), **m}
         rig.clear()
     finally:
         res["leftover_processes"] = rig.stop()
     return res
+
+
+def measure(rig: Rig, pods: list[dict], writers: int) -> dict[str, Any]:
+    """One batch: the client's latencies and rate, the API server's histograms, and what
+    each component spent on it."""
+    cpu0, conns0, before = rig.cpu(), accepted_connections(), rig.cp.metrics()
+    lat, errors, wall = rig.create(pods, writers)
+    cpu1, conns1, after = rig.cpu(), accepted_connections(), rig.cp.metrics()
+    return {"p50_ms": _pct(lat, 0.5), "p99_ms": _pct(lat, 0.99), "rate": len(lat) / wall,
+            "answered": len(lat), "seconds": wall, "failed": len(errors), "errors": errors[:3],
+            "cpu_ms_per_pod": {k: 1000 * (cpu1[k] - cpu0.get(k, 0.0)) / len(pods)
+                               for k in sorted(cpu1)},
+            # the API server's own scrapes and the load generator's sessions are kept alive
+            "connections_per_pod": (conns1 - conns0) / len(pods),
+            **server_view(before, after)}
 
 
 def summarise(raw: dict[str, list[dict]]) -> dict[str, Any]:
@@ -398,7 +517,11 @@ def summarise(raw: dict[str, list[dict]]) -> dict[str, Any]:
             "server": {k: statistics.median(r[k] for r in runs if r.get(k) is not None)
                        for k in {k for r in runs for k in r if k.startswith(("webhook",
                                                                               "create"))}
-                       if any(r.get(k) is not None for r in runs)}}
+                       if any(r.get(k) is not None for r in runs)},
+            "cpu_ms_per_pod": {k: statistics.median(r["cpu_ms_per_pod"].get(k, 0.0)
+                                                    for r in runs)
+                               for k in sorted({k for r in runs for k in r["cpu_ms_per_pod"]})},
+            "connections_per_pod": statistics.median(r["connections_per_pod"] for r in runs)}
         for base in ("none", "hami"):
             row[f"p99_vs_{base}"] = statistics.median(
                 a["p99_ms"] / b["p99_ms"] for a, b in zip(runs, raw[base], strict=True))
@@ -406,18 +529,36 @@ def summarise(raw: dict[str, list[dict]]) -> dict[str, Any]:
     return out
 
 
+#: components in the CPU columns, in order; the rest (kwok, the controller-manager) is in "all"
+CPU_COLUMNS = (("kube-apiserver", "API server"), ("etcd", "etcd"), ("gpupool", "gpupool"),
+               ("hami", "HAMi"), ("load generator", "generator"))
+
+
 def report(res: dict[str, Any]) -> str:
-    lines = [f"Pod creations through a real API server ({res['host']}, {res['when']}; "
+    lines = [f"Pod creations through a real API server ({machine.line(res['machine'])}; "
+             f"{res['when']}; "
              f"{res['pods_per_batch']} pods per batch, median of {res['rounds']} interleaved "
-             "rounds)",
-             f"{'writers':>7} {'configuration':<14} {'p50 ms':>7} {'p99 ms':>7} "
-             f"{'creates/s':>9} {'p99/none':>8} {'p99/HAMi':>8} {'failed':>6}  API server"]
-    for n, level in res["levels"].items():
-        for config, r in level.items():
-            server = ", ".join(f"{k} {v}" for k, v in sorted(r["server"].items()))
-            lines.append(f"{n:>7} {config:<14} {r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f} "
-                         f"{r['creates_per_s']:>9.1f} {r['p99_vs_none']:>8.2f} "
-                         f"{r['p99_vs_hami']:>8.2f} {r['failed']:>6}  {server}")
+             "rounds)"]
+    for placement, levels in res["placements"].items():
+        lines += ["", f"placement: {placement}",
+                  f"{'writers':>7} {'configuration':<14} {'p50 ms':>7} {'p99 ms':>7} "
+                  f"{'creates/s':>9} {'p99/none':>8} {'p99/HAMi':>8} {'failed':>6}  API server"]
+        for n, level in levels.items():
+            for config, r in level.items():
+                server = ", ".join(f"{k} {v}" for k, v in sorted(r["server"].items()))
+                lines.append(f"{n:>7} {config:<14} {r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f} "
+                             f"{r['creates_per_s']:>9.1f} {r['p99_vs_none']:>8.2f} "
+                             f"{r['p99_vs_hami']:>8.2f} {r['failed']:>6}  {server}")
+        lines += ["CPU ms per created pod, and TCP connections accepted per pod",
+                  f"{'writers':>7} {'configuration':<14} "
+                  + " ".join(f"{title:>10}" for _, title in CPU_COLUMNS)
+                  + f" {'all':>6} {'conns':>6}"]
+        for n, level in levels.items():
+            for config, r in level.items():
+                cpu = r["cpu_ms_per_pod"]
+                lines.append(f"{n:>7} {config:<14} "
+                             + " ".join(f"{cpu.get(k, 0.0):>10.2f}" for k, _ in CPU_COLUMNS)
+                             + f" {sum(cpu.values()):>6.2f} {r['connections_per_pod']:>6.2f}")
     b = res.get("burst")
     if b:
         lines.append(f"burst: {b['pods']} pods from {b['writers']} writers, gpupool in front of "
@@ -433,14 +574,17 @@ def main() -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
                    help="one round of 60 pods at 10 writers, a 200-pod burst (a smoke run)")
-    p.add_argument("--out", default=str(ROOT / "bench/results/e2e-load.json"),
-                   help="where the JSON results go")
+    p.add_argument("--out", help="where the JSON results go (default: "
+                                 "bench/results/e2e-load.json, e2e-load-quick.json with --quick)")
     a = p.parse_args()
+    a.out = a.out or str(ROOT / "bench/results" / (
+        "e2e-load-quick.json" if a.quick else "e2e-load.json"))
     # A stopped run still stops what it started: SIGTERM unwinds through run()'s cleanup.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="gpupool-e2e-load-") as tmp:
         try:
             res = run(Path(tmp), **PLANS["quick" if a.quick else "full"])
+            res["command"] = " ".join(["python -m bench.e2e_load", *sys.argv[1:]])
         except StartError as exc:
             print(f"e2e load: {exc}", file=sys.stderr)
             return 2

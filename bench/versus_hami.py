@@ -1,4 +1,5 @@
-"""Webhook throughput side by side: HAMi's mutating webhook (its v2.10.0 Go code, built as the
+"""Webhook throughput side by side (``python -m bench.versus_hami``, or as part of
+``make bench``): HAMi's mutating webhook (its v2.10.0 Go code, built as the
 suite builds it, logging at its chart's -v=4) and gpupool's /mutate (as installed: two gevent
 workers, TLS), on the same two cores, one at a time, with the same wrk load and the same
 AdmissionReview bodies, in interleaved rounds.
@@ -16,7 +17,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench import cluster, load
+from bench import cluster, load, machine
 from tests.integration.conftest import free_port, generate_certs, stop_group
 
 PATHS = {"hami": "/webhook", "gpupool": "/mutate"}
@@ -66,7 +67,8 @@ def measure(tmp: Path, *, seconds: int = 5, rounds: int = 5, connections: int = 
     finally:
         hami.stop()
         stop_group(gp)
-    out: dict = {"seconds": seconds, "rounds": rounds, "connections": connections, "rate": rate,
+    out: dict = {"machine": machine.describe(), "seconds": seconds, "rounds": rounds,
+                 "connections": connections, "rate": rate,
                  "gpupool_workers": 2, "gpupool_view_nodes": 5000, "rows": {}}
     for kind in bodies():
         g, h = runs[f"gpupool/{kind}"], runs[f"hami/{kind}"]
@@ -85,7 +87,8 @@ def measure(tmp: Path, *, seconds: int = 5, rounds: int = 5, connections: int = 
 
 
 def report(r: dict) -> str:
-    lines = [f"Webhook throughput beside HAMi's (wrk, {r['connections']} keep-alive "
+    lines = [f"Webhook throughput beside HAMi's ({machine.line(r['machine'])}; wrk, "
+             f"{r['connections']} keep-alive "
              f"connections; p99 at a fixed {r['rate']:.0f} req/s; median of {r['rounds']} "
              f"interleaved rounds of {r['seconds']} s)",
              f"{'request':<12} {'gpupool req/s':>14} {'HAMi req/s':>11} {'ratio':>6} | "
@@ -98,3 +101,25 @@ def report(r: dict) -> str:
                      f"{row['gpupool_p99_ms']:>14.1f} / {row['hami_p99_ms']:<13.1f} | "
                      f"{row['errors']}")
     return "\n".join(lines)
+
+
+def main() -> int:
+    import argparse
+    import json
+    import tempfile
+
+    p = argparse.ArgumentParser(prog="python -m bench.versus_hami", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=str(Path(__file__).parent / "results/versus-hami.json"))
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gpupool-versus-hami-") as tmp:
+        res = measure(Path(tmp))
+    res["command"] = " ".join(["python -m bench.versus_hami", *sys.argv[1:]])
+    Path(a.out).write_text(json.dumps(res, indent=2))
+    print(report(res))
+    print(f"\nresults: {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

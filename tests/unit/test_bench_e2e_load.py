@@ -3,9 +3,26 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from bench.e2e_load import StartError, _component, buckets, quantile, server_view
+from bench.e2e_load import (
+    StartError,
+    _component,
+    accepted_connections,
+    buckets,
+    cpu_seconds,
+    owners,
+    pin,
+    quantile,
+    server_view,
+)
 
 SCRAPE = """\
 apiserver_admission_webhook_admission_duration_seconds_bucket{name="mutate.gpupool.io",operation="CREATE",rejected="false",type="admit",le="0.005"} @A@
@@ -35,3 +52,55 @@ def test_quantiles_come_from_what_was_observed_between_two_scrapes():
 def test_a_component_that_does_not_start_is_named():
     with pytest.raises(StartError, match="kwok did not start: no such binary"):
         _component("kwok", lambda: (_ for _ in ()).throw(FileNotFoundError("no such binary")))
+
+
+def _spawn(code: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+def test_cpu_is_billed_to_the_program_that_started_it_forks_and_threads_included():
+    # a program whose forked worker burns CPU, as gunicorn's workers do under its master
+    busy = _spawn("import os, sys, time\n"
+                  "if os.fork() == 0:\n"
+                  "    t = time.process_time()\n"
+                  "    while time.process_time() - t < 0.4: pass\n"
+                  "    print('ready', flush=True); time.sleep(60)\n"
+                  "else:\n"
+                  "    time.sleep(60)\n")
+    try:
+        spent = cpu_seconds({busy.pid: "busy"})
+        assert spent["busy"] >= 0.3, spent
+        assert "load generator" in spent  # this process, apart from the program
+        assert set(owners({busy.pid: "busy"}).values()) == {busy.pid, os.getpid()}
+    finally:
+        for pid in owners({busy.pid: "busy"}):
+            if pid != os.getpid() and pid != busy.pid:
+                os.kill(pid, signal.SIGKILL)
+        busy.kill()
+        busy.wait()
+
+
+def test_split_placement_pins_every_thread_of_a_program():
+    prog = _spawn("import threading, time\n"
+                  "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+                  "print('ready', flush=True); time.sleep(60)\n")
+    try:
+        core = min(os.sched_getaffinity(0))
+        pin(prog.pid, {core})
+        tasks = list(Path(f"/proc/{prog.pid}/task").iterdir())
+        assert len(tasks) >= 2
+        assert all(os.sched_getaffinity(int(t.name)) == {core} for t in tasks)
+    finally:
+        prog.kill()
+        prog.wait()
+
+
+def test_accepted_connections_counts_what_a_listener_accepts():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        before = accepted_connections()
+        for _ in range(3):
+            with socket.create_connection(server.getsockname()):
+                server.accept()[0].close()
+        assert accepted_connections() - before >= 3
