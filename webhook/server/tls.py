@@ -228,6 +228,10 @@ def build_context(certfile: str, keyfile: str, deadlines: Deadlines = Deadlines(
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers(CIPHERS)
     ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
+    # No TLS 1.3 session tickets: the API server's webhook client keeps no session cache
+    # (client-go's transport sets none), so each ticket would be made, encrypted and sent on
+    # every new connection for nothing; under load the API server opens many.
+    ctx.num_tickets = 0
     ctx.sslsocket_class = deadline_socket_class(type(ctx).sslsocket_class, deadlines)
     ctx.load_cert_chain(certfile=certfile, keyfile=keyfile)
     return ctx

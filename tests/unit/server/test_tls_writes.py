@@ -1,10 +1,15 @@
-"""A response's head goes out with its body, and nothing is held while the server waits."""
+"""What the server's TLS sockets write: a response's head with its body, nothing held while
+the server waits, and no session tickets nobody will use."""
 
 from __future__ import annotations
 
+import socket
+import ssl
+import threading
+from pathlib import Path
 from typing import Any
 
-from webhook.server.tls import _HeadWithBody
+from webhook.server.tls import _HeadWithBody, build_context
 
 
 class RecordingSocket:
@@ -65,3 +70,39 @@ def test_bodies_and_later_writes_pass_straight_through():
     s.sendall(b"part of a body")
     s.sendall(b"HTTP/1.1 looks like a head but is body text\r\n")  # no blank line: not a head
     assert s.wire == [b"part of a body", b"HTTP/1.1 looks like a head but is body text\r\n"]
+
+
+def _exchange(server_ctx: ssl.SSLContext, ca: Path) -> ssl.SSLSession | None:
+    """One byte each way over a real TLS 1.3 connection; the client's session after it."""
+    a, b = socket.socketpair()
+    client_ctx = ssl.create_default_context(cafile=str(ca))
+    client_ctx.check_hostname = False
+
+    def serve() -> None:
+        with server_ctx.wrap_socket(b, server_side=True) as s:
+            s.recv(1)
+            s.sendall(b"y")
+
+    t = threading.Thread(target=serve)
+    t.start()
+    with client_ctx.wrap_socket(a) as c:
+        c.sendall(b"x")
+        assert c.recv(1) == b"y"  # tickets, when sent, arrive before this byte
+        session = c.session
+    t.join()
+    return session
+
+
+def test_no_session_tickets_are_made_for_a_client_that_never_resumes(tmp_path):
+    # The API server's webhook client keeps no TLS session cache: a ticket is work for nothing.
+    from tests.integration.conftest import generate_certs
+
+    generate_certs(tmp_path)
+    cert, key, ca = tmp_path / "tls.crt", tmp_path / "tls.key", tmp_path / "ca.crt"
+    session = _exchange(build_context(str(cert), str(key)), ca)
+    assert session is not None and not session.has_ticket
+    # the same exchange with OpenSSL's default does carry one: the check above can fail
+    plain = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    plain.load_cert_chain(str(cert), str(key))
+    session = _exchange(plain, ca)
+    assert session is not None and session.has_ticket
