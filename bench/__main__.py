@@ -23,7 +23,16 @@ import jsonpatch
 import requests
 
 from bench import agent as agent_bench
-from bench import cluster, e2e_load, load, slowclients, soak, startup, versus_hami
+from bench import (
+    cluster,
+    e2e_load,
+    load,
+    machine,
+    slowclients,
+    soak,
+    startup,
+    versus_hami,
+)
 from bench import dra as dra_bench
 from tests.integration.conftest import free_port
 
@@ -287,6 +296,8 @@ def main() -> int:
                    help="worker class for the HTTPS throughput part")
     a = p.parse_args()
     res: dict = {"host": f"{platform.node()} ({os.cpu_count()} cores)",
+                 "machine": machine.describe(),
+                 "command": " ".join(["python -m bench", *sys.argv[1:]]),
                  "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     parts = set(a.only or ("http", "slow", "decision", "dra", "agent", "startup", "hami",
                            "e2e"))

@@ -435,6 +435,18 @@ def server_view(before: str, after: str) -> dict[str, Any]:
     return out
 
 
+def webhook_calls(before: str, after: str) -> dict[str, int]:
+    """Calls the API server made to each webhook between two scrapes (pod creates)."""
+    b = buckets(before, WEBHOOK_METRIC, {"operation": "CREATE"})
+    return {name: round(series[math.inf] - b.get(name, {}).get(math.inf, 0.0))
+            for name, series in buckets(after, WEBHOOK_METRIC, {"operation": "CREATE"}).items()
+            if series[math.inf] > b.get(name, {}).get(math.inf, 0.0)}
+
+
+#: whose webhooks are whose, by the suffix of the webhook's name
+WEBHOOK_OWNERS = (("gpupool", "gpupool.io"), ("hami", "hami.io"))
+
+
 # ---------------------------------------------------------------------- the scenario
 
 def _pct(values: list[float], p: float) -> float:
@@ -444,7 +456,7 @@ def _pct(values: list[float], p: float) -> float:
 
 #: the full scenario, and a short smoke of it
 PLANS: dict[str, dict[str, Any]] = {
-    "full": {"writers": (10, 50, 200), "pods": 300, "rounds": 3, "burst": 1000,
+    "full": {"writers": (10, 50, 200), "pods": 300, "rounds": 5, "burst": 1000,
              "burst_writers": 64},
     "quick": {"writers": (10,), "pods": 60, "rounds": 1, "burst": 200, "burst_writers": 64},
 }
@@ -476,6 +488,8 @@ def run(tmp: Path, *, writers: tuple[int, ...], pods: int, rounds: int, burst: i
                         rig.place(placement)
                         raw[placement][n][config].append(measure(rig, batch(pods), n))
                         rig.clear()
+        res["rounds_measured"] = {pl: {str(n): v for n, v in by_n.items()}
+                                  for pl, by_n in raw.items()}
         for placement in placements:
             res["placements"][placement] = {str(n): summarise(raw[placement][n])
                                             for n in writers}
@@ -496,12 +510,19 @@ def measure(rig: Rig, pods: list[dict], writers: int) -> dict[str, Any]:
     cpu0, conns0, before = rig.cpu(), accepted_connections(), rig.cp.metrics()
     lat, errors, wall = rig.create(pods, writers)
     cpu1, conns1, after = rig.cpu(), accepted_connections(), rig.cp.metrics()
+    calls = webhook_calls(before, after)
+    per_call = {}
+    for owner, suffix in WEBHOOK_OWNERS:
+        n = sum(v for name, v in calls.items() if name.endswith(suffix))
+        if n:
+            per_call[owner] = 1000 * (cpu1.get(owner, 0.0) - cpu0.get(owner, 0.0)) / n
     return {"p50_ms": _pct(lat, 0.5), "p99_ms": _pct(lat, 0.99), "rate": len(lat) / wall,
             "answered": len(lat), "seconds": wall, "failed": len(errors), "errors": errors[:3],
             "cpu_ms_per_pod": {k: 1000 * (cpu1[k] - cpu0.get(k, 0.0)) / len(pods)
                                for k in sorted(cpu1)},
             # the API server's own scrapes and the load generator's sessions are kept alive
             "connections_per_pod": (conns1 - conns0) / len(pods),
+            "webhook_calls": calls, "cpu_ms_per_call": per_call,
             **server_view(before, after)}
 
 
@@ -515,13 +536,17 @@ def summarise(raw: dict[str, list[dict]]) -> dict[str, Any]:
             "failed": sum(r["failed"] for r in runs),
             "errors": [e for r in runs for e in r["errors"]][:3],
             "server": {k: statistics.median(r[k] for r in runs if r.get(k) is not None)
-                       for k in {k for r in runs for k in r if k.startswith(("webhook",
-                                                                              "create"))}
+                       for k in {k for r in runs for k in r if k.endswith(" p99 ms")}
                        if any(r.get(k) is not None for r in runs)},
             "cpu_ms_per_pod": {k: statistics.median(r["cpu_ms_per_pod"].get(k, 0.0)
                                                     for r in runs)
                                for k in sorted({k for r in runs for k in r["cpu_ms_per_pod"]})},
-            "connections_per_pod": statistics.median(r["connections_per_pod"] for r in runs)}
+            "connections_per_pod": statistics.median(r["connections_per_pod"] for r in runs),
+            "calls_per_pod": statistics.median(sum(r["webhook_calls"].values()) / r["answered"]
+                                               for r in runs),
+            "cpu_ms_per_call": {k: statistics.median(r["cpu_ms_per_call"][k] for r in runs
+                                                     if k in r["cpu_ms_per_call"])
+                                for k in sorted({k for r in runs for k in r["cpu_ms_per_call"]})}}
         for base in ("none", "hami"):
             row[f"p99_vs_{base}"] = statistics.median(
                 a["p99_ms"] / b["p99_ms"] for a, b in zip(runs, raw[base], strict=True))
@@ -549,16 +574,22 @@ def report(res: dict[str, Any]) -> str:
                 lines.append(f"{n:>7} {config:<14} {r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f} "
                              f"{r['creates_per_s']:>9.1f} {r['p99_vs_none']:>8.2f} "
                              f"{r['p99_vs_hami']:>8.2f} {r['failed']:>6}  {server}")
-        lines += ["CPU ms per created pod, and TCP connections accepted per pod",
+        lines += ["CPU ms per created pod; webhook calls and TCP connections accepted per pod; "
+                  "CPU ms per call of each webhook server",
                   f"{'writers':>7} {'configuration':<14} "
                   + " ".join(f"{title:>10}" for _, title in CPU_COLUMNS)
-                  + f" {'all':>6} {'conns':>6}"]
+                  + f" {'all':>6} {'calls':>6} {'conns':>6} {'gpupool/call':>12} "
+                  f"{'HAMi/call':>9}"]
         for n, level in levels.items():
             for config, r in level.items():
                 cpu = r["cpu_ms_per_pod"]
                 lines.append(f"{n:>7} {config:<14} "
                              + " ".join(f"{cpu.get(k, 0.0):>10.2f}" for k, _ in CPU_COLUMNS)
-                             + f" {sum(cpu.values()):>6.2f} {r['connections_per_pod']:>6.2f}")
+                             + f" {sum(cpu.values()):>6.2f} {r['calls_per_pod']:>6.2f} "
+                             f"{r['connections_per_pod']:>6.2f} "
+                             + " ".join(f"{r['cpu_ms_per_call'][k]:>{w}.2f}"
+                                        if k in r["cpu_ms_per_call"] else f"{'-':>{w}}"
+                                        for k, w in (("gpupool", 12), ("hami", 9))))
     b = res.get("burst")
     if b:
         lines.append(f"burst: {b['pods']} pods from {b['writers']} writers, gpupool in front of "

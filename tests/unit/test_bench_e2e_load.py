@@ -22,6 +22,7 @@ from bench.e2e_load import (
     pin,
     quantile,
     server_view,
+    webhook_calls,
 )
 
 SCRAPE = """\
@@ -47,6 +48,8 @@ def test_quantiles_come_from_what_was_observed_between_two_scrapes():
     view = server_view(before, after)
     assert view["webhook mutate.gpupool.io p99 ms"] == pytest.approx(24.8)
     assert view["create p99 ms"] == pytest.approx(99.0)
+    assert webhook_calls(before, after) == {"mutate.gpupool.io": 100}
+    assert webhook_calls(after, after) == {}
 
 
 def test_a_component_that_does_not_start_is_named():
@@ -104,3 +107,25 @@ def test_accepted_connections_counts_what_a_listener_accepts():
             with socket.create_connection(server.getsockname()):
                 server.accept()[0].close()
         assert accepted_connections() - before >= 3
+
+
+def test_a_component_that_does_not_start_ends_the_run_with_its_name_and_exit_2(
+        monkeypatch, tmp_path, capsys):
+    from bench import e2e_load
+
+    started: list[subprocess.Popen] = []
+
+    def start(self):  # one replica up, then a component fails
+        started.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                        start_new_session=True))
+        self.replicas.append(started[0])
+        raise StartError("HAMi's webhook did not start: exit status 1")
+
+    monkeypatch.setattr(e2e_load.Rig, "start", start)
+    out = tmp_path / "e2e.json"
+    monkeypatch.setattr(sys, "argv", ["e2e_load", "--quick", "--out", str(out)])
+    assert e2e_load.main() == 2
+    assert capsys.readouterr().err.strip() == (
+        "e2e load: HAMi's webhook did not start: exit status 1")
+    assert not out.exists()
+    assert started[0].poll() is not None  # what did start was stopped
