@@ -168,10 +168,10 @@ _STATUS = {code: f"{code} {HTTPStatus(code).phrase}" for code in (200, 400, 405,
 class ReviewPaths:
     """The admission paths, answered straight from WSGI; every other path goes to Flask.
 
-    The API server calls these on every pod create, and Flask's request and response objects,
-    URL matching and context locals cost more than the decision itself (a third of a worker's
-    time under load, measured in bench/README.md). These paths need none of it: a body in, a
-    review out."""
+    The API server calls these on every pod create, and under its load a profile of the
+    workers showed Flask's request and response objects, URL matching and context locals
+    costing more than the decision itself. These paths need none of it: a body in, a review
+    out (bench/README.md has what it gained)."""
 
     def __init__(self, handlers: dict[Stage, Handler], fallback: WSGIApp) -> None:
         self.paths = {f"/{stage.value}": handler for stage, handler in handlers.items()}

@@ -1,4 +1,4 @@
-"""``gpupool serve``: the Flask app under gunicorn, with TLS, probes and the node cache.
+"""``gpupool serve``: the WSGI app under gunicorn, with TLS, probes and the node cache.
 
 gevent workers: a connection waiting on a slow or idle client costs a greenlet, not a thread,
 so a stream of slow clients cannot hold back the API server's reviews (a gthread worker ties a
