@@ -14,7 +14,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from webhook.engine import (
@@ -201,47 +201,31 @@ class ClusterInformer:
             for kind, plural in DRA_RESOURCES.items())
 
         group, version, plural = CLUSTER_POLICY
+        self._policies = KeyedListing(self._set_operator)
+        self._daemonsets = KeyedListing(self._set_hami_plugins)
         self.cluster_policies = Reflector(
             plural, functools.partial(custom.list_cluster_custom_object, group, version, plural),
-            self._cp_listed, self._cp_event, api_client, watch_timeout=watch_timeout,
-            optional=True)
-        self._policies: dict[tuple[str, str], dict[str, Any]] = {}
+            self._policies.listed, self._policies.event, api_client,
+            watch_timeout=watch_timeout, optional=True)
         # HAMi's device-plugin DaemonSets (its chart's component label): how its plugin
         # hands GPUs, on which nodes.
         self.hami_plugins = Reflector(
             "daemonsets", functools.partial(
                 client.AppsV1Api(api_client).list_daemon_set_for_all_namespaces,
                 label_selector=HAMI_PLUGIN_SELECTOR),
-            self._ds_listed, self._ds_event, api_client, watch_timeout=watch_timeout,
-            optional=True)
-        self._daemonsets: dict[tuple[str, str], dict[str, Any]] = {}
+            self._daemonsets.listed, self._daemonsets.event, api_client,
+            watch_timeout=watch_timeout, optional=True)
         #: what readiness does not wait for: without them gpupool decides as before
         self.optional = (*self.dra, self.cluster_policies, self.hami_plugins)
 
     def _reflectors(self) -> tuple[Reflector, ...]:
         return (self.nodes, self.namespaces, self.runtime_classes, *self.optional)
 
-    def _cp_listed(self, items: list[dict[str, Any]]) -> None:
-        self._policies = _keyed(items)
-        self._set_operator()
+    def _set_operator(self, policies: Iterable[dict[str, Any]]) -> None:
+        self.view.set_operator(cluster_operator(policies))
 
-    def _cp_event(self, etype: str, obj: dict[str, Any]) -> None:
-        _apply(self._policies, etype, obj)
-        self._set_operator()
-
-    def _set_operator(self) -> None:
-        self.view.set_operator(cluster_operator(self._policies.values()))
-
-    def _ds_listed(self, items: list[dict[str, Any]]) -> None:
-        self._daemonsets = _keyed(items)
-        self._set_hami_plugins()
-
-    def _ds_event(self, etype: str, obj: dict[str, Any]) -> None:
-        _apply(self._daemonsets, etype, obj)
-        self._set_hami_plugins()
-
-    def _set_hami_plugins(self) -> None:
-        self.view.set_hami_plugins(p for o in self._daemonsets.values()
+    def _set_hami_plugins(self, daemonsets: Iterable[dict[str, Any]]) -> None:
+        self.view.set_hami_plugins(p for o in daemonsets
                                    if (p := hami_plugin_from(o)) is not None)
 
     def start(self) -> None:
@@ -338,15 +322,22 @@ def _ns_name(obj: dict[str, Any]) -> tuple[str, str]:
     return str(meta.get("namespace")), str(meta.get("name"))
 
 
-def _keyed(items: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    """A listing, by namespace and name (the namespace None for cluster-scoped kinds)."""
-    return {_ns_name(i): i for i in items}
+class KeyedListing:
+    """Whole objects of one kind kept by namespace and name, from a listing and its watch
+    events; after each change the view setting they make is derived again from all of them
+    (a few ClusterPolicies or DaemonSets: cheaper to recompute than to patch)."""
 
+    def __init__(self, derive: Callable[[Iterable[dict[str, Any]]], None]) -> None:
+        self.items: dict[tuple[str, str], dict[str, Any]] = {}
+        self.derive = derive
 
-def _apply(store: dict[tuple[str, str], dict[str, Any]], etype: str,
-           obj: dict[str, Any]) -> None:
-    """One watch event on a ``_keyed`` listing."""
-    if etype == "DELETED":
-        store.pop(_ns_name(obj), None)
-    else:
-        store[_ns_name(obj)] = obj
+    def listed(self, items: list[dict[str, Any]]) -> None:
+        self.items = {_ns_name(i): i for i in items}
+        self.derive(self.items.values())
+
+    def event(self, etype: str, obj: dict[str, Any]) -> None:
+        if etype == "DELETED":
+            self.items.pop(_ns_name(obj), None)
+        else:
+            self.items[_ns_name(obj)] = obj
+        self.derive(self.items.values())

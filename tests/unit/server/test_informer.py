@@ -9,7 +9,7 @@ import threading
 import time
 
 from webhook.engine.cluster import ClusterView
-from webhook.server.informer import ClusterInformer
+from webhook.server.informer import ClusterInformer, KeyedListing
 
 
 class _Resp:
@@ -197,15 +197,16 @@ def test_cluster_policy_events_set_the_operator_way():
     view = ClusterView()
     inf = ClusterInformer.__new__(ClusterInformer)
     inf.view = view
-    inf._cp_listed([{"metadata": {"name": "cluster-policy"}, "spec": {}}])
+    policies = KeyedListing(inf._set_operator)
+    policies.listed([{"metadata": {"name": "cluster-policy"}, "spec": {}}])
     assert view.operator_way() == CDI_DEVICES
-    inf._cp_event("MODIFIED", {"metadata": {"name": "cluster-policy"},
+    policies.event("MODIFIED", {"metadata": {"name": "cluster-policy"},
                                "spec": {"cdi": {"enabled": False}}})
     assert view.operator_way() == VISIBLE_DEVICES
-    inf._cp_event("ADDED", {"metadata": {"name": "second"}, "spec": {}})
+    policies.event("ADDED", {"metadata": {"name": "second"}, "spec": {}})
     assert view.operator_way() is None  # two policies: no guess
-    inf._cp_event("DELETED", {"metadata": {"name": "second"}})
-    inf._cp_event("DELETED", {"metadata": {"name": "cluster-policy"}})
+    policies.event("DELETED", {"metadata": {"name": "second"}})
+    policies.event("DELETED", {"metadata": {"name": "cluster-policy"}})
     assert view.operator_way() is None
 
 
@@ -216,9 +217,10 @@ def test_hami_device_plugin_daemonset_events_set_hamis_way():
     view = ClusterView()
     inf = ClusterInformer.__new__(ClusterInformer)
     inf.view = view
-    inf._ds_listed([daemonset()])
+    daemonsets = KeyedListing(inf._set_hami_plugins)
+    daemonsets.listed([daemonset()])
     assert view.hami_way({"gpu": "on"}) == VISIBLE_DEVICES
-    inf._ds_event("MODIFIED", daemonset("cdi-annotations"))
+    daemonsets.event("MODIFIED", daemonset("cdi-annotations"))
     assert view.hami_way({"gpu": "on"}) == CDI_DEVICES
-    inf._ds_event("DELETED", daemonset())
+    daemonsets.event("DELETED", daemonset())
     assert view.hami_way({"gpu": "on"}) is None and not view.knows_hami_plugins()
