@@ -192,7 +192,8 @@ class ReviewPaths:
             if close:
                 headers.append(("Connection", "close"))
         headers.append(("Content-Length", str(len(body))))
-        start_response(_STATUS[status], headers)
+        start_response(_STATUS.get(status) or f"{status} {HTTPStatus(status).phrase}",
+                       headers)
         return [body]
 
 
