@@ -58,6 +58,10 @@ from bench import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ("none", "hami", "gpupool", "gpupool+hami")
+#: ``--calls`` only: gpupool's mutating webhook without its validating ones. A decomposition,
+#: not an installation (the validating call is what checks the final object): beside
+#: ``gpupool`` it shows what the second call per GPU pod costs.
+MUTATING_ONLY = "gpupool-mutating"
 PLACEMENTS = ("shared", "split")
 NAMESPACE = "load"
 
@@ -79,8 +83,9 @@ class Rig:
     """Everything the scenario starts, kept for switching configurations and for the final
     check that nothing it started outlives it."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *, profiling: bool = False) -> None:
         self.tmp = tmp
+        self.profiling = profiling
         self.replicas: list[subprocess.Popen] = []
         self.cores: set[int] = set()
 
@@ -98,7 +103,8 @@ class Rig:
                                                            "kwok"))
         helm = _component("the helm build", helmtool.binary)
         self.cp = _component("kube-apiserver and etcd",
-                             lambda: ControlPlane(self.tmp / "cp", k8s).start())
+                             lambda: ControlPlane(self.tmp / "cp", k8s,
+                                                  profiling=self.profiling).start())
         _component("kube-controller-manager", self.cp.start_controller_manager)
         _component("kwok", lambda: self.cp.start_kwok(kwok))
         self.objs = _component("gpupool's manifests", lambda: install.prepare(self.cp, self.tmp))
@@ -173,33 +179,39 @@ class Rig:
         class _Url:
             url = self.url
 
-        if "gpupool" in config:
-            install.register(self.cp, self.objs, _Url())  # type: ignore[arg-type]
-        else:
-            for cfg in self.objs:
-                if cfg["kind"] in install.WEBHOOK_KINDS:
-                    self.cp.kubectl("delete", cfg["kind"], cfg["metadata"]["name"],
-                                    "--ignore-not-found")
+        kinds = {"gpupool": install.WEBHOOK_KINDS, "gpupool+hami": install.WEBHOOK_KINDS,
+                 MUTATING_ONLY: ("MutatingWebhookConfiguration",)}.get(config, ())
+        install.register(self.cp, [o for o in self.objs if o["kind"] in kinds],
+                         _Url())  # type: ignore[arg-type]
+        for cfg in self.objs:
+            if cfg["kind"] in install.WEBHOOK_KINDS and cfg["kind"] not in kinds:
+                self.cp.kubectl("delete", cfg["kind"], cfg["metadata"]["name"],
+                                "--ignore-not-found")
         if "hami" in config:
             install.apply(self.cp, self.hami_cfg)
         else:
             self.cp.kubectl("delete", "mutatingwebhookconfiguration",
                             self.hami_cfg["metadata"]["name"], "--ignore-not-found")
-        # A whole GPU labelled for HAMi's pool tells the four apart: HAMi's webhook sends it
-        # to hami-scheduler and gives it exclusive cores, gpupool routes it and annotates it.
+        # A whole GPU labelled for HAMi's pool tells them apart: HAMi's webhook sends it to
+        # hami-scheduler and gives it exclusive cores, gpupool routes it and annotates it, and
+        # the API server counts a call to gpupool's validating webhook when it is registered.
         probe = pod("probe", "operator")
         probe["metadata"]["labels"]["gpupool.io/pool"] = "hami"
-        want = (config != "none", "hami" in config, "gpupool" in config)
+        want = (config != "none", "hami" in config, "gpupool" in config,
+                config in ("gpupool", "gpupool+hami"))
 
         def applied() -> bool:
+            before = self.cp.metrics()
             r = install.apply(self.cp, probe, "--dry-run=server", "-o", "json")
             if r.returncode != 0:
                 return False
+            validated = "validate-pods.gpupool.io" in webhook_calls(before, self.cp.metrics())
             out = json.loads(r.stdout)
             limits = out["spec"]["containers"][0]["resources"]["limits"]
             return (out["spec"].get("schedulerName") == "hami-scheduler",
                     "nvidia.com/gpucores" in limits,
-                    "gpupool.io/pool" in (out["metadata"].get("annotations") or {})) == want
+                    "gpupool.io/pool" in (out["metadata"].get("annotations") or {}),
+                    validated) == want
         install.wait_until(applied, f"configuration {config} to take effect", timeout=60)
 
     # ------------------------------------------------------------------ load
@@ -454,18 +466,24 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000
 
 
-#: the full scenario, and a short smoke of it
+#: the full scenario, a short smoke of it, and the decomposition by calls (``--calls``)
 PLANS: dict[str, dict[str, Any]] = {
     "full": {"writers": (10, 50, 200), "pods": 300, "rounds": 5, "burst": 1000,
              "burst_writers": 64},
     "quick": {"writers": (10,), "pods": 60, "rounds": 1, "burst": 200, "burst_writers": 64},
+    "calls": {"writers": (10, 50, 200), "pods": 300, "rounds": 5, "burst": 0,
+              "burst_writers": 0, "configs": ("none", "hami", "gpupool", MUTATING_ONLY),
+              "placements": ("shared",)},
 }
 
 
 def run(tmp: Path, *, writers: tuple[int, ...], pods: int, rounds: int, burst: int,
-        burst_writers: int) -> dict[str, Any]:
-    rig = Rig(tmp)
-    placements = PLACEMENTS if len(os.sched_getaffinity(0)) > 1 else ("shared",)
+        burst_writers: int, configs: tuple[str, ...] = CONFIGS,
+        placements: tuple[str, ...] = PLACEMENTS, profiles: Path | None = None
+        ) -> dict[str, Any]:
+    rig = Rig(tmp, profiling=profiles is not None)
+    if len(os.sched_getaffinity(0)) == 1:
+        placements = ("shared",)
     res: dict[str, Any] = {"host": f"{platform.node()} ({os.cpu_count()} cores)",
                            "machine": machine.describe(),
                            "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
@@ -474,16 +492,16 @@ def run(tmp: Path, *, writers: tuple[int, ...], pods: int, rounds: int, burst: i
         rig.start()
         # Unrecorded: every gpupool worker past its imports and first review, every webhook's
         # connections open, before any batch is counted.
-        for config in CONFIGS:
+        for config in configs:
             rig.use(config)
             rig.create(batch(60), writers[0])
             rig.clear()
         raw: dict[str, dict[int, dict[str, list[dict]]]] = {
-            pl: {n: {c: [] for c in CONFIGS} for n in writers} for pl in placements}
+            pl: {n: {c: [] for c in configs} for n in writers} for pl in placements}
         for n in writers:
             for _ in range(rounds):
                 for placement in placements:
-                    for config in CONFIGS:
+                    for config in configs:
                         rig.use(config)
                         rig.place(placement)
                         raw[placement][n][config].append(measure(rig, batch(pods), n))
@@ -493,12 +511,18 @@ def run(tmp: Path, *, writers: tuple[int, ...], pods: int, rounds: int, burst: i
         for placement in placements:
             res["placements"][placement] = {str(n): summarise(raw[placement][n])
                                             for n in writers}
-        rig.use("gpupool+hami")
-        rig.place("shared")
-        m = measure(rig, batch(burst), burst_writers)
-        res["burst"] = {"pods": burst, "writers": burst_writers, "client_p99_ms": m["p99_ms"],
-                        "timed_out": sum("Timeout" in e for e in m["errors"]), **m}
-        rig.clear()
+        if profiles is not None:
+            res["apiserver_profiles"] = {
+                c: profile_apiserver(rig, c, writers[len(writers) // 2], 20, profiles)
+                for c in configs}
+        if burst:
+            rig.use("gpupool+hami")
+            rig.place("shared")
+            m = measure(rig, batch(burst), burst_writers)
+            res["burst"] = {"pods": burst, "writers": burst_writers,
+                            "client_p99_ms": m["p99_ms"],
+                            "timed_out": sum("Timeout" in e for e in m["errors"]), **m}
+            rig.clear()
     finally:
         res["leftover_processes"] = rig.stop()
     return res
@@ -524,6 +548,68 @@ def measure(rig: Rig, pods: list[dict], writers: int) -> dict[str, Any]:
             "connections_per_pod": (conns1 - conns0) / len(pods),
             "webhook_calls": calls, "cpu_ms_per_call": per_call,
             **server_view(before, after)}
+
+
+#: where the API server's CPU goes: each part is one function's cumulative time in its profile
+PROFILE_PARTS = (
+    ("matchConditions", "matchconditions.(*matcher).Match"),
+    ("mutating calls", "mutating.(*mutatingDispatcher).callAttrMutatingHook"),
+    ("validating calls", "validating.(*validatingDispatcher).callHook"),
+    ("TLS handshakes", "crypto/tls.(*Conn).HandshakeContext"),
+)
+#: a row of ``go tool pprof -top -unit=ms``: flat, flat%, sum%, cum, cum%, function
+_PPROF_ROW = re.compile(r"^\s*\S+\s+\S+\s+\S+\s+([\d.]+)ms\s+\S+\s+(.+?)(?: \(inline\))?$", re.M)
+
+
+def pprof_parts(top: str) -> tuple[float, dict[str, float]]:
+    """The profile's total and each of PROFILE_PARTS in ms, from ``go tool pprof -top -cum
+    -unit=ms`` (a function inlined at some call sites has a row of each kind: both count)."""
+    total = re.search(r"Total samples = ([\d.]+)ms", top)
+    cum: dict[str, float] = {}
+    for ms, fn in _PPROF_ROW.findall(top):
+        cum[fn] = cum.get(fn, 0.0) + float(ms)
+    return (float(total.group(1)) if total else 0.0,
+            {name: sum(v for fn, v in cum.items() if fn.endswith(suffix))
+             for name, suffix in PROFILE_PARTS})
+
+
+def profile_apiserver(rig: Rig, config: str, writers: int, seconds: int,
+                      out_dir: Path) -> dict[str, Any]:
+    """A CPU profile of the API server while ``config`` takes batches of creates (and the
+    deletions between them), kept as ``apiserver-<config>.pb.gz`` and summed up per created
+    pod with ``go tool pprof``."""
+    rig.use(config)
+    rig.place("shared")
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            rig.create(batch(300), writers)
+            rig.clear()
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    try:
+        time.sleep(2)
+        before = rig.cp.metrics()
+        r = rig.session().get(f"https://127.0.0.1:{rig.cp.port}/debug/pprof/profile",
+                              params={"seconds": seconds}, timeout=seconds + 60)
+        after = rig.cp.metrics()
+    finally:
+        stop.set()
+        loader.join()
+    r.raise_for_status()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"apiserver-{config}.pb.gz"
+    path.write_bytes(r.content)
+    create = {"verb": "POST", "resource": "pods", "subresource": ""}
+    pods = round(buckets(after, REQUEST_METRIC, create)[""][math.inf]
+                 - buckets(before, REQUEST_METRIC, create)[""][math.inf])
+    top = subprocess.run(["go", "tool", "pprof", "-top", "-cum", "-unit=ms", "-nodefraction=0",
+                          str(path)], capture_output=True, text=True, check=True).stdout
+    total, parts = pprof_parts(top)
+    return {"writers": writers, "seconds": seconds, "pods": pods, "profile": path.name,
+            "cpu_ms_per_pod": {"all": total / pods, **{k: v / pods for k, v in parts.items()}}}
 
 
 def summarise(raw: dict[str, list[dict]]) -> dict[str, Any]:
@@ -566,30 +652,42 @@ def report(res: dict[str, Any]) -> str:
              "rounds)"]
     for placement, levels in res["placements"].items():
         lines += ["", f"placement: {placement}",
-                  f"{'writers':>7} {'configuration':<14} {'p50 ms':>7} {'p99 ms':>7} "
+                  f"{'writers':>7} {'configuration':<16} {'p50 ms':>7} {'p99 ms':>7} "
                   f"{'creates/s':>9} {'p99/none':>8} {'p99/HAMi':>8} {'failed':>6}  API server"]
         for n, level in levels.items():
             for config, r in level.items():
                 server = ", ".join(f"{k} {v}" for k, v in sorted(r["server"].items()))
-                lines.append(f"{n:>7} {config:<14} {r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f} "
+                lines.append(f"{n:>7} {config:<16} {r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f} "
                              f"{r['creates_per_s']:>9.1f} {r['p99_vs_none']:>8.2f} "
                              f"{r['p99_vs_hami']:>8.2f} {r['failed']:>6}  {server}")
         lines += ["CPU ms per created pod; webhook calls and TCP connections accepted per pod; "
                   "CPU ms per call of each webhook server",
-                  f"{'writers':>7} {'configuration':<14} "
+                  f"{'writers':>7} {'configuration':<16} "
                   + " ".join(f"{title:>10}" for _, title in CPU_COLUMNS)
                   + f" {'all':>6} {'calls':>6} {'conns':>6} {'gpupool/call':>12} "
                   f"{'HAMi/call':>9}"]
         for n, level in levels.items():
             for config, r in level.items():
                 cpu = r["cpu_ms_per_pod"]
-                lines.append(f"{n:>7} {config:<14} "
+                lines.append(f"{n:>7} {config:<16} "
                              + " ".join(f"{cpu.get(k, 0.0):>10.2f}" for k, _ in CPU_COLUMNS)
                              + f" {sum(cpu.values()):>6.2f} {r['calls_per_pod']:>6.2f} "
                              f"{r['connections_per_pod']:>6.2f} "
                              + " ".join(f"{r['cpu_ms_per_call'][k]:>{w}.2f}"
                                         if k in r["cpu_ms_per_call"] else f"{'-':>{w}}"
                                         for k, w in (("gpupool", 12), ("hami", 9))))
+    profiles = res.get("apiserver_profiles")
+    if profiles:
+        first = next(iter(profiles.values()))
+        lines += ["", f"API server CPU ms per created pod, from its CPU profile over "
+                      f"{first['seconds']} s at {first['writers']} writers (deletions between "
+                      "batches included)",
+                  f"{'configuration':<16} {'pods':>6} {'all':>6} "
+                  + " ".join(f"{name:>16}" for name, _ in PROFILE_PARTS)]
+        for config, r in profiles.items():
+            cpu = r["cpu_ms_per_pod"]
+            lines.append(f"{config:<16} {r['pods']:>6} {cpu['all']:>6.2f} "
+                         + " ".join(f"{cpu[name]:>16.3f}" for name, _ in PROFILE_PARTS))
     b = res.get("burst")
     if b:
         lines.append(f"burst: {b['pods']} pods from {b['writers']} writers, gpupool in front of "
@@ -603,18 +701,28 @@ def report(res: dict[str, Any]) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m bench.e2e_load", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="one round of 60 pods at 10 writers, a 200-pod burst (a smoke run)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--quick", action="store_true",
+                       help="one round of 60 pods at 10 writers, a 200-pod burst (a smoke run)")
+    which.add_argument("--calls", action="store_true",
+                       help=f"the decomposition instead: none, hami, gpupool and {MUTATING_ONLY} "
+                            "(gpupool without its validating call) on shared cores")
+    p.add_argument("--apiserver-profiles", metavar="DIR", type=Path,
+                   help="also keep a 20-second CPU profile of the API server per configuration "
+                        "here (at the middle number of writers) and report where its CPU goes")
     p.add_argument("--out", help="where the JSON results go (default: "
-                                 "bench/results/e2e-load.json, e2e-load-quick.json with --quick)")
+                                 "bench/results/e2e-load.json; e2e-load-quick.json with "
+                                 "--quick, e2e-load-calls.json with --calls)")
     a = p.parse_args()
-    a.out = a.out or str(ROOT / "bench/results" / (
-        "e2e-load-quick.json" if a.quick else "e2e-load.json"))
+    plan = "quick" if a.quick else "calls" if a.calls else "full"
+    a.out = a.out or str(ROOT / "bench/results" / {
+        "quick": "e2e-load-quick.json", "calls": "e2e-load-calls.json",
+        "full": "e2e-load.json"}[plan])
     # A stopped run still stops what it started: SIGTERM unwinds through run()'s cleanup.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="gpupool-e2e-load-") as tmp:
         try:
-            res = run(Path(tmp), **PLANS["quick" if a.quick else "full"])
+            res = run(Path(tmp), **PLANS[plan], profiles=a.apiserver_profiles)
             res["command"] = " ".join(["python -m bench.e2e_load", *sys.argv[1:]])
         except StartError as exc:
             print(f"e2e load: {exc}", file=sys.stderr)

@@ -75,6 +75,8 @@ class ControlPlane:
     tokens: dict[str, str] = field(default_factory=dict)
     #: --feature-gates for the API server, schedulers and controller manager alike ("" none)
     feature_gates: str = ""
+    #: serve /debug/pprof on the API server (bench/e2e_load.py's --apiserver-profiles)
+    profiling: bool = False
 
     def _gates(self) -> list[str]:
         return [f"--feature-gates={self.feature_gates}"] if self.feature_gates else []
@@ -137,7 +139,7 @@ class ControlPlane:
             "--allow-privileged=true", "--disable-admission-plugins=ServiceAccount",
             f"--audit-policy-file={pki / 'audit-policy.yaml'}",
             f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=100",
-            "--profiling=false", "--v=0", *self._gates()])
+            f"--profiling={str(self.profiling).lower()}", "--v=0", *self._gates()])
         self.kubeconfig = self.root / "kubeconfig"
         self.kubeconfig.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "e2e",

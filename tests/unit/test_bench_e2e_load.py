@@ -129,3 +129,50 @@ def test_a_component_that_does_not_start_ends_the_run_with_its_name_and_exit_2(
         "e2e load: HAMi's webhook did not start: exit status 1")
     assert not out.exists()
     assert started[0].poll() is not None  # what did start was stopped
+
+
+def test_the_decomposition_sets_gpupool_without_its_validating_call_beside_hami():
+    from bench.e2e_load import MUTATING_ONLY, PLANS, summarise
+
+    plan = PLANS["calls"]
+    assert plan["configs"][:2] == ("none", "hami") and MUTATING_ONLY in plan["configs"]
+
+    def batch(p99: float, calls: dict[str, int]) -> dict:
+        return {"p50_ms": p99 / 2, "p99_ms": p99, "rate": 100.0, "failed": 0, "errors": [],
+                "answered": 300, "cpu_ms_per_pod": {"kube-apiserver": 3.0},
+                "connections_per_pod": 0.1, "webhook_calls": calls, "cpu_ms_per_call": {}}
+
+    raw = {"none": [batch(100, {}), batch(120, {})],
+           "hami": [batch(200, {"vgpu.hami.io": 300}), batch(240, {"vgpu.hami.io": 300})],
+           "gpupool": [batch(300, {"mutate.gpupool.io": 200, "validate-pods.gpupool.io": 200})] * 2,
+           MUTATING_ONLY: [batch(180, {"mutate.gpupool.io": 200})] * 2}
+    rows = summarise(raw)
+    # ratios are taken round by round against the same round's batch, then the median
+    assert rows[MUTATING_ONLY]["p99_vs_hami"] == pytest.approx((180 / 200 + 180 / 240) / 2)
+    assert rows["gpupool"]["p99_vs_none"] == pytest.approx((300 / 100 + 300 / 120) / 2)
+    assert rows[MUTATING_ONLY]["calls_per_pod"] == pytest.approx(200 / 300)
+    assert rows["gpupool"]["calls_per_pod"] == pytest.approx(400 / 300)
+
+
+PPROF_TOP = """\
+File: kube-apiserver
+Type: cpu
+Duration: 20s, Total samples = 14130ms (70.65%)
+Showing nodes accounting for 14130ms, 100% of 14130ms total
+      flat  flat%   sum%        cum   cum%
+         0     0% 13.09%      810ms  5.73%  k8s.io/apiserver/pkg/admission/plugin/webhook/mutating.(*mutatingDispatcher).callAttrMutatingHook
+         0     0% 13.16%      780ms  5.52%  k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions.(*matcher).Match
+      10ms 0.071% 27.60%      270ms  1.91%  k8s.io/apiserver/pkg/admission/plugin/webhook/validating.(*validatingDispatcher).callHook
+         0     0% 36.31%      200ms  1.42%  crypto/tls.(*Conn).HandshakeContext (inline)
+         0     0% 36.40%       30ms  0.21%  crypto/tls.(*Conn).HandshakeContext
+"""  # noqa: E501  (rows as `go tool pprof -top -cum -unit=ms` prints them)
+
+
+def test_where_the_api_servers_cpu_goes_is_read_from_pprofs_rows():
+    from bench.e2e_load import pprof_parts
+
+    total, parts = pprof_parts(PPROF_TOP)
+    assert total == 14130
+    assert parts == {"matchConditions": 780, "mutating calls": 810, "validating calls": 270,
+                     "TLS handshakes": 230}  # inlined at some call sites: both rows count
+    assert pprof_parts("no profile") == (0.0, dict.fromkeys(parts, 0.0))
