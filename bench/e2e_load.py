@@ -39,6 +39,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -714,6 +715,10 @@ def main() -> int:
                                  "bench/results/e2e-load.json; e2e-load-quick.json with "
                                  "--quick, e2e-load-calls.json with --calls)")
     a = p.parse_args()
+    if a.apiserver_profiles and shutil.which("go") is None:
+        print("e2e load: --apiserver-profiles reads the profiles with `go tool pprof`: put go "
+              "on PATH or leave the option out", file=sys.stderr)
+        return 2
     plan = "quick" if a.quick else "calls" if a.calls else "full"
     a.out = a.out or str(ROOT / "bench/results" / {
         "quick": "e2e-load-quick.json", "calls": "e2e-load-calls.json",

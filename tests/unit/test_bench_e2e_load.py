@@ -176,3 +176,16 @@ def test_where_the_api_servers_cpu_goes_is_read_from_pprofs_rows():
     assert parts == {"matchConditions": 780, "mutating calls": 810, "validating calls": 270,
                      "TLS handshakes": 230}  # inlined at some call sites: both rows count
     assert pprof_parts("no profile") == (0.0, dict.fromkeys(parts, 0.0))
+
+
+def test_profiles_without_go_are_refused_before_anything_starts(monkeypatch, tmp_path, capsys):
+    from bench import e2e_load
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no go here
+    monkeypatch.setattr(e2e_load.Rig, "start", lambda self: pytest.fail("the rig started"))
+    monkeypatch.setattr(sys, "argv", ["e2e_load", "--calls", "--apiserver-profiles",
+                                      str(tmp_path / "profiles")])
+    assert e2e_load.main() == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("e2e load: --apiserver-profiles reads the profiles with `go tool pprof`")
+    assert "\n" not in err
