@@ -84,9 +84,11 @@ class Rig:
     """Everything the scenario starts, kept for switching configurations and for the final
     check that nothing it started outlives it."""
 
-    def __init__(self, tmp: Path, *, profiling: bool = False) -> None:
+    def __init__(self, tmp: Path, *, profiling: bool = False,
+                 kube_bin: Path | None = None) -> None:
         self.tmp = tmp
         self.profiling = profiling
+        self.kube_bin = kube_bin
         self.replicas: list[subprocess.Popen] = []
         self.cores: set[int] = set()
 
@@ -100,6 +102,9 @@ class Rig:
         from tests.tools.gobuild import built
 
         k8s = _component("the Kubernetes control plane build", binaries)
+        if self.kube_bin is not None:
+            k8s = _component(f"the programs in {self.kube_bin}",
+                             lambda: overlay(k8s, self.kube_bin, self.tmp / "bin"))
         kwok = _component("the kwok build", lambda: built(ROOT / "tests/tools/build-kwok.sh",
                                                            "kwok"))
         helm = _component("the helm build", helmtool.binary)
@@ -296,6 +301,24 @@ class Rig:
         return leftovers(str(self.tmp))
 
 
+def overlay(suite: Path, mine: Path, into: Path) -> Path:
+    """The suite's control plane programs with those found in ``mine`` in their place (another
+    Kubernetes release's kube-apiserver, say), as links in ``into``."""
+    if not mine.is_dir():
+        raise FileNotFoundError(f"{mine}: no such directory")
+    into.mkdir(parents=True, exist_ok=True)
+    for prog in sorted(suite.iterdir()):
+        (into / prog.name).symlink_to((mine / prog.name) if (mine / prog.name).exists()
+                                      else prog)
+    return into
+
+
+def version(program: Path) -> str:
+    """What a Kubernetes program says it is (``--version``), for the results."""
+    r = subprocess.run([str(program), "--version"], capture_output=True, text=True, timeout=30)
+    return (r.stdout or r.stderr).strip()
+
+
 def leftovers(marker: str) -> list[str]:
     """Processes whose command line names ``marker`` (this run's directory)."""
     out = []
@@ -480,9 +503,9 @@ PLANS: dict[str, dict[str, Any]] = {
 
 def run(tmp: Path, *, writers: tuple[int, ...], pods: int, rounds: int, burst: int,
         burst_writers: int, configs: tuple[str, ...] = CONFIGS,
-        placements: tuple[str, ...] = PLACEMENTS, profiles: Path | None = None
-        ) -> dict[str, Any]:
-    rig = Rig(tmp, profiling=profiles is not None)
+        placements: tuple[str, ...] = PLACEMENTS, profiles: Path | None = None,
+        kube_bin: Path | None = None) -> dict[str, Any]:
+    rig = Rig(tmp, profiling=profiles is not None, kube_bin=kube_bin)
     if len(os.sched_getaffinity(0)) == 1:
         placements = ("shared",)
     res: dict[str, Any] = {"host": f"{platform.node()} ({os.cpu_count()} cores)",
@@ -491,6 +514,7 @@ def run(tmp: Path, *, writers: tuple[int, ...], pods: int, rounds: int, burst: i
                            "pods_per_batch": pods, "rounds": rounds, "placements": {}}
     try:
         rig.start()
+        res["kube_apiserver"] = version(rig.cp.bin / "kube-apiserver")
         # Unrecorded: every gpupool worker past its imports and first review, every webhook's
         # connections open, before any batch is counted.
         for config in configs:
@@ -647,7 +671,8 @@ CPU_COLUMNS = (("kube-apiserver", "API server"), ("etcd", "etcd"), ("gpupool", "
 
 
 def report(res: dict[str, Any]) -> str:
-    lines = [f"Pod creations through a real API server ({machine.line(res['machine'])}; "
+    lines = [f"Pod creations through a real API server "
+             f"({res.get('kube_apiserver', 'kube-apiserver')}; {machine.line(res['machine'])}; "
              f"{res['when']}; "
              f"{res['pods_per_batch']} pods per batch, median of {res['rounds']} interleaved "
              "rounds)"]
@@ -711,6 +736,9 @@ def main() -> int:
     p.add_argument("--apiserver-profiles", metavar="DIR", type=Path,
                    help="also keep a 20-second CPU profile of the API server per configuration "
                         "here (at the middle number of writers) and report where its CPU goes")
+    p.add_argument("--kube-bin", metavar="DIR", type=Path,
+                   help="run the Kubernetes programs found here (another release's "
+                        "kube-apiserver, say) in place of the suite's build")
     p.add_argument("--out", help="where the JSON results go (default: "
                                  "bench/results/e2e-load.json; e2e-load-quick.json with "
                                  "--quick, e2e-load-calls.json with --calls)")
@@ -727,7 +755,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="gpupool-e2e-load-") as tmp:
         try:
-            res = run(Path(tmp), **PLANS[plan], profiles=a.apiserver_profiles)
+            res = run(Path(tmp), **PLANS[plan], profiles=a.apiserver_profiles,
+                      kube_bin=a.kube_bin)
             res["command"] = " ".join(["python -m bench.e2e_load", *sys.argv[1:]])
         except StartError as exc:
             print(f"e2e load: {exc}", file=sys.stderr)

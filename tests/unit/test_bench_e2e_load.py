@@ -189,3 +189,22 @@ def test_profiles_without_go_are_refused_before_anything_starts(monkeypatch, tmp
     err = capsys.readouterr().err.strip()
     assert err.startswith("e2e load: --apiserver-profiles reads the profiles with `go tool pprof`")
     assert "\n" not in err
+
+
+def test_another_releases_programs_stand_in_for_the_suites_own(tmp_path):
+    from bench.e2e_load import overlay
+
+    suite, mine = tmp_path / "suite", tmp_path / "mine"
+    suite.mkdir()
+    mine.mkdir()
+    for prog in ("etcd", "kube-apiserver", "kubectl"):
+        (suite / prog).write_text(f"suite {prog}")
+    (mine / "kube-apiserver").write_text("1.37 kube-apiserver")
+    into = overlay(suite, mine, tmp_path / "bin")
+    assert {p.name: p.read_text() for p in into.iterdir()} == {
+        "etcd": "suite etcd", "kube-apiserver": "1.37 kube-apiserver",
+        "kubectl": "suite kubectl"}
+    with pytest.raises(StartError, match=r"the programs in .*nowhere did not start: "
+                                         r".*nowhere: no such directory"):
+        _component(f"the programs in {tmp_path / 'nowhere'}",
+                   lambda: overlay(suite, tmp_path / "nowhere", tmp_path / "bin2"))
