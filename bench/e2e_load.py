@@ -1,6 +1,7 @@
 """Pod creation under load through a real API server, with and without the webhooks:
 
-    python -m bench.e2e_load [--quick] [--out bench/results/e2e-load.json]
+    python -m bench.e2e_load [--quick | --calls] [--apiserver-profiles DIR] [--kube-bin DIR]
+                             [--out bench/results/e2e-load.json]
 
 The suite's real programs: kube-apiserver with etcd, kube-controller-manager, kwok keeping the
 nodes Ready; nodes whose CDI inventories a real `gpupool agent` published. Four
@@ -29,6 +30,11 @@ other, as in a cluster where webhook pods run on worker nodes and what they burn
 from the API server. Then a burst: 1,000 creations from 64 writers with gpupool in front of
 HAMi. A component that does not start is named and the run exits 2; at the end the run checks
 that no process it started is left.
+
+``--calls`` runs the decomposition instead (none, HAMi, gpupool, and gpupool's mutating
+webhook without its validating ones), ``--apiserver-profiles`` adds where the API server's CPU
+goes, and ``--kube-bin`` runs another release's kube-apiserver (``bench/kube-apiserver.sh``
+builds one) in place of the suite's.
 """
 
 from __future__ import annotations

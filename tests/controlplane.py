@@ -136,6 +136,9 @@ class ControlPlane:
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-cluster-ip-range=10.0.0.0/24", "--authorization-mode=Node,RBAC",
+            # Advertised on loopback: Kubernetes 1.37 refuses that to the endpoint reconciler,
+            # and nothing here reads the kubernetes Service's endpoints.
+            "--endpoint-reconciler-type=none",
             "--allow-privileged=true", "--disable-admission-plugins=ServiceAccount",
             f"--audit-policy-file={pki / 'audit-policy.yaml'}",
             f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=100",
