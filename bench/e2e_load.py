@@ -636,6 +636,8 @@ def profile_apiserver(rig: Rig, config: str, writers: int, seconds: int,
     create = {"verb": "POST", "resource": "pods", "subresource": ""}
     pods = round(buckets(after, REQUEST_METRIC, create)[""][math.inf]
                  - buckets(before, REQUEST_METRIC, create)[""][math.inf])
+    if pods <= 0:
+        raise RuntimeError(f"no pod was created while the API server was profiled ({config})")
     top = subprocess.run(["go", "tool", "pprof", "-top", "-cum", "-unit=ms", "-nodefraction=0",
                           str(path)], capture_output=True, text=True, check=True).stdout
     total, parts = pprof_parts(top)
