@@ -9,36 +9,29 @@
 # v0.0.0, so the module written here replaces each one the release's go.mod lists with the
 # published v0.X.Y of the same release. A second call for the same release returns at once.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 version=${1:-}
 if [[ ! $version =~ ^v1\.([0-9]+)\.([0-9]+)$ ]]; then
   echo "kube-apiserver.sh: give a Kubernetes release, such as v1.37.2" >&2
   exit 2
 fi
 staging="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
-command -v go >/dev/null || { echo "kube-apiserver.sh: Go toolchain not found" >&2; exit 3; }
-cache_root=${GPUPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpupool}
-out="$cache_root/kube-apiserver/$version"
-if [[ -x "$out/bin/kube-apiserver" ]]; then
-  echo "$out/bin"
-  exit 0
-fi
+source "$here/../tests/tools/gocache.sh"
+gocache_bin kube-apiserver "$version"
+if gocache_have kube-apiserver; then echo "$bin"; exit 0; fi
+gocache_start
 mod=$(go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
 [[ -n $mod ]] || { echo "kube-apiserver.sh: k8s.io/kubernetes@$version not found" >&2; exit 2; }
-tmp="$out.tmp.$$"
-mkdir -p "$tmp/bin"
-trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/module"
 {
   printf 'module gpupool.bench/kube-apiserver\n\ngo %s\n\n' "$(sed -n 's/^go //p' "$mod")"
   printf 'require k8s.io/kubernetes %s\n\ntool k8s.io/kubernetes/cmd/kube-apiserver\n\n' "$version"
   sed -n '/^replace (/,/^)/p' "$mod" | sed -E "s#=> ./staging/src/(k8s.io/[a-z-]+)#=> \1 $staging#"
-} > "$tmp/go.mod"
+} > "$tmp/module/go.mod"
 pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$version -X $pkg.gitMajor=1"
 ldflags+=" -X $pkg.gitMinor=$(echo "$version" | cut -d. -f2) -X $pkg.gitTreeState=clean"
-echo "kube-apiserver.sh: building kube-apiserver $version into $out (minutes, once)" >&2
-(cd "$tmp" && go mod tidy >&2 && go build -trimpath -ldflags "$ldflags" -o bin/kube-apiserver \
-  k8s.io/kubernetes/cmd/kube-apiserver >&2)
-rm -rf "$out"
-mv "$tmp" "$out"
-trap - EXIT
-echo "$out/bin"
+echo "kube-apiserver.sh: building kube-apiserver $version into $bin (minutes, once)" >&2
+(cd "$tmp/module" && go mod tidy >&2 && go build -trimpath -ldflags "$ldflags" \
+  -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2)
+gocache_publish
