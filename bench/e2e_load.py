@@ -460,6 +460,8 @@ def quantile(before: dict[float, float], after: dict[float, float], q: float) ->
 
 WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
 REQUEST_METRIC = "apiserver_request_duration_seconds"
+#: the pod creates among the API server's requests
+POD_CREATES = {"verb": "POST", "resource": "pods", "subresource": ""}
 
 
 def server_view(before: str, after: str) -> dict[str, Any]:
@@ -470,19 +472,24 @@ def server_view(before: str, after: str) -> dict[str, Any]:
         p99 = quantile(b.get(name, {}), series, 0.99)
         if p99 is not None:
             out[f"webhook {name} p99 ms"] = round(p99 * 1000, 2)
-    create = {"verb": "POST", "resource": "pods", "subresource": ""}
-    p99 = quantile(buckets(before, REQUEST_METRIC, create).get("", {}),
-                   buckets(after, REQUEST_METRIC, create).get("", {}), 0.99)
+    p99 = quantile(buckets(before, REQUEST_METRIC, POD_CREATES).get("", {}),
+                   buckets(after, REQUEST_METRIC, POD_CREATES).get("", {}), 0.99)
     out["create p99 ms"] = round(p99 * 1000, 2) if p99 is not None else None
     return out
 
 
+def observed(before: str, after: str, metric: str, match: dict[str, str]) -> dict[str, int]:
+    """How many observations ``metric`` gained between two scrapes, by webhook name ("" for
+    series without one), where it gained any."""
+    b = buckets(before, metric, match)
+    return {name: round(series[math.inf] - b.get(name, {}).get(math.inf, 0.0))
+            for name, series in buckets(after, metric, match).items()
+            if series[math.inf] > b.get(name, {}).get(math.inf, 0.0)}
+
+
 def webhook_calls(before: str, after: str) -> dict[str, int]:
     """Calls the API server made to each webhook between two scrapes (pod creates)."""
-    b = buckets(before, WEBHOOK_METRIC, {"operation": "CREATE"})
-    return {name: round(series[math.inf] - b.get(name, {}).get(math.inf, 0.0))
-            for name, series in buckets(after, WEBHOOK_METRIC, {"operation": "CREATE"}).items()
-            if series[math.inf] > b.get(name, {}).get(math.inf, 0.0)}
+    return observed(before, after, WEBHOOK_METRIC, {"operation": "CREATE"})
 
 
 #: whose webhooks are whose, by the suffix of the webhook's name
@@ -633,9 +640,7 @@ def profile_apiserver(rig: Rig, config: str, writers: int, seconds: int,
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"apiserver-{config}.pb.gz"
     path.write_bytes(r.content)
-    create = {"verb": "POST", "resource": "pods", "subresource": ""}
-    pods = round(buckets(after, REQUEST_METRIC, create)[""][math.inf]
-                 - buckets(before, REQUEST_METRIC, create)[""][math.inf])
+    pods = observed(before, after, REQUEST_METRIC, POD_CREATES).get("", 0)
     if pods <= 0:
         raise RuntimeError(f"no pod was created while the API server was profiled ({config})")
     top = subprocess.run(["go", "tool", "pprof", "-top", "-cum", "-unit=ms", "-nodefraction=0",
