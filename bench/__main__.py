@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -212,7 +210,7 @@ def decision_bench(sizes: tuple[int, ...]) -> list[dict]:
 
 
 def report(res: dict) -> str:
-    lines = [f"gpupool benchmarks ({res['host']}, {res['when']})", ""]
+    lines = [f"gpupool benchmarks ({machine.line(res['machine'])}, {res['when']})", ""]
     if res.get("startup"):
         lines += [startup.report(res["startup"]), ""]
     if res.get("e2e_load"):
@@ -295,8 +293,7 @@ def main() -> int:
     p.add_argument("--worker-class", default="gevent", choices=("gevent", "gthread"),
                    help="worker class for the HTTPS throughput part")
     a = p.parse_args()
-    res: dict = {"host": f"{platform.node()} ({os.cpu_count()} cores)",
-                 "machine": machine.describe(),
+    res: dict = {"machine": machine.describe(),
                  "command": " ".join(["python -m bench", *sys.argv[1:]]),
                  "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     parts = set(a.only or ("http", "slow", "decision", "dra", "agent", "startup", "hami",

@@ -43,7 +43,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import re
 import shutil
 import signal
@@ -521,8 +520,7 @@ def run(tmp: Path, *, writers: tuple[int, ...], pods: int, rounds: int, burst: i
     rig = Rig(tmp, profiling=profiles is not None, kube_bin=kube_bin)
     if len(os.sched_getaffinity(0)) == 1:
         placements = ("shared",)
-    res: dict[str, Any] = {"host": f"{platform.node()} ({os.cpu_count()} cores)",
-                           "machine": machine.describe(),
+    res: dict[str, Any] = {"machine": machine.describe(),
                            "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                            "pods_per_batch": pods, "rounds": rounds, "placements": {}}
     try:

@@ -11,24 +11,20 @@ from pathlib import Path
 from typing import Any
 
 
-def _cpuinfo(key: str) -> str:
+def _proc_field(path: str, key: str) -> str | None:
+    """The value of the first ``key: value`` line of a /proc file."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path(path).read_text().splitlines():
             if line.startswith(key):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return "unknown"
+    return None
 
 
 def _memory_gib() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / (1 << 20), 1)
-    except OSError:
-        pass
-    return None
+    kib = _proc_field("/proc/meminfo", "MemTotal:")
+    return round(int(kib.split()[0]) / (1 << 20), 1) if kib else None
 
 
 def _go() -> str | None:
@@ -39,7 +35,7 @@ def _go() -> str | None:
 
 
 def describe() -> dict[str, Any]:
-    return {"host": platform.node(), "cpu": _cpuinfo("model name"),
+    return {"host": platform.node(), "cpu": _proc_field("/proc/cpuinfo", "model name") or "unknown",
             "cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)),
             "memory_gib": _memory_gib(), "kernel": platform.release(),
             "python": platform.python_version(), "go": _go()}
