@@ -40,6 +40,7 @@ builds one) in place of the suite's.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -56,6 +57,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 import yaml
@@ -68,6 +70,18 @@ CONFIGS = ("none", "hami", "gpupool", "gpupool+hami")
 #: not an installation (the validating call is what checks the final object): beside
 #: ``gpupool`` it shows what the second call per GPU pod costs.
 MUTATING_ONLY = "gpupool-mutating"
+#: ``--calls`` only: bench/floor, a Go stand-in webhook that does the least a webhook can
+#: (parse the review, add one annotation, allow), registered as gpupool's webhooks are (its
+#: two calls per GPU pod, its matchConditions) and as HAMi's is (one call for every pod).
+#: What they cost is what the pattern of calls costs, whatever serves it: a floor no
+#: implementation of that pattern goes below.
+FLOOR_GPUPOOL = "floor:gpupool"
+FLOOR_HAMI = "floor:hami"
+FLOORS = (FLOOR_GPUPOOL, FLOOR_HAMI)
+#: what the stand-in's mutation adds (bench/floor/main.go)
+FLOOR_ANNOTATION = "floor.example.com/seen"
+#: the webhook names of the stand-in's registrations end with this
+FLOOR_DOMAIN = "floor.example.com"
 PLACEMENTS = ("shared", "split")
 NAMESPACE = "load"
 
@@ -90,8 +104,9 @@ class Rig:
     check that nothing it started outlives it."""
 
     def __init__(self, tmp: Path, *, profiling: bool = False,
-                 kube_bin: Path | None = None) -> None:
+                 kube_bin: Path | None = None, floor: bool = False) -> None:
         self.tmp = tmp
+        self.floor = floor
         self.profiling = profiling
         self.kube_bin = kube_bin
         self.replicas: list[subprocess.Popen] = []
@@ -130,8 +145,28 @@ class Rig:
             certs / "tls.crt", certs / "tls.key", self.tmp / "hami.log").start(verbosity=4))
         self.hami_cfg = self.hami.configuration(helm, (certs / "caBundle").read_text().strip(),
                                                 self.tmp)
+        if self.floor:
+            self._floor(certs)
         self.cp.kubectl("create", "namespace", NAMESPACE)
         return self
+
+    def _floor(self, certs: Path) -> None:
+        """The stand-in webhook, and its registrations in gpupool's place and in HAMi's."""
+        from tests.e2e.hami import TlsProgram
+        from tests.e2e.install import WEBHOOK_KINDS
+        from tests.tools.gobuild import built
+
+        bin_dir = _component("the floor stand-in build",
+                             lambda: built(ROOT / "bench/floor/build.sh", "the floor stand-in"))
+        self.floor_proc = TlsProgram(certs / "tls.crt", certs / "tls.key", self.tmp / "floor.log")
+        _component("the floor stand-in", lambda: self.floor_proc.launch(
+            [str(bin_dir / "floor"), "--bind", f"127.0.0.1:{self.floor_proc.port}",
+             "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key")]))
+        url = f"https://127.0.0.1:{self.floor_proc.port}"
+        self.floor_cfgs = {
+            FLOOR_GPUPOOL: [stand_in(o, url, "gpupool.io") for o in self.objs
+                            if o["kind"] in WEBHOOK_KINDS],
+            FLOOR_HAMI: [stand_in(self.hami_cfg, url, "hami.io")]}
 
     def _nodes(self) -> None:
         from tests.e2e import install
@@ -194,35 +229,42 @@ class Rig:
                  MUTATING_ONLY: ("MutatingWebhookConfiguration",)}.get(config, ())
         install.register(self.cp, [o for o in self.objs if o["kind"] in kinds],
                          _Url())  # type: ignore[arg-type]
-        for cfg in self.objs:
-            if cfg["kind"] in install.WEBHOOK_KINDS and cfg["kind"] not in kinds:
-                self.cp.kubectl("delete", cfg["kind"], cfg["metadata"]["name"],
-                                "--ignore-not-found")
-        if "hami" in config:
+        unused = [o for o in self.objs if o["kind"] in install.WEBHOOK_KINDS
+                  and o["kind"] not in kinds]
+        if config in ("hami", "gpupool+hami"):
             install.apply(self.cp, self.hami_cfg)
         else:
-            self.cp.kubectl("delete", "mutatingwebhookconfiguration",
-                            self.hami_cfg["metadata"]["name"], "--ignore-not-found")
-        # A whole GPU labelled for HAMi's pool tells them apart: HAMi's webhook sends it to
-        # hami-scheduler and gives it exclusive cores, gpupool routes it and annotates it, and
-        # the API server counts a call to gpupool's validating webhook when it is registered.
+            unused.append(self.hami_cfg)
+        for name, cfgs in getattr(self, "floor_cfgs", {}).items():
+            if name == config:
+                install.apply(self.cp, cfgs)
+            else:
+                unused += cfgs
+        for cfg in unused:
+            self.cp.kubectl("delete", cfg["kind"], cfg["metadata"]["name"], "--ignore-not-found")
+        # A whole GPU labelled for HAMi's pool: every webhook registered is called for it,
+        # and each leaves its mark. HAMi's webhook sends it to hami-scheduler and gives it
+        # exclusive cores, gpupool routes it there too and annotates it, the stand-in
+        # annotates it.
         probe = pod("probe", "operator")
         probe["metadata"]["labels"]["gpupool.io/pool"] = "hami"
-        want = (config != "none", "hami" in config, "gpupool" in config,
-                config in ("gpupool", "gpupool+hami"))
+        calls = CALLS[config]
+        want = (bool(calls & {"mutate.gpupool.io", "vgpu.hami.io"}), "vgpu.hami.io" in calls,
+                "mutate.gpupool.io" in calls, config in FLOORS)
 
         def applied() -> bool:
             before = self.cp.metrics()
             r = install.apply(self.cp, probe, "--dry-run=server", "-o", "json")
             if r.returncode != 0:
                 return False
-            validated = "validate-pods.gpupool.io" in webhook_calls(before, self.cp.metrics())
+            called = set(webhook_calls(before, self.cp.metrics()))
             out = json.loads(r.stdout)
             limits = out["spec"]["containers"][0]["resources"]["limits"]
-            return (out["spec"].get("schedulerName") == "hami-scheduler",
-                    "nvidia.com/gpucores" in limits,
-                    "gpupool.io/pool" in (out["metadata"].get("annotations") or {}),
-                    validated) == want
+            annotations = out["metadata"].get("annotations") or {}
+            return called == calls and (out["spec"].get("schedulerName") == "hami-scheduler",
+                                        "nvidia.com/gpucores" in limits,
+                                        "gpupool.io/pool" in annotations,
+                                        FLOOR_ANNOTATION in annotations) == want
         install.wait_until(applied, f"configuration {config} to take effect", timeout=60)
 
     # ------------------------------------------------------------------ load
@@ -273,6 +315,9 @@ class Rig:
         out.update({p.pid: "gpupool" for p in self.replicas})
         if self.hami.proc is not None:
             out[self.hami.proc.pid] = "hami"
+        floor = getattr(self, "floor_proc", None)
+        if floor is not None and floor.proc is not None:
+            out[floor.proc.pid] = "floor"
         return out
 
     def cpu(self) -> dict[str, float]:
@@ -284,7 +329,8 @@ class Rig:
         last core, everything else (control plane, load generator) on the others."""
         cores = sorted(os.sched_getaffinity(0) | self.cores)
         self.cores = set(cores)
-        webhooks = {pid for pid, name in self.roots().items() if name in ("gpupool", "hami")}
+        webhooks = {pid for pid, name in self.roots().items()
+                    if name in ("gpupool", "hami", "floor")}
         for pid, root in owners(self.roots()).items():
             if placement == "shared":
                 want = set(cores)
@@ -301,9 +347,37 @@ class Rig:
             stop_group(p)
         if getattr(self, "hami", None):
             self.hami.stop()
+        if getattr(self, "floor_proc", None):
+            self.floor_proc.stop()
         if getattr(self, "cp", None):
             self.cp.stop()
         return leftovers(str(self.tmp))
+
+
+def stand_in(cfg: dict[str, Any], url: str, domain: str) -> dict[str, Any]:
+    """``cfg`` (a webhook configuration) registered for the floor stand-in at ``url``: the
+    same rules, selectors, matchConditions, policies and paths, its own object name, and
+    webhook names ending in FLOOR_DOMAIN instead of ``domain``."""
+    out = copy.deepcopy(cfg)
+    out["metadata"] = {"name": f"floor-{cfg['metadata']['name']}"}
+    for wh in out["webhooks"]:
+        wh["name"] = wh["name"].removesuffix(domain) + FLOOR_DOMAIN
+        client = wh["clientConfig"]
+        service = client.pop("service", None)
+        path = service["path"] if service else urlsplit(client["url"]).path
+        client["url"] = url + path
+    return out
+
+
+#: the webhooks the API server calls for a GPU pod in each configuration
+CALLS: dict[str, set[str]] = {
+    "none": set(), "hami": {"vgpu.hami.io"},
+    "gpupool": {"mutate.gpupool.io", "validate-pods.gpupool.io"},
+    "gpupool+hami": {"mutate.gpupool.io", "validate-pods.gpupool.io", "vgpu.hami.io"},
+    MUTATING_ONLY: {"mutate.gpupool.io"},
+    FLOOR_GPUPOOL: {f"mutate.{FLOOR_DOMAIN}", f"validate-pods.{FLOOR_DOMAIN}"},
+    FLOOR_HAMI: {f"vgpu.{FLOOR_DOMAIN}"},
+}
 
 
 def overlay(suite: Path, mine: Path, into: Path) -> Path:
@@ -492,7 +566,7 @@ def webhook_calls(before: str, after: str) -> dict[str, int]:
 
 
 #: whose webhooks are whose, by the suffix of the webhook's name
-WEBHOOK_OWNERS = (("gpupool", "gpupool.io"), ("hami", "hami.io"))
+WEBHOOK_OWNERS = (("gpupool", "gpupool.io"), ("hami", "hami.io"), ("floor", FLOOR_DOMAIN))
 
 
 # ---------------------------------------------------------------------- the scenario
@@ -508,7 +582,8 @@ PLANS: dict[str, dict[str, Any]] = {
              "burst_writers": 64},
     "quick": {"writers": (10,), "pods": 60, "rounds": 1, "burst": 200, "burst_writers": 64},
     "calls": {"writers": (10, 50, 200), "pods": 300, "rounds": 5, "burst": 0,
-              "burst_writers": 0, "configs": ("none", "hami", "gpupool", MUTATING_ONLY),
+              "burst_writers": 0,
+              "configs": ("none", "hami", "gpupool", MUTATING_ONLY, *FLOORS),
               "placements": ("shared",)},
 }
 
@@ -517,7 +592,8 @@ def run(tmp: Path, *, writers: tuple[int, ...], pods: int, rounds: int, burst: i
         burst_writers: int, configs: tuple[str, ...] = CONFIGS,
         placements: tuple[str, ...] = PLACEMENTS, profiles: Path | None = None,
         kube_bin: Path | None = None) -> dict[str, Any]:
-    rig = Rig(tmp, profiling=profiles is not None, kube_bin=kube_bin)
+    rig = Rig(tmp, profiling=profiles is not None, kube_bin=kube_bin,
+              floor=bool(set(configs) & set(FLOORS)))
     if len(os.sched_getaffinity(0)) == 1:
         placements = ("shared",)
     res: dict[str, Any] = {"machine": machine.describe(),
@@ -678,7 +754,7 @@ def summarise(raw: dict[str, list[dict]]) -> dict[str, Any]:
 
 #: components in the CPU columns, in order; the rest (kwok, the controller-manager) is in "all"
 CPU_COLUMNS = (("kube-apiserver", "API server"), ("etcd", "etcd"), ("gpupool", "gpupool"),
-               ("hami", "HAMi"), ("load generator", "generator"))
+               ("hami", "HAMi"), ("floor", "stand-in"), ("load generator", "generator"))
 
 
 def report(res: dict[str, Any]) -> str:
@@ -697,22 +773,28 @@ def report(res: dict[str, Any]) -> str:
                 lines.append(f"{n:>7} {config:<16} {r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f} "
                              f"{r['creates_per_s']:>9.1f} {r['p99_vs_none']:>8.2f} "
                              f"{r['p99_vs_hami']:>8.2f} {r['failed']:>6}  {server}")
+        rows = [r for level in levels.values() for r in level.values()]
+        # the stand-in's columns only where a configuration ran it
+        columns = [(k, t) for k, t in CPU_COLUMNS
+                   if k != "floor" or any(k in r["cpu_ms_per_call"] for r in rows)]
+        owners = [(k, f"{t}/call") for k, t in columns
+                  if any(k in r["cpu_ms_per_call"] for r in rows) or k in ("gpupool", "hami")]
         lines += ["CPU ms per created pod; webhook calls and TCP connections accepted per pod; "
                   "CPU ms per call of each webhook server",
                   f"{'writers':>7} {'configuration':<16} "
-                  + " ".join(f"{title:>10}" for _, title in CPU_COLUMNS)
-                  + f" {'all':>6} {'calls':>6} {'conns':>6} {'gpupool/call':>12} "
-                  f"{'HAMi/call':>9}"]
+                  + " ".join(f"{title:>10}" for _, title in columns)
+                  + f" {'all':>6} {'calls':>6} {'conns':>6} "
+                  + " ".join(f"{title:>13}" for _, title in owners)]
         for n, level in levels.items():
             for config, r in level.items():
                 cpu = r["cpu_ms_per_pod"]
                 lines.append(f"{n:>7} {config:<16} "
-                             + " ".join(f"{cpu.get(k, 0.0):>10.2f}" for k, _ in CPU_COLUMNS)
+                             + " ".join(f"{cpu.get(k, 0.0):>10.2f}" for k, _ in columns)
                              + f" {sum(cpu.values()):>6.2f} {r['calls_per_pod']:>6.2f} "
                              f"{r['connections_per_pod']:>6.2f} "
-                             + " ".join(f"{r['cpu_ms_per_call'][k]:>{w}.2f}"
-                                        if k in r["cpu_ms_per_call"] else f"{'-':>{w}}"
-                                        for k, w in (("gpupool", 12), ("hami", 9))))
+                             + " ".join(f"{r['cpu_ms_per_call'][k]:>13.2f}"
+                                        if k in r["cpu_ms_per_call"] else f"{'-':>13}"
+                                        for k, _ in owners))
     profiles = res.get("apiserver_profiles")
     if profiles:
         first = next(iter(profiles.values()))

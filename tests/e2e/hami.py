@@ -68,15 +68,16 @@ def render(helm: Path, work: Path, template: str, *sets: str) -> dict[str, Any]:
     return yaml.safe_load(r.stdout)
 
 
-class _HamiProcess:
-    """A HAMi program serving TLS on loopback, its log kept for what it processed."""
+class TlsProgram:
+    """A Go program serving TLS on loopback (HAMi's, or the benchmark's stand-in webhook),
+    ready once ``/healthz`` answers, its log kept for what it processed."""
 
     def __init__(self, cert: Path, key: Path, log: Path) -> None:
         self.cert, self.key, self.log = cert, key, log
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
 
-    def _start(self, cmd: list[str], env: dict[str, str] | None = None) -> None:
+    def launch(self, cmd: list[str], env: dict[str, str] | None = None) -> None:
         out = self.log.open("wb")
         self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})})
@@ -103,6 +104,8 @@ class _HamiProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
 
+
+class HamiWebhook(TlsProgram):
     @property
     def seen(self) -> set[str]:
         """Names of the pods HAMi's webhook processed (not merely skipped), from its log."""
@@ -119,12 +122,10 @@ class _HamiProcess:
             wh["clientConfig"]["caBundle"] = ca_bundle  # what the chart's patch job adds
         return cfg
 
-
-class HamiWebhook(_HamiProcess):
     def start(self, verbosity: int = 5) -> HamiWebhook:
         """``verbosity`` 5 logs each pod processed (``seen`` reads it); the chart's default,
         as a throughput benchmark wants it, is lower."""
-        self._start([str(binaries() / "hami-webhook"), "--bind", f"127.0.0.1:{self.port}",
+        self.launch([str(binaries() / "hami-webhook"), "--bind", f"127.0.0.1:{self.port}",
                      "--cert", str(self.cert), "--key", str(self.key),
                      "--scheduler-name", "hami-scheduler",
                      "--force-overwrite-default-scheduler=true", f"-v={verbosity}",
@@ -132,12 +133,12 @@ class HamiWebhook(_HamiProcess):
         return self
 
 
-class HamiScheduler(_HamiProcess):
+class HamiScheduler(TlsProgram):
     def start(self, helm: Path, kubeconfig: Path, work: Path) -> HamiScheduler:
         devices = render(helm, work, "scheduler/device-configmap.yaml")
         device_config = work / "hami-device-config.yaml"
         device_config.write_text(devices["data"]["device-config.yaml"])
-        self._start([str(binaries() / "scheduler"), f"--http_bind=127.0.0.1:{self.port}",
+        self.launch([str(binaries() / "scheduler"), f"--http_bind=127.0.0.1:{self.port}",
                      f"--cert_file={self.cert}", f"--key_file={self.key}",
                      "--scheduler-name=hami-scheduler",
                      f"--metrics-bind-address=127.0.0.1:{free_port()}",

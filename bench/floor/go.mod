@@ -1,0 +1,3 @@
+module gpupool.bench/floor
+
+go 1.22
