@@ -31,10 +31,13 @@ from the API server. Then a burst: 1,000 creations from 64 writers with gpupool 
 HAMi. A component that does not start is named and the run exits 2; at the end the run checks
 that no process it started is left.
 
-``--calls`` runs the decomposition instead (none, HAMi, gpupool, and gpupool's mutating
-webhook without its validating ones), ``--apiserver-profiles`` adds where the API server's CPU
-goes, and ``--kube-bin`` runs another release's kube-apiserver (``bench/kube-apiserver.sh``
-builds one) in place of the suite's.
+``--calls`` runs the decomposition instead: none, HAMi, gpupool, gpupool's mutating webhook
+without its validating ones, and stand-ins that do the least a webhook can: bench/floor (Go)
+registered once as gpupool's webhooks are and once as HAMi's is, which shows what each
+pattern of calls costs whatever serves it, and bench/baseline.py (gpupool's serving stack,
+no decision) registered as gpupool's are. ``--apiserver-profiles`` adds where the API
+server's CPU goes, and ``--kube-bin`` runs another release's kube-apiserver
+(``bench/kube-apiserver.sh`` builds one) in place of the suite's.
 """
 
 from __future__ import annotations
@@ -70,18 +73,25 @@ CONFIGS = ("none", "hami", "gpupool", "gpupool+hami")
 #: not an installation (the validating call is what checks the final object): beside
 #: ``gpupool`` it shows what the second call per GPU pod costs.
 MUTATING_ONLY = "gpupool-mutating"
-#: ``--calls`` only: bench/floor, a Go stand-in webhook that does the least a webhook can
-#: (parse the review, add one annotation, allow), registered as gpupool's webhooks are (its
-#: two calls per GPU pod, its matchConditions) and as HAMi's is (one call for every pod).
-#: What they cost is what the pattern of calls costs, whatever serves it: a floor no
-#: implementation of that pattern goes below.
-FLOOR_GPUPOOL = "floor:gpupool"
-FLOOR_HAMI = "floor:hami"
-FLOORS = (FLOOR_GPUPOOL, FLOOR_HAMI)
-#: what the stand-in's mutation adds (bench/floor/main.go)
-FLOOR_ANNOTATION = "floor.example.com/seen"
-#: the webhook names of the stand-in's registrations end with this
-FLOOR_DOMAIN = "floor.example.com"
+#: ``--calls`` only: stand-in webhooks that do the least a webhook can (parse the review, add
+#: STAND_IN_ANNOTATION, allow), each registered as gpupool's webhooks are (two calls per GPU
+#: pod, gpupool's matchConditions) or as HAMi's is (one call for every pod); configuration:
+#: (server, registered as). ``floor`` is bench/floor, in Go: what a pattern of calls costs
+#: whatever serves it, a floor no implementation of that pattern goes below. ``baseline`` is
+#: bench/baseline.py on gpupool's own serving stack (gunicorn, gevent workers, TLS, two
+#: replicas of two workers): what that stack costs before gpupool decides anything.
+STAND_INS: dict[str, tuple[str, str]] = {
+    "floor:gpupool": ("floor", "gpupool"),
+    "floor:hami": ("floor", "hami"),
+    "baseline:gpupool": ("baseline", "gpupool"),
+}
+#: what a stand-in's mutation adds (bench/floor/main.go, bench/baseline.py --mark)
+STAND_IN_ANNOTATION = "stand-in.example.com/seen"
+
+
+def stand_in_domain(server: str) -> str:
+    """Where the names of a stand-in's webhooks end (gpupool's end in gpupool.io)."""
+    return f"{server}.example.com"
 PLACEMENTS = ("shared", "split")
 NAMESPACE = "load"
 
@@ -104,9 +114,13 @@ class Rig:
     check that nothing it started outlives it."""
 
     def __init__(self, tmp: Path, *, profiling: bool = False,
-                 kube_bin: Path | None = None, floor: bool = False) -> None:
+                 kube_bin: Path | None = None, stand_ins: frozenset[str] = frozenset()
+                 ) -> None:
         self.tmp = tmp
-        self.floor = floor
+        self.stand_ins = stand_ins  # the servers of STAND_INS this run needs
+        self.stand_in_cfgs: dict[str, list[dict[str, Any]]] = {}
+        self.floor: Any = None  # tests.e2e.hami.TlsProgram, when started
+        self.baselines: list[subprocess.Popen] = []
         self.profiling = profiling
         self.kube_bin = kube_bin
         self.replicas: list[subprocess.Popen] = []
@@ -145,28 +159,55 @@ class Rig:
             certs / "tls.crt", certs / "tls.key", self.tmp / "hami.log").start(verbosity=4))
         self.hami_cfg = self.hami.configuration(helm, (certs / "caBundle").read_text().strip(),
                                                 self.tmp)
-        if self.floor:
-            self._floor(certs)
+        if self.stand_ins:
+            self._stand_ins(certs)
         self.cp.kubectl("create", "namespace", NAMESPACE)
         return self
 
-    def _floor(self, certs: Path) -> None:
-        """The stand-in webhook, and its registrations in gpupool's place and in HAMi's."""
+    def _stand_ins(self, certs: Path) -> None:
+        """The stand-in servers this run needs, and their registrations."""
         from tests.e2e.hami import TlsProgram
         from tests.e2e.install import WEBHOOK_KINDS
+        from tests.integration.conftest import free_port
         from tests.tools.gobuild import built
 
-        bin_dir = _component("the floor stand-in build",
-                             lambda: built(ROOT / "bench/floor/build.sh", "the floor stand-in"))
-        self.floor_proc = TlsProgram(certs / "tls.crt", certs / "tls.key", self.tmp / "floor.log")
-        _component("the floor stand-in", lambda: self.floor_proc.launch(
-            [str(bin_dir / "floor"), "--bind", f"127.0.0.1:{self.floor_proc.port}",
-             "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key")]))
-        url = f"https://127.0.0.1:{self.floor_proc.port}"
-        self.floor_cfgs = {
-            FLOOR_GPUPOOL: [stand_in(o, url, "gpupool.io") for o in self.objs
-                            if o["kind"] in WEBHOOK_KINDS],
-            FLOOR_HAMI: [stand_in(self.hami_cfg, url, "hami.io")]}
+        urls = {}
+        if "floor" in self.stand_ins:
+            bin_dir = _component("the floor stand-in build", lambda: built(
+                ROOT / "bench/floor/build.sh", "the floor stand-in"))
+            self.floor = TlsProgram(certs / "tls.crt", certs / "tls.key", self.tmp / "floor.log")
+            _component("the floor stand-in", lambda: self.floor.launch(
+                [str(bin_dir / "floor"), "--bind", f"127.0.0.1:{self.floor.port}",
+                 "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
+                 "--mark", STAND_IN_ANNOTATION]))
+            urls["floor"] = f"https://127.0.0.1:{self.floor.port}"
+        if "baseline" in self.stand_ins:
+            port = free_port()
+            urls["baseline"] = f"https://127.0.0.1:{port}"
+            for i in range(2):
+                self.baselines.append(_component(
+                    f"baseline replica {i + 1}", lambda i=i: self._baseline(port, i)))
+        registered = {"gpupool": [o for o in self.objs if o["kind"] in WEBHOOK_KINDS],
+                      "hami": [self.hami_cfg]}
+        domains = {"gpupool": "gpupool.io", "hami": "hami.io"}
+        self.stand_in_cfgs = {
+            config: [stand_in(o, urls[server], domains[like], server) for o in registered[like]]
+            for config, (server, like) in STAND_INS.items() if server in urls}
+
+    def _baseline(self, port: int, i: int) -> subprocess.Popen:
+        """One replica of bench/baseline.py, started as gpupool's replicas are."""
+        from tests.integration.conftest import wait_ready
+
+        certs = self.tmp / "certs"
+        log = self.tmp / f"baseline-{i}.log"
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "bench.baseline", "--bind", f"127.0.0.1:{port}",
+                 "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
+                 "--workers", "2", "--mark", STAND_IN_ANNOTATION, "--reuse-port"],
+                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
+        wait_ready(proc, f"https://127.0.0.1:{port}", str(certs / "ca.crt"), log)
+        return proc
 
     def _nodes(self) -> None:
         from tests.e2e import install
@@ -235,7 +276,7 @@ class Rig:
             install.apply(self.cp, self.hami_cfg)
         else:
             unused.append(self.hami_cfg)
-        for name, cfgs in getattr(self, "floor_cfgs", {}).items():
+        for name, cfgs in self.stand_in_cfgs.items():
             if name == config:
                 install.apply(self.cp, cfgs)
             else:
@@ -250,7 +291,7 @@ class Rig:
         probe["metadata"]["labels"]["gpupool.io/pool"] = "hami"
         calls = CALLS[config]
         want = (bool(calls & {"mutate.gpupool.io", "vgpu.hami.io"}), "vgpu.hami.io" in calls,
-                "mutate.gpupool.io" in calls, config in FLOORS)
+                "mutate.gpupool.io" in calls, config in STAND_INS)
 
         def applied() -> bool:
             before = self.cp.metrics()
@@ -264,7 +305,7 @@ class Rig:
             return called == calls and (out["spec"].get("schedulerName") == "hami-scheduler",
                                         "nvidia.com/gpucores" in limits,
                                         "gpupool.io/pool" in annotations,
-                                        FLOOR_ANNOTATION in annotations) == want
+                                        STAND_IN_ANNOTATION in annotations) == want
         install.wait_until(applied, f"configuration {config} to take effect", timeout=60)
 
     # ------------------------------------------------------------------ load
@@ -315,9 +356,9 @@ class Rig:
         out.update({p.pid: "gpupool" for p in self.replicas})
         if self.hami.proc is not None:
             out[self.hami.proc.pid] = "hami"
-        floor = getattr(self, "floor_proc", None)
-        if floor is not None and floor.proc is not None:
-            out[floor.proc.pid] = "floor"
+        if self.floor is not None and self.floor.proc is not None:
+            out[self.floor.proc.pid] = "floor"
+        out.update({p.pid: "baseline" for p in self.baselines})
         return out
 
     def cpu(self) -> dict[str, float]:
@@ -330,7 +371,7 @@ class Rig:
         cores = sorted(os.sched_getaffinity(0) | self.cores)
         self.cores = set(cores)
         webhooks = {pid for pid, name in self.roots().items()
-                    if name in ("gpupool", "hami", "floor")}
+                    if name in ("gpupool", "hami", "floor", "baseline")}
         for pid, root in owners(self.roots()).items():
             if placement == "shared":
                 want = set(cores)
@@ -343,25 +384,25 @@ class Rig:
         """Stop everything; returns the command lines of any process still alive after."""
         from tests.integration.conftest import stop_group
 
-        for p in self.replicas:
+        for p in [*self.replicas, *self.baselines]:
             stop_group(p)
         if getattr(self, "hami", None):
             self.hami.stop()
-        if getattr(self, "floor_proc", None):
-            self.floor_proc.stop()
+        if self.floor is not None:
+            self.floor.stop()
         if getattr(self, "cp", None):
             self.cp.stop()
         return leftovers(str(self.tmp))
 
 
-def stand_in(cfg: dict[str, Any], url: str, domain: str) -> dict[str, Any]:
-    """``cfg`` (a webhook configuration) registered for the floor stand-in at ``url``: the
-    same rules, selectors, matchConditions, policies and paths, its own object name, and
-    webhook names ending in FLOOR_DOMAIN instead of ``domain``."""
+def stand_in(cfg: dict[str, Any], url: str, domain: str, server: str) -> dict[str, Any]:
+    """``cfg`` (a webhook configuration) registered for the stand-in ``server`` at ``url``:
+    the same rules, selectors, matchConditions, policies and paths, its own object name, and
+    webhook names ending in the stand-in's domain instead of ``domain``."""
     out = copy.deepcopy(cfg)
-    out["metadata"] = {"name": f"floor-{cfg['metadata']['name']}"}
+    out["metadata"] = {"name": f"{server}-{cfg['metadata']['name']}"}
     for wh in out["webhooks"]:
-        wh["name"] = wh["name"].removesuffix(domain) + FLOOR_DOMAIN
+        wh["name"] = wh["name"].removesuffix(domain) + stand_in_domain(server)
         client = wh["clientConfig"]
         service = client.pop("service", None)
         path = service["path"] if service else urlsplit(client["url"]).path
@@ -375,8 +416,9 @@ CALLS: dict[str, set[str]] = {
     "gpupool": {"mutate.gpupool.io", "validate-pods.gpupool.io"},
     "gpupool+hami": {"mutate.gpupool.io", "validate-pods.gpupool.io", "vgpu.hami.io"},
     MUTATING_ONLY: {"mutate.gpupool.io"},
-    FLOOR_GPUPOOL: {f"mutate.{FLOOR_DOMAIN}", f"validate-pods.{FLOOR_DOMAIN}"},
-    FLOOR_HAMI: {f"vgpu.{FLOOR_DOMAIN}"},
+    **{config: {f"{hook}.{stand_in_domain(server)}" for hook in
+                {"gpupool": ("mutate", "validate-pods"), "hami": ("vgpu",)}[like]}
+       for config, (server, like) in STAND_INS.items()},
 }
 
 
@@ -566,7 +608,8 @@ def webhook_calls(before: str, after: str) -> dict[str, int]:
 
 
 #: whose webhooks are whose, by the suffix of the webhook's name
-WEBHOOK_OWNERS = (("gpupool", "gpupool.io"), ("hami", "hami.io"), ("floor", FLOOR_DOMAIN))
+WEBHOOK_OWNERS = (("gpupool", "gpupool.io"), ("hami", "hami.io"),
+                  *((server, stand_in_domain(server)) for server in ("floor", "baseline")))
 
 
 # ---------------------------------------------------------------------- the scenario
@@ -583,7 +626,7 @@ PLANS: dict[str, dict[str, Any]] = {
     "quick": {"writers": (10,), "pods": 60, "rounds": 1, "burst": 200, "burst_writers": 64},
     "calls": {"writers": (10, 50, 200), "pods": 300, "rounds": 5, "burst": 0,
               "burst_writers": 0,
-              "configs": ("none", "hami", "gpupool", MUTATING_ONLY, *FLOORS),
+              "configs": ("none", "hami", "gpupool", MUTATING_ONLY, *STAND_INS),
               "placements": ("shared",)},
 }
 
@@ -593,7 +636,7 @@ def run(tmp: Path, *, writers: tuple[int, ...], pods: int, rounds: int, burst: i
         placements: tuple[str, ...] = PLACEMENTS, profiles: Path | None = None,
         kube_bin: Path | None = None) -> dict[str, Any]:
     rig = Rig(tmp, profiling=profiles is not None, kube_bin=kube_bin,
-              floor=bool(set(configs) & set(FLOORS)))
+              stand_ins=frozenset(STAND_INS[c][0] for c in configs if c in STAND_INS))
     if len(os.sched_getaffinity(0)) == 1:
         placements = ("shared",)
     res: dict[str, Any] = {"machine": machine.describe(),
@@ -754,7 +797,8 @@ def summarise(raw: dict[str, list[dict]]) -> dict[str, Any]:
 
 #: components in the CPU columns, in order; the rest (kwok, the controller-manager) is in "all"
 CPU_COLUMNS = (("kube-apiserver", "API server"), ("etcd", "etcd"), ("gpupool", "gpupool"),
-               ("hami", "HAMi"), ("floor", "stand-in"), ("load generator", "generator"))
+               ("hami", "HAMi"), ("floor", "floor"), ("baseline", "baseline"),
+               ("load generator", "generator"))
 
 
 def report(res: dict[str, Any]) -> str:
@@ -774,9 +818,9 @@ def report(res: dict[str, Any]) -> str:
                              f"{r['creates_per_s']:>9.1f} {r['p99_vs_none']:>8.2f} "
                              f"{r['p99_vs_hami']:>8.2f} {r['failed']:>6}  {server}")
         rows = [r for level in levels.values() for r in level.values()]
-        # the stand-in's columns only where a configuration ran it
-        columns = [(k, t) for k, t in CPU_COLUMNS
-                   if k != "floor" or any(k in r["cpu_ms_per_call"] for r in rows)]
+        # the stand-ins' columns only where a configuration ran them
+        columns = [(k, t) for k, t in CPU_COLUMNS if k not in ("floor", "baseline")
+                   or any(k in r["cpu_ms_per_call"] for r in rows)]
         owners = [(k, f"{t}/call") for k, t in columns
                   if any(k in r["cpu_ms_per_call"] for r in rows) or k in ("gpupool", "hami")]
         lines += ["CPU ms per created pod; webhook calls and TCP connections accepted per pod; "
@@ -824,8 +868,9 @@ def main() -> int:
     which.add_argument("--quick", action="store_true",
                        help="one round of 60 pods at 10 writers, a 200-pod burst (a smoke run)")
     which.add_argument("--calls", action="store_true",
-                       help=f"the decomposition instead: none, hami, gpupool and {MUTATING_ONLY} "
-                            "(gpupool without its validating call) on shared cores")
+                       help=f"the decomposition instead: none, hami, gpupool, {MUTATING_ONLY} "
+                            "(gpupool without its validating call) and the stand-ins "
+                            f"({', '.join(STAND_INS)}), on shared cores")
     p.add_argument("--apiserver-profiles", metavar="DIR", type=Path,
                    help="also keep a 20-second CPU profile of the API server per configuration "
                         "here (at the middle number of writers) and report where its CPU goes")

@@ -5,9 +5,10 @@
 // for every pod) it shows the same for HAMi's pattern. It is not gpupool and decides nothing.
 //
 // Every path whose name starts with /mutate, and /webhook (HAMi's path), answers with a
-// JSON patch adding one annotation, so the API server applies a mutation and runs its
-// reinvocation pass as it does after gpupool's; /healthz answers "ok"; every other path
-// answers "allowed".
+// JSON patch adding the annotation given with --mark, so the API server applies a mutation
+// and runs its reinvocation pass as it does after gpupool's (a dry run that shows the
+// annotation tells the bench the stand-in is registered); /healthz answers "ok"; every other
+// path answers "allowed".
 package main
 
 import (
@@ -21,10 +22,6 @@ import (
 	"os"
 	"strings"
 )
-
-// Annotation is what the stand-in's mutation adds; a dry run that shows it tells the bench
-// the stand-in is registered.
-const Annotation = "floor.example.com/seen"
 
 type review struct {
 	APIVersion string `json:"apiVersion"`
@@ -46,21 +43,21 @@ type response struct {
 	Patch     string `json:"patch,omitempty"`
 }
 
-// patch adds Annotation; where the pod has no annotations yet it adds the map itself (a JSON
+// patch adds the annotation mark; where the pod has no annotations yet it adds the map itself (a JSON
 // patch cannot add a key to a map that is not there).
-func patch(annotations map[string]string) string {
+func patch(annotations map[string]string, mark string) string {
 	var ops string
 	if annotations == nil {
 		ops = fmt.Sprintf(`[{"op":"add","path":"/metadata/annotations","value":{%q:"1"}}]`,
-			Annotation)
+			mark)
 	} else {
 		ops = fmt.Sprintf(`[{"op":"add","path":"/metadata/annotations/%s","value":"1"}]`,
-			strings.ReplaceAll(Annotation, "/", "~1"))
+			strings.ReplaceAll(mark, "/", "~1"))
 	}
 	return base64.StdEncoding.EncodeToString([]byte(ops))
 }
 
-func serve(w http.ResponseWriter, r *http.Request) {
+func serve(w http.ResponseWriter, r *http.Request, mark string) {
 	var in review
 	if r.URL.Path == "/healthz" {
 		_, _ = w.Write([]byte("ok"))
@@ -77,7 +74,7 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	out := response{UID: in.Request.UID, Allowed: true}
 	if strings.HasPrefix(r.URL.Path, "/mutate") || r.URL.Path == "/webhook" {
 		out.PatchType = "JSONPatch"
-		out.Patch = patch(in.Request.Object.Metadata.Annotations)
+		out.Patch = patch(in.Request.Object.Metadata.Annotations, mark)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{
@@ -88,12 +85,14 @@ func main() {
 	bind := flag.String("bind", "127.0.0.1:9443", "address to listen on")
 	cert := flag.String("cert", "", "TLS certificate (PEM)")
 	key := flag.String("key", "", "TLS key (PEM)")
+	mark := flag.String("mark", "", "the annotation a mutation adds")
 	flag.Parse()
-	if *cert == "" || *key == "" {
-		fmt.Fprintln(os.Stderr, "floor: give --cert and --key")
+	if *cert == "" || *key == "" || *mark == "" {
+		fmt.Fprintln(os.Stderr, "floor: give --cert, --key and --mark")
 		os.Exit(2)
 	}
-	srv := &http.Server{Addr: *bind, Handler: http.HandlerFunc(serve),
+	handler := func(w http.ResponseWriter, r *http.Request) { serve(w, r, *mark) }
+	srv := &http.Server{Addr: *bind, Handler: http.HandlerFunc(handler),
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
 	log.Fatal(srv.ListenAndServeTLS(*cert, *key))
 }

@@ -210,17 +210,20 @@ def test_another_releases_programs_stand_in_for_the_suites_own(tmp_path):
                    lambda: overlay(suite, tmp_path / "nowhere", tmp_path / "bin2"))
 
 
-def test_the_floor_stand_in_is_registered_as_gpupool_and_as_hami_are():
-    """The floor measures a pattern of calls: its registrations must be gpupool's and HAMi's
+def test_stand_ins_are_registered_as_gpupool_and_as_hami_are():
+    """A stand-in measures a pattern of calls: its registrations must be gpupool's and HAMi's
     in all the API server evaluates (rules, matchConditions, policies), with only the names
     and the address changed."""
-    from bench.e2e_load import CALLS, FLOOR_GPUPOOL, FLOOR_HAMI, stand_in
+    from bench.e2e_load import CALLS, STAND_INS, stand_in
     from tests.conftest import load_docs
 
+    assert STAND_INS == {"floor:gpupool": ("floor", "gpupool"),
+                         "floor:hami": ("floor", "hami"),
+                         "baseline:gpupool": ("baseline", "gpupool")}
     url = "https://127.0.0.1:4443"
     for cfg in load_docs(Path(__file__).parents[2] / "manifests/base/webhooks.yaml"):
         before = repr(cfg)
-        out = stand_in(cfg, url, "gpupool.io")
+        out = stand_in(cfg, url, "gpupool.io", "floor")
         assert repr(cfg) == before  # the manifests' objects are registered again later
         assert out["metadata"] == {"name": f"floor-{cfg['metadata']['name']}"}
         for mine, theirs in zip(out["webhooks"], cfg["webhooks"], strict=True):
@@ -229,16 +232,18 @@ def test_the_floor_stand_in_is_registered_as_gpupool_and_as_hami_are():
             assert "service" not in mine["clientConfig"]
             assert {k: v for k, v in mine.items() if k not in ("name", "clientConfig")} == {
                 k: v for k, v in theirs.items() if k not in ("name", "clientConfig")}
-            if mine["name"].startswith(("mutate.", "validate-pods.")):
-                assert mine["name"] in CALLS[FLOOR_GPUPOOL]
-                assert theirs["name"] in CALLS["gpupool"]
+            if theirs["name"] in CALLS["gpupool"]:  # what a GPU pod is sent to
+                assert mine["name"] in CALLS["floor:gpupool"]
+                assert (mine["name"].replace("floor.", "baseline.")
+                        in CALLS["baseline:gpupool"])
+    assert len(CALLS["floor:gpupool"]) == len(CALLS["baseline:gpupool"]) == 2
 
     hami = {"apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration", "metadata": {"name": "hami-webhook"},
             "webhooks": [{"name": "vgpu.hami.io", "clientConfig": {
                 "url": "https://127.0.0.1:9999/webhook", "caBundle": "Q0E="},
                 "rules": [{"operations": ["CREATE"], "resources": ["pods"]}]}]}
-    out = stand_in(hami, url, "hami.io")
-    assert out["webhooks"][0]["name"] in CALLS[FLOOR_HAMI]
+    out = stand_in(hami, url, "hami.io", "floor")
+    assert CALLS["floor:hami"] == {out["webhooks"][0]["name"]} == {"vgpu.floor.example.com"}
     assert out["webhooks"][0]["clientConfig"] == {"url": url + "/webhook", "caBundle": "Q0E="}
     assert out["webhooks"][0]["rules"] == hami["webhooks"][0]["rules"]
