@@ -1,7 +1,7 @@
 """Pod creation under load through a real API server, with and without the webhooks:
 
-    python -m bench.e2e_load [--quick | --calls] [--apiserver-profiles DIR] [--kube-bin DIR]
-                             [--out bench/results/e2e-load.json]
+    python -m bench.e2e_load [--quick | --calls] [--rounds N] [--apiserver-profiles DIR]
+                             [--kube-bin DIR] [--out bench/results/e2e-load.json]
 
 The suite's real programs: kube-apiserver with etcd, kube-controller-manager, kwok keeping the
 nodes Ready; nodes whose CDI inventories a real `gpupool agent` published. Four
@@ -877,6 +877,10 @@ def main() -> int:
     p.add_argument("--kube-bin", metavar="DIR", type=Path,
                    help="run the Kubernetes programs found here (another release's "
                         "kube-apiserver, say) in place of the suite's build")
+    p.add_argument("--rounds", type=int, metavar="N",
+                   help="rounds per number of writers (default: 5; 1 with --quick): single "
+                        "rounds here move by tens of percent, and every ratio is a median of "
+                        "the rounds' own")
     p.add_argument("--out", help="where the JSON results go (default: "
                                  "bench/results/e2e-load.json; e2e-load-quick.json with "
                                  "--quick, e2e-load-calls.json with --calls)")
@@ -886,6 +890,9 @@ def main() -> int:
               "on PATH or leave the option out", file=sys.stderr)
         return 2
     plan = "quick" if a.quick else "calls" if a.calls else "full"
+    if a.rounds is not None and a.rounds < 1:
+        print(f"e2e load: --rounds {a.rounds}: give at least 1", file=sys.stderr)
+        return 2
     a.out = a.out or str(ROOT / "bench/results" / {
         "quick": "e2e-load-quick.json", "calls": "e2e-load-calls.json",
         "full": "e2e-load.json"}[plan])
@@ -893,7 +900,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="gpupool-e2e-load-") as tmp:
         try:
-            res = run(Path(tmp), **PLANS[plan], profiles=a.apiserver_profiles,
+            res = run(Path(tmp), **{**PLANS[plan], "rounds": a.rounds or PLANS[plan]["rounds"]},
+                      profiles=a.apiserver_profiles,
                       kube_bin=a.kube_bin)
             res["command"] = " ".join(["python -m bench.e2e_load", *sys.argv[1:]])
         except StartError as exc:

@@ -191,6 +191,15 @@ def test_profiles_without_go_are_refused_before_anything_starts(monkeypatch, tmp
     assert "\n" not in err
 
 
+def test_no_rounds_is_refused_before_anything_starts(monkeypatch, capsys):
+    from bench import e2e_load
+
+    monkeypatch.setattr(e2e_load.Rig, "start", lambda self: pytest.fail("the rig started"))
+    monkeypatch.setattr(sys, "argv", ["e2e_load", "--calls", "--rounds", "0"])
+    assert e2e_load.main() == 2
+    assert capsys.readouterr().err == "e2e load: --rounds 0: give at least 1\n"
+
+
 def test_another_releases_programs_stand_in_for_the_suites_own(tmp_path):
     from bench.e2e_load import overlay
 
