@@ -61,9 +61,10 @@ def bodies() -> dict[str, bytes]:
     return {"mutate": review(pod, "bench-m"), "validate": review(mutated, "bench-v")}
 
 
-def start(cmd: list[str], url: str, ca: str, log: Path) -> subprocess.Popen:
+def start(cmd: list[str], url: str, ca: str, log: Path,
+          cwd: Path | None = None) -> subprocess.Popen:
     proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
-                            start_new_session=True)
+                            start_new_session=True, cwd=cwd)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if proc.poll() is not None:

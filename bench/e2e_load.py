@@ -186,28 +186,14 @@ class Rig:
             urls["baseline"] = f"https://127.0.0.1:{port}"
             for i in range(2):
                 self.baselines.append(_component(
-                    f"baseline replica {i + 1}", lambda i=i: self._baseline(port, i)))
+                    f"baseline replica {i + 1}",
+                    lambda i=i: serve_baseline(port, certs, self.tmp / f"baseline-{i}.log")))
         registered = {"gpupool": [o for o in self.objs if o["kind"] in WEBHOOK_KINDS],
                       "hami": [self.hami_cfg]}
         domains = {"gpupool": "gpupool.io", "hami": "hami.io"}
         self.stand_in_cfgs = {
             config: [stand_in(o, urls[server], domains[like], server) for o in registered[like]]
             for config, (server, like) in STAND_INS.items() if server in urls}
-
-    def _baseline(self, port: int, i: int) -> subprocess.Popen:
-        """One replica of bench/baseline.py, started as gpupool's replicas are."""
-        from tests.integration.conftest import wait_ready
-
-        certs = self.tmp / "certs"
-        log = self.tmp / f"baseline-{i}.log"
-        with open(log, "wb") as fh:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "bench.baseline", "--bind", f"127.0.0.1:{port}",
-                 "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
-                 "--workers", "2", "--mark", STAND_IN_ANNOTATION, "--reuse-port"],
-                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
-        wait_ready(proc, f"https://127.0.0.1:{port}", str(certs / "ca.crt"), log)
-        return proc
 
     def _nodes(self) -> None:
         from tests.e2e import install
@@ -393,6 +379,17 @@ class Rig:
         if getattr(self, "cp", None):
             self.cp.stop()
         return leftovers(str(self.tmp))
+
+
+def serve_baseline(port: int, certs: Path, log: Path, workers: int = 2) -> subprocess.Popen:
+    """One replica of bench/baseline.py as a stand-in: gpupool's serving stack, started as
+    gpupool's replicas are (sharing ``port``), its mutation adding STAND_IN_ANNOTATION."""
+    from bench.__main__ import start
+
+    return start([sys.executable, "-m", "bench.baseline", "--bind", f"127.0.0.1:{port}",
+                  "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
+                  "--workers", str(workers), "--mark", STAND_IN_ANNOTATION, "--reuse-port"],
+                 f"https://127.0.0.1:{port}", str(certs / "ca.crt"), log, cwd=ROOT)
 
 
 def stand_in(cfg: dict[str, Any], url: str, domain: str, server: str) -> dict[str, Any]:
@@ -776,7 +773,7 @@ def summarise(raw: dict[str, list[dict]]) -> dict[str, Any]:
             "creates_per_s": statistics.median(r["rate"] for r in runs),
             "failed": sum(r["failed"] for r in runs),
             "errors": [e for r in runs for e in r["errors"]][:3],
-            "server": {k: statistics.median(r[k] for r in runs if r.get(k) is not None)
+            "server": {k: round(statistics.median(r[k] for r in runs if r.get(k) is not None), 2)
                        for k in {k for r in runs for k in r if k.endswith(" p99 ms")}
                        if any(r.get(k) is not None for r in runs)},
             "cpu_ms_per_pod": {k: statistics.median(r["cpu_ms_per_pod"].get(k, 0.0)

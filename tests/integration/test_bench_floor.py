@@ -8,17 +8,16 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import jsonpatch
 import pytest
 import requests
 
-from bench.e2e_load import STAND_IN_ANNOTATION
+from bench.e2e_load import STAND_IN_ANNOTATION, serve_baseline
 from tests.conftest import body, gpu_pod
 from tests.e2e.hami import TlsProgram
-from tests.integration.conftest import free_port, generate_certs, stop_group, wait_ready
+from tests.integration.conftest import free_port, generate_certs, stop_group
 from tests.tools.gobuild import built
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,16 +44,8 @@ def floor(certs):
 @pytest.fixture(scope="module")
 def baseline(certs):
     port = free_port()
-    url = f"https://127.0.0.1:{port}"
-    log = certs.parent / "baseline.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.baseline", "--bind", f"127.0.0.1:{port}",
-             "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
-             "--workers", "1", "--mark", STAND_IN_ANNOTATION, "--reuse-port"],
-            stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
-    wait_ready(proc, url, str(certs / "ca.crt"), log)
-    yield url
+    proc = serve_baseline(port, certs, certs.parent / "baseline.log", workers=1)
+    yield f"https://127.0.0.1:{port}"
     stop_group(proc)
 
 
