@@ -59,13 +59,16 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import requests
 import yaml
 
 from bench import machine
+
+if TYPE_CHECKING:
+    from tests.e2e.hami import TlsProgram
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ("none", "hami", "gpupool", "gpupool+hami")
@@ -92,6 +95,8 @@ STAND_IN_ANNOTATION = "stand-in.example.com/seen"
 def stand_in_domain(server: str) -> str:
     """Where the names of a stand-in's webhooks end (gpupool's end in gpupool.io)."""
     return f"{server}.example.com"
+
+
 PLACEMENTS = ("shared", "split")
 NAMESPACE = "load"
 
@@ -119,8 +124,8 @@ class Rig:
         self.tmp = tmp
         self.stand_ins = stand_ins  # the servers of STAND_INS this run needs
         self.stand_in_cfgs: dict[str, list[dict[str, Any]]] = {}
-        self.floor: Any = None  # tests.e2e.hami.TlsProgram, when started
-        self.baselines: list[subprocess.Popen] = []
+        self.floor: TlsProgram | None = None
+        self.baselines: list[subprocess.Popen[bytes]] = []
         self.profiling = profiling
         self.kube_bin = kube_bin
         self.replicas: list[subprocess.Popen] = []
@@ -175,12 +180,13 @@ class Rig:
         if "floor" in self.stand_ins:
             bin_dir = _component("the floor stand-in build", lambda: built(
                 ROOT / "bench/floor/build.sh", "the floor stand-in"))
-            self.floor = TlsProgram(certs / "tls.crt", certs / "tls.key", self.tmp / "floor.log")
-            _component("the floor stand-in", lambda: self.floor.launch(
-                [str(bin_dir / "floor"), "--bind", f"127.0.0.1:{self.floor.port}",
+            floor = self.floor = TlsProgram(certs / "tls.crt", certs / "tls.key",
+                                            self.tmp / "floor.log")
+            _component("the floor stand-in", lambda: floor.launch(
+                [str(bin_dir / "floor"), "--bind", f"127.0.0.1:{floor.port}",
                  "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
                  "--mark", STAND_IN_ANNOTATION]))
-            urls["floor"] = f"https://127.0.0.1:{self.floor.port}"
+            urls["floor"] = f"https://127.0.0.1:{floor.port}"
         if "baseline" in self.stand_ins:
             port = free_port()
             urls["baseline"] = f"https://127.0.0.1:{port}"
@@ -381,7 +387,7 @@ class Rig:
         return leftovers(str(self.tmp))
 
 
-def serve_baseline(port: int, certs: Path, log: Path, workers: int = 2) -> subprocess.Popen:
+def serve_baseline(port: int, certs: Path, log: Path, workers: int = 2) -> subprocess.Popen[bytes]:
     """One replica of bench/baseline.py as a stand-in: gpupool's serving stack, started as
     gpupool's replicas are (sharing ``port``), its mutation adding STAND_IN_ANNOTATION."""
     from bench.__main__ import start
