@@ -105,11 +105,9 @@ class TlsProgram:
                 self.proc.kill()
 
 
-class HamiWebhook(TlsProgram):
-    @property
-    def seen(self) -> set[str]:
-        """Names of the pods HAMi's webhook processed (not merely skipped), from its log."""
-        return {m.group(2) for m in _PROCESSED.finditer(self.log.read_text(errors="replace"))}
+class HamiProgram(TlsProgram):
+    """A HAMi program serving HAMi's admission webhook: its webhook binary, and its scheduler,
+    which serves the same webhook."""
 
     def configuration(self, helm: Path, ca_bundle: str, work: Path) -> dict[str, Any]:
         """The chart's MutatingWebhookConfiguration, pointed at this process."""
@@ -122,6 +120,13 @@ class HamiWebhook(TlsProgram):
             wh["clientConfig"]["caBundle"] = ca_bundle  # what the chart's patch job adds
         return cfg
 
+
+class HamiWebhook(HamiProgram):
+    @property
+    def seen(self) -> set[str]:
+        """Names of the pods HAMi's webhook processed (not merely skipped), from its log."""
+        return {m.group(2) for m in _PROCESSED.finditer(self.log.read_text(errors="replace"))}
+
     def start(self, verbosity: int = 5) -> HamiWebhook:
         """``verbosity`` 5 logs each pod processed (``seen`` reads it); the chart's default,
         as a throughput benchmark wants it, is lower."""
@@ -133,7 +138,7 @@ class HamiWebhook(TlsProgram):
         return self
 
 
-class HamiScheduler(TlsProgram):
+class HamiScheduler(HamiProgram):
     def start(self, helm: Path, kubeconfig: Path, work: Path) -> HamiScheduler:
         devices = render(helm, work, "scheduler/device-configmap.yaml")
         device_config = work / "hami-device-config.yaml"
