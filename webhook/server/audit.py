@@ -20,6 +20,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 GAP_MARKER = "gpupool-gap"
 #: Groups kept per record: enough to tell who, bounded whatever the request carried.
 MAX_GROUPS = 64
+#: How often a failing sink tries again by itself, record or not.
+RETRY_SECONDS = 5.0
 
 
 def make_record(endpoint: str, req: Request, decision: Decision) -> dict[str, Any]:
@@ -199,6 +202,11 @@ class _Sink:
     def _after_failure(self) -> None:
         """Undo what a failed write leaves behind (nothing, unless a sink says otherwise)."""
 
+    def retry(self) -> None:
+        """While failing, find out whether the sink can write again without waiting for a
+        record (nothing to try, unless a sink says otherwise: writing nothing to stdout
+        proves nothing)."""
+
     def close(self) -> None:
         """Finish on a worker's exit (nothing to finish, unless a sink says otherwise)."""
 
@@ -237,6 +245,24 @@ class FileSink(_Sink):
 
     def _after_failure(self) -> None:
         self._drop_fd()  # reopened on the next record: a remounted volume is picked up
+
+    def _write_marker(self) -> bool:
+        """Write the gap marker owed, alone; False while the file still cannot take it. A
+        failure here loses no record, so it is not counted as one."""
+        try:
+            with self.lock:
+                self._write_locked(b"")
+        except OSError:
+            self._after_failure()
+            return False
+        return True
+
+    def retry(self) -> None:
+        """An idle worker gets no record to find out that the file is writable again: until
+        this, its sink stayed failing (readiness and ``gpupool_audit_sink_failing`` said so)
+        and its gap marker unwritten for as long as no denial reached it."""
+        if self.health.failing and self._write_marker():
+            self.health.ok()
 
     def _append(self, fd: int, data: bytes, start: int) -> None:
         """Write at the end (``start``, a line boundary); a write that fails part way is cut
@@ -284,8 +310,7 @@ class FileSink(_Sink):
         """Mark what this worker lost and has not marked yet: an idle worker may never get
         another record to carry its gap marker, and the file must not undercount its loss."""
         if self.health.unmarked:
-            with contextlib.suppress(OSError), self.lock:
-                self._write_locked(b"")
+            self._write_marker()
         self._drop_fd()
 
 
@@ -343,6 +368,22 @@ class AuditLog:
                 sink.write(line)
             except Exception:  # a bug in a sink must not cost the reply either
                 log.exception("audit sink failed unexpectedly")
+
+    def start_retrying(self, interval: float = RETRY_SECONDS) -> None:
+        """Every ``interval`` seconds, let each failing sink try again on its own (in the
+        background, as the policy file is watched), so a worker that gets no record still
+        notices the file is writable again and writes the gap marker it owes."""
+
+        def loop() -> None:
+            while True:
+                time.sleep(interval)
+                for sink in self.sinks:
+                    try:
+                        sink.retry()
+                    except Exception:  # never let the loop die; the next round retries
+                        log.exception("audit sink failed to retry")
+
+        threading.Thread(target=loop, name="audit-retry", daemon=True).start()
 
     def close(self) -> None:
         """On a worker's exit: each sink finishes what it owes; none raises."""

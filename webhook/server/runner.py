@@ -99,6 +99,7 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
                                  max_bytes=cfg.audit_max_bytes, backups=cfg.audit_backups,
                                  on_change=metrics_mod.audit_sink_state,
                                  on_lost=metrics_mod.audit_record_lost)
+    audit.start_retrying()
     metrics_mod.audit_sinks_declared([sink.health.name for sink in audit.sinks])
     for sink in audit.sinks:
         def sink_ready(health: SinkHealth = sink.health) -> tuple[bool, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import time
 
 from webhook.server import audit
 from webhook.server.audit import FileSink, SinkHealth
@@ -107,3 +108,52 @@ def test_a_worker_that_lost_records_marks_them_when_it_closes(tmp_path, monkeypa
     assert sink.health.unmarked == 0
     sink.close()  # nothing owed: nothing written
     assert len(_lines(path)) == 2
+
+
+def test_a_failing_file_sink_recovers_by_itself_without_a_record(tmp_path, monkeypatch):
+    """An idle worker gets no record to find out that the disk has room again: retrying
+    writes the gap marker it owes alone and ends the failing state, while a retry that still
+    fails loses no record and counts none."""
+    path = tmp_path / "audit.log"
+    changes: list[tuple[str, bool]] = []
+    sink = FileSink(str(path), max_bytes=0, backups=0,
+                    health=SinkHealth("file", on_change=lambda n, f: changes.append((n, f))))
+    sink.write(_record("before"))
+    real_write = os.write
+
+    def full(fd: int, data) -> int:  # a test double of a full disk
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(audit.os, "write", full)
+    sink.write(_record("lost-0"))
+    sink.retry()  # still full
+    assert sink.health.failing and sink.health.lost == 1 and sink.health.unmarked == 1
+    monkeypatch.setattr(audit.os, "write", real_write)
+    sink.retry()
+    assert not sink.health.failing and sink.health.unmarked == 0
+    assert changes == [("file", True), ("file", False)]
+    lines = _lines(path)
+    assert [r.get("uid") for r in lines] == ["before", None]
+    assert lines[1]["audit"] == audit.GAP_MARKER and lines[1]["lost"] == 1
+    sink.retry()  # not failing: nothing to write
+    assert len(_lines(path)) == 2
+
+
+def test_the_audit_log_retries_its_failing_sinks_in_the_background(tmp_path, monkeypatch):
+    path = tmp_path / "audit.log"
+    sink = FileSink(str(path), max_bytes=0, backups=0, health=SinkHealth("file"))
+    log = audit.AuditLog([audit.StdoutSink(fd=os.open(os.devnull, os.O_WRONLY)), sink])
+    real_write = os.write
+
+    def full(fd: int, data) -> int:  # a test double of a full disk
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(audit.os, "write", full)
+    sink.write(_record("lost-0"))
+    monkeypatch.setattr(audit.os, "write", real_write)
+    log.start_retrying(interval=0.02)
+    deadline = time.monotonic() + 10
+    while sink.health.failing:
+        assert time.monotonic() < deadline, "the failing sink was not retried"
+        time.sleep(0.02)
+    assert _lines(path)[-1]["lost"] == 1
