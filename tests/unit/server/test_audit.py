@@ -15,6 +15,11 @@ def _record(uid: str, pad: int = 200) -> bytes:
     return (json.dumps({"audit": "gpupool", "uid": uid, "pad": "x" * pad}) + "\n").encode()
 
 
+def _full_disk(fd: int, data: bytes) -> int:
+    """A test double of ``os.write`` on a full disk."""
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
 def _lines(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]  # raises if torn
 
@@ -68,6 +73,7 @@ def test_a_marker_is_written_only_with_the_record_after_it(tmp_path, monkeypatch
     monkeypatch.setattr(audit.os, "write", full)
     for i in range(3):
         sink.write(_record(f"lost-{i}"))
+    assert len(calls) == 3
     assert all(c.startswith(b'{"audit":"gpupool-gap"') for c in calls[1:])  # marker + record
     assert all(c.count(b"\n") == 2 for c in calls[1:])
     monkeypatch.setattr(audit.os, "write", real_write)
@@ -93,10 +99,7 @@ def test_a_worker_that_lost_records_marks_them_when_it_closes(tmp_path, monkeypa
     sink.write(_record("before"))
     real_write = os.write
 
-    def full(fd: int, data) -> int:  # a test double of a full disk
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(audit.os, "write", full)
+    monkeypatch.setattr(audit.os, "write", _full_disk)
     sink.write(_record("lost-0"))
     sink.write(_record("lost-1"))
     sink.close()  # still full: the marker cannot be written and closing does not raise
@@ -121,10 +124,7 @@ def test_a_failing_file_sink_recovers_by_itself_without_a_record(tmp_path, monke
     sink.write(_record("before"))
     real_write = os.write
 
-    def full(fd: int, data) -> int:  # a test double of a full disk
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(audit.os, "write", full)
+    monkeypatch.setattr(audit.os, "write", _full_disk)
     sink.write(_record("lost-0"))
     sink.retry()  # still full
     assert sink.health.failing and sink.health.lost == 1 and sink.health.unmarked == 1
@@ -145,10 +145,7 @@ def test_the_audit_log_retries_its_failing_sinks_in_the_background(tmp_path, mon
     log = audit.AuditLog([audit.StdoutSink(fd=os.open(os.devnull, os.O_WRONLY)), sink])
     real_write = os.write
 
-    def full(fd: int, data) -> int:  # a test double of a full disk
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(audit.os, "write", full)
+    monkeypatch.setattr(audit.os, "write", _full_disk)
     sink.write(_record("lost-0"))
     monkeypatch.setattr(audit.os, "write", real_write)
     log.start_retrying(interval=0.02)
