@@ -20,11 +20,11 @@ import logging
 import os
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from webhook.engine import MESSAGE_LIMIT, Decision, Policy, Reason, clip
+from webhook.server import periodic
 from webhook.server.review import Request
 
 log = logging.getLogger(__name__)
@@ -202,11 +202,6 @@ class _Sink:
     def _after_failure(self) -> None:
         """Undo what a failed write leaves behind (nothing, unless a sink says otherwise)."""
 
-    def retry(self) -> None:
-        """While failing, find out whether the sink can write again without waiting for a
-        record (nothing to try, unless a sink says otherwise: writing nothing to stdout
-        proves nothing)."""
-
     def close(self) -> None:
         """Finish on a worker's exit (nothing to finish, unless a sink says otherwise)."""
 
@@ -370,20 +365,12 @@ class AuditLog:
                 log.exception("audit sink failed unexpectedly")
 
     def start_retrying(self, interval: float = RETRY_SECONDS) -> None:
-        """Every ``interval`` seconds, let each failing sink try again on its own (in the
+        """Every ``interval`` seconds, let a failing file sink try again on its own (in the
         background, as the policy file is watched), so a worker that gets no record still
         notices the file is writable again and writes the gap marker it owes."""
-
-        def loop() -> None:
-            while True:
-                time.sleep(interval)
-                for sink in self.sinks:
-                    try:
-                        sink.retry()
-                    except Exception:  # never let the loop die; the next round retries
-                        log.exception("audit sink failed to retry")
-
-        threading.Thread(target=loop, name="audit-retry", daemon=True).start()
+        for sink in self.sinks:
+            if isinstance(sink, FileSink):  # writing nothing to stdout would prove nothing
+                periodic.every(interval, f"audit {sink.health.name} retry", sink.retry)
 
     def close(self) -> None:
         """On a worker's exit: each sink finishes what it owes; none raises."""

@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
+from webhook.server import periodic
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -91,12 +93,4 @@ class Watched(Generic[T]):
         skip a good version and then, when a bad one follows, keep an older value than its
         siblings."""
 
-        def loop() -> None:
-            while True:
-                time.sleep(self.interval)
-                try:
-                    self.check()
-                except Exception:  # never let the watcher die; the next round retries
-                    log.exception("%s: check failed", self.what)
-
-        threading.Thread(target=loop, name=f"watch-{self.what}", daemon=True).start()
+        periodic.every(self.interval, f"watch {self.what}", self.check)
