@@ -97,6 +97,12 @@ def stand_in_domain(server: str) -> str:
     return f"{server}.example.com"
 
 
+STAND_IN_SERVERS = tuple(dict.fromkeys(server for server, _ in STAND_INS.values()))
+#: every webhook server the scenario runs, and where the names of its webhooks end
+DOMAINS = {"gpupool": "gpupool.io", "hami": "hami.io",
+           **{server: stand_in_domain(server) for server in STAND_IN_SERVERS}}
+
+
 PLACEMENTS = ("shared", "split")
 NAMESPACE = "load"
 
@@ -196,9 +202,8 @@ class Rig:
                     lambda i=i: serve_baseline(port, certs, self.tmp / f"baseline-{i}.log")))
         registered = {"gpupool": [o for o in self.objs if o["kind"] in WEBHOOK_KINDS],
                       "hami": [self.hami_cfg]}
-        domains = {"gpupool": "gpupool.io", "hami": "hami.io"}
         self.stand_in_cfgs = {
-            config: [stand_in(o, urls[server], domains[like], server) for o in registered[like]]
+            config: [stand_in(o, urls[server], DOMAINS[like], server) for o in registered[like]]
             for config, (server, like) in STAND_INS.items() if server in urls}
 
     def _nodes(self) -> None:
@@ -362,8 +367,7 @@ class Rig:
         last core, everything else (control plane, load generator) on the others."""
         cores = sorted(os.sched_getaffinity(0) | self.cores)
         self.cores = set(cores)
-        webhooks = {pid for pid, name in self.roots().items()
-                    if name in ("gpupool", "hami", "floor", "baseline")}
+        webhooks = {pid for pid, name in self.roots().items() if name in DOMAINS}
         for pid, root in owners(self.roots()).items():
             if placement == "shared":
                 want = set(cores)
@@ -419,10 +423,10 @@ CALLS: dict[str, set[str]] = {
     "gpupool": {"mutate.gpupool.io", "validate-pods.gpupool.io"},
     "gpupool+hami": {"mutate.gpupool.io", "validate-pods.gpupool.io", "vgpu.hami.io"},
     MUTATING_ONLY: {"mutate.gpupool.io"},
-    **{config: {f"{hook}.{stand_in_domain(server)}" for hook in
-                {"gpupool": ("mutate", "validate-pods"), "hami": ("vgpu",)}[like]}
-       for config, (server, like) in STAND_INS.items()},
 }
+CALLS.update({config: {name.removesuffix(DOMAINS[like]) + stand_in_domain(server)
+                       for name in CALLS[like]}
+              for config, (server, like) in STAND_INS.items()})
 
 
 def overlay(suite: Path, mine: Path, into: Path) -> Path:
@@ -611,8 +615,7 @@ def webhook_calls(before: str, after: str) -> dict[str, int]:
 
 
 #: whose webhooks are whose, by the suffix of the webhook's name
-WEBHOOK_OWNERS = (("gpupool", "gpupool.io"), ("hami", "hami.io"),
-                  *((server, stand_in_domain(server)) for server in ("floor", "baseline")))
+WEBHOOK_OWNERS = tuple(DOMAINS.items())
 
 
 # ---------------------------------------------------------------------- the scenario
@@ -822,10 +825,9 @@ def report(res: dict[str, Any]) -> str:
                              f"{r['p99_vs_hami']:>8.2f} {r['failed']:>6}  {server}")
         rows = [r for level in levels.values() for r in level.values()]
         # the stand-ins' columns only where a configuration ran them
-        columns = [(k, t) for k, t in CPU_COLUMNS if k not in ("floor", "baseline")
+        columns = [(k, t) for k, t in CPU_COLUMNS if k not in STAND_IN_SERVERS
                    or any(k in r["cpu_ms_per_call"] for r in rows)]
-        owners = [(k, f"{t}/call") for k, t in columns
-                  if any(k in r["cpu_ms_per_call"] for r in rows) or k in ("gpupool", "hami")]
+        owners = [(k, f"{t}/call") for k, t in columns if k in DOMAINS]
         lines += ["CPU ms per created pod; webhook calls and TCP connections accepted per pod; "
                   "CPU ms per call of each webhook server",
                   f"{'writers':>7} {'configuration':<16} "
