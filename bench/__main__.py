@@ -62,9 +62,9 @@ def bodies() -> dict[str, bytes]:
 
 
 def start(cmd: list[str], url: str, ca: str, log: Path,
-          cwd: Path | None = None) -> subprocess.Popen:
+          cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
     proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
-                            start_new_session=True, cwd=cwd)
+                            start_new_session=True, cwd=cwd, env=env)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if proc.poll() is not None:
