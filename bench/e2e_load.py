@@ -1,7 +1,8 @@
 """Pod creation under load through a real API server, with and without the webhooks:
 
-    python -m bench.e2e_load [--quick | --calls] [--rounds N] [--apiserver-profiles DIR]
-                             [--kube-bin DIR] [--out bench/results/e2e-load.json]
+    python -m bench.e2e_load [--quick | --calls [--placement split]] [--rounds N]
+                             [--apiserver-profiles DIR] [--kube-bin DIR]
+                             [--out bench/results/e2e-load.json]
 
 The suite's real programs: kube-apiserver with etcd, kube-controller-manager, kwok keeping the
 nodes Ready; nodes whose CDI inventories a real `gpupool agent` published. Four
@@ -35,7 +36,8 @@ that no process it started is left.
 without its validating ones, and stand-ins that do the least a webhook can: bench/floor (Go)
 registered once as gpupool's webhooks are and once as HAMi's is, which shows what each
 pattern of calls costs whatever serves it, and bench/baseline.py (gpupool's serving stack,
-no decision) registered as gpupool's are. ``--apiserver-profiles`` adds where the API
+no decision) registered as gpupool's are, on shared cores unless ``--placement split``.
+``--apiserver-profiles`` adds where the API
 server's CPU goes, and ``--kube-bin`` runs another release's kube-apiserver
 (``bench/kube-apiserver.sh`` builds one) in place of the suite's.
 """
@@ -875,7 +877,10 @@ def main() -> int:
     which.add_argument("--calls", action="store_true",
                        help=f"the decomposition instead: none, hami, gpupool, {MUTATING_ONLY} "
                             "(gpupool without its validating call) and the stand-ins "
-                            f"({', '.join(STAND_INS)}), on shared cores")
+                            f"({', '.join(STAND_INS)}), on shared cores unless --placement split")
+    p.add_argument("--placement", choices=PLACEMENTS,
+                   help="with --calls: where the processes run (default: shared); split puts "
+                        "every webhook, stand-ins included, on a core of its own")
     p.add_argument("--apiserver-profiles", metavar="DIR", type=Path,
                    help="also keep a 20-second CPU profile of the API server per configuration "
                         "here (at the middle number of writers) and report where its CPU goes")
@@ -895,6 +900,10 @@ def main() -> int:
               "on PATH or leave the option out", file=sys.stderr)
         return 2
     plan = "quick" if a.quick else "calls" if a.calls else "full"
+    if a.placement and not a.calls:
+        print("e2e load: --placement chooses the decomposition's placement: add --calls (the "
+              "full scenario runs both)", file=sys.stderr)
+        return 2
     if a.rounds is not None and a.rounds < 1:
         print(f"e2e load: --rounds {a.rounds}: give at least 1", file=sys.stderr)
         return 2
@@ -905,7 +914,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="gpupool-e2e-load-") as tmp:
         try:
-            res = run(Path(tmp), **{**PLANS[plan], "rounds": a.rounds or PLANS[plan]["rounds"]},
+            placements = {"placements": (a.placement,)} if a.placement else {}
+            res = run(Path(tmp), **{**PLANS[plan], "rounds": a.rounds or PLANS[plan]["rounds"],
+                                    **placements},
                       profiles=a.apiserver_profiles,
                       kube_bin=a.kube_bin)
             res["command"] = " ".join(["python -m bench.e2e_load", *sys.argv[1:]])

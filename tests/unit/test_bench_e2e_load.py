@@ -256,3 +256,33 @@ def test_stand_ins_are_registered_as_gpupool_and_as_hami_are():
     assert CALLS["floor:hami"] == {out["webhooks"][0]["name"]} == {"vgpu.floor.example.com"}
     assert out["webhooks"][0]["clientConfig"] == {"url": url + "/webhook", "caBundle": "Q0E="}
     assert out["webhooks"][0]["rules"] == hami["webhooks"][0]["rules"]
+
+
+def test_a_placement_without_the_decomposition_is_refused_before_anything_starts(
+        monkeypatch, capsys):
+    from bench import e2e_load
+
+    monkeypatch.setattr(e2e_load.Rig, "start", lambda self: pytest.fail("the rig started"))
+    monkeypatch.setattr(sys, "argv", ["e2e_load", "--placement", "split"])
+    assert e2e_load.main() == 2
+    assert capsys.readouterr().err == (
+        "e2e load: --placement chooses the decomposition's placement: add --calls (the full "
+        "scenario runs both)\n")
+
+
+def test_the_decomposition_runs_in_the_placement_asked_for(monkeypatch, tmp_path):
+    from bench import e2e_load
+
+    seen = {}
+
+    def fake_run(tmp, **plan):
+        seen.update(plan)
+        return {"placements": {}, "leftover_processes": []}
+
+    monkeypatch.setattr(e2e_load, "run", fake_run)
+    monkeypatch.setattr(e2e_load, "report", lambda res: "")
+    monkeypatch.setattr(sys, "argv", ["e2e_load", "--calls", "--placement", "split", "--out",
+                                      str(tmp_path / "out.json")])
+    assert e2e_load.main() == 0
+    assert seen["placements"] == ("split",)
+    assert seen["configs"] == e2e_load.PLANS["calls"]["configs"]
