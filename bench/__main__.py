@@ -32,6 +32,7 @@ from bench import (
     versus_hami,
 )
 from bench import dra as dra_bench
+from bench.publish import publish
 from tests.integration.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -295,7 +296,6 @@ def main() -> int:
                    help="worker class for the HTTPS throughput part")
     a = p.parse_args()
     res: dict = {"machine": machine.describe(),
-                 "command": " ".join(["python -m bench", *sys.argv[1:]]),
                  "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     parts = set(a.only or ("http", "slow", "decision", "dra", "agent", "startup", "hami",
                            "e2e"))
@@ -336,10 +336,7 @@ def main() -> int:
             res["http"] = http_bench(Path(tmp), seconds=3 if a.quick else 5,
                                      rate=50 if a.quick else 100, rounds=1 if a.quick else 7,
                                      worker_class=a.worker_class)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=2))
-    print(report(res))
-    print(f"\nresults: {a.out}")
+    publish(res, a.out, "bench", report)
     left = (res.get("e2e_load") or {}).get("leftover_processes")
     if left:
         print("e2e load: processes left behind:\n" + "\n".join(left), file=sys.stderr)

@@ -68,6 +68,7 @@ import requests
 import yaml
 
 from bench import machine
+from bench.publish import publish
 
 if TYPE_CHECKING:
     from tests.e2e.hami import TlsProgram
@@ -919,14 +920,10 @@ def main() -> int:
                                     **placements},
                       profiles=a.apiserver_profiles,
                       kube_bin=a.kube_bin)
-            res["command"] = " ".join(["python -m bench.e2e_load", *sys.argv[1:]])
         except StartError as exc:
             print(f"e2e load: {exc}", file=sys.stderr)
             return 2
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=2))
-    print(report(res))
-    print(f"\nresults: {a.out}")
+    publish(res, a.out, "bench.e2e_load", report)
     if res["leftover_processes"]:
         print("e2e load: processes left behind:\n" + "\n".join(res["leftover_processes"]),
               file=sys.stderr)

@@ -17,7 +17,6 @@ round. wrk itself stays on the system's library.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -28,6 +27,7 @@ from typing import Any
 
 from bench import cluster, load, machine
 from bench.e2e_load import cpu_seconds
+from bench.publish import publish
 from tests.integration.conftest import free_port, stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,11 +178,8 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="gpupool-tls-library-") as tmp:
         res = measure(Path(tmp), lib, rounds=a.rounds, seconds=a.seconds)
-    res.update(system_openssl=system, other_openssl=other,
-               command=" ".join(["python -m bench.tls_library", *sys.argv[1:]]))
-    Path(a.out).write_text(json.dumps(res, indent=2))
-    print(report(res))
-    print(f"\nresults: {a.out}")
+    res.update(system_openssl=system, other_openssl=other)
+    publish(res, a.out, "bench.tls_library", report)
     return 0
 
 

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from bench import cluster, load, machine
+from bench.publish import publish
 from tests.integration.conftest import free_port, generate_certs, stop_group
 
 PATHS = {"hami": "/webhook", "gpupool": "/mutate"}
@@ -105,7 +106,6 @@ def report(r: dict) -> str:
 
 def main() -> int:
     import argparse
-    import json
     import tempfile
 
     p = argparse.ArgumentParser(prog="python -m bench.versus_hami", description=__doc__,
@@ -114,10 +114,7 @@ def main() -> int:
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpupool-versus-hami-") as tmp:
         res = measure(Path(tmp))
-    res["command"] = " ".join(["python -m bench.versus_hami", *sys.argv[1:]])
-    Path(a.out).write_text(json.dumps(res, indent=2))
-    print(report(res))
-    print(f"\nresults: {a.out}")
+    publish(res, a.out, "bench.versus_hami", report)
     return 0
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -286,3 +287,6 @@ def test_the_decomposition_runs_in_the_placement_asked_for(monkeypatch, tmp_path
     assert e2e_load.main() == 0
     assert seen["placements"] == ("split",)
     assert seen["configs"] == e2e_load.PLANS["calls"]["configs"]
+    written = json.loads((tmp_path / "out.json").read_text())
+    assert written["command"] == ("python -m bench.e2e_load --calls --placement split --out "
+                                  f"{tmp_path / 'out.json'}")
