@@ -677,7 +677,8 @@ def run(tmp: Path, *, writers: tuple[int, ...], pods: int, rounds: int, burst: i
                                             for n in writers}
         if profiles is not None:
             res["apiserver_profiles"] = {
-                c: profile_apiserver(rig, c, writers[len(writers) // 2], 20, profiles)
+                c: profile_apiserver(rig, c, writers[len(writers) // 2], 20, profiles,
+                                     placements[0])
                 for c in configs}
         if burst:
             rig.use("gpupool+hami")
@@ -738,12 +739,12 @@ def pprof_parts(top: str) -> tuple[float, dict[str, float]]:
 
 
 def profile_apiserver(rig: Rig, config: str, writers: int, seconds: int,
-                      out_dir: Path) -> dict[str, Any]:
+                      out_dir: Path, placement: str = "shared") -> dict[str, Any]:
     """A CPU profile of the API server while ``config`` takes batches of creates (and the
-    deletions between them), kept as ``apiserver-<config>.pb.gz`` and summed up per created
-    pod with ``go tool pprof``."""
+    deletions between them) in ``placement``, kept as ``apiserver-<config>.pb.gz`` and summed
+    up per created pod with ``go tool pprof``."""
     rig.use(config)
-    rig.place("shared")
+    rig.place(placement)
     stop = threading.Event()
 
     def load() -> None:
