@@ -80,6 +80,19 @@ def start(cmd: list[str], url: str, ca: str, log: Path,
     raise RuntimeError(f"not ready: {log.read_text()[-2000:]}")
 
 
+def server_cmd(server: str, port: int, certs: Path, *extra: str,
+               view: tuple[str, ...] = ()) -> list[str]:
+    """How the bench starts ``server`` ("gpupool" or "baseline") on ``127.0.0.1:port`` with the
+    certificates in ``certs``: gpupool on the node view the ``view`` flags give, with no audit
+    on stdout and warnings only; ``extra`` holds the serving settings both take."""
+    tls = ["--bind", f"127.0.0.1:{port}", "--cert", str(certs / "tls.crt"), "--key",
+           str(certs / "tls.key")]
+    if server == "gpupool":
+        return [sys.executable, "-m", "webhook", "serve", *tls, *view, "--no-audit-stdout",
+                "--log-level", "warning", *extra]
+    return [sys.executable, "-m", "bench.baseline", *tls, *extra]
+
+
 def stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:
@@ -110,19 +123,13 @@ def http_bench(tmp: Path, seconds: int, rate: float, rounds: int,
     certs = _certs(tmp)
     nodes_file = cluster.write(tmp / "cluster-5000.json", 5000)
     ca = str(certs / "ca.crt")
-    common = ["--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
-              "--workers", "2", "--threads", "4", "--worker-class", worker_class]
+    common = ("--workers", "2", "--threads", "4", "--worker-class", worker_class)
     servers = {}
-    gp_port, base_port = free_port(), free_port()
-    servers["gpupool"] = (start([sys.executable, "-m", "webhook", "serve", "--bind",
-                                 f"127.0.0.1:{gp_port}", "--cluster", str(nodes_file),
-                                 "--no-audit-stdout", "--log-level", "warning", *common],
-                                f"https://127.0.0.1:{gp_port}", ca, tmp / "gpupool.log"),
-                          gp_port)
-    servers["baseline"] = (start([sys.executable, "-m", "bench.baseline", "--bind",
-                                  f"127.0.0.1:{base_port}", *common],
-                                 f"https://127.0.0.1:{base_port}", ca, tmp / "baseline.log"),
-                           base_port)
+    for name in ("gpupool", "baseline"):
+        port = free_port()
+        servers[name] = (start(server_cmd(name, port, certs, *common,
+                                          view=("--cluster", str(nodes_file))),
+                               f"https://127.0.0.1:{port}", ca, tmp / f"{name}.log"), port)
     out: dict = {"cluster_nodes": 5000, "seconds": seconds, "connections": 8, "workers": 2,
                  "threads": 4, "worker_class": worker_class, "fixed_rate": rate, "runs": {}}
     try:

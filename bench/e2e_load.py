@@ -397,11 +397,10 @@ class Rig:
 def serve_baseline(port: int, certs: Path, log: Path, workers: int = 2) -> subprocess.Popen[bytes]:
     """One replica of bench/baseline.py as a stand-in: gpupool's serving stack, started as
     gpupool's replicas are (sharing ``port``), its mutation adding STAND_IN_ANNOTATION."""
-    from bench.__main__ import start
+    from bench.__main__ import server_cmd, start
 
-    return start([sys.executable, "-m", "bench.baseline", "--bind", f"127.0.0.1:{port}",
-                  "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
-                  "--workers", str(workers), "--mark", STAND_IN_ANNOTATION, "--reuse-port"],
+    return start(server_cmd("baseline", port, certs, "--workers", str(workers), "--mark",
+                            STAND_IN_ANNOTATION, "--reuse-port"),
                  f"https://127.0.0.1:{port}", str(certs / "ca.crt"), log, cwd=ROOT)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -44,6 +43,8 @@ def _time_to_ready(cmd: list[str], url: str, ca: Path, log: Path, env: dict[str,
 
 
 def measure(tmp: Path, rounds: int = 5) -> dict:
+    from bench.__main__ import server_cmd
+
     certs = tmp / "certs"
     generate_certs(certs)
     env = {**os.environ}
@@ -56,8 +57,7 @@ def measure(tmp: Path, rounds: int = 5) -> dict:
             run_dir / "certs" / "ca.crt", tmp / f"make-run-{i}.log", env))
         port = free_port()
         baseline.append(_time_to_ready(
-            [sys.executable, "-m", "bench.baseline", "--bind", f"127.0.0.1:{port}", "--cert",
-             str(certs / "tls.crt"), "--key", str(certs / "tls.key")],
+            server_cmd("baseline", port, certs),
             f"https://127.0.0.1:{port}", certs / "ca.crt", tmp / f"baseline-{i}.log", env))
     ratios = [m / b for m, b in zip(make_run, baseline, strict=True)]
     return {"rounds": rounds, "make_run_s": statistics.median(make_run),

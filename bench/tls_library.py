@@ -75,17 +75,8 @@ def ratios(rounds: list[dict[str, dict[str, float]]]) -> dict[str, float]:
             for key in ("rps", "cpu_ms_per_request")}
 
 
-def _server_cmd(server: str, port: int, certs: Path, nodes: Path) -> list[str]:
-    common = ["--bind", f"127.0.0.1:{port}", "--cert", str(certs / "tls.crt"), "--key",
-              str(certs / "tls.key"), "--workers", "2"]
-    if server == "gpupool":
-        return [sys.executable, "-m", "webhook", "serve", *common, "--cluster", str(nodes),
-                "--no-audit-stdout", "--log-level", "warning"]
-    return [sys.executable, "-m", "bench.baseline", *common]
-
-
 def measure(tmp: Path, lib: Path, *, rounds: int, seconds: int) -> dict[str, Any]:
-    from bench.__main__ import _certs, bodies, start
+    from bench.__main__ import _certs, bodies, server_cmd, start
 
     certs = _certs(tmp)
     ca = str(certs / "ca.crt")
@@ -97,7 +88,8 @@ def measure(tmp: Path, lib: Path, *, rounds: int, seconds: int) -> dict[str, Any
         for server in SERVERS:
             for side, extra in (("system", {}), ("other", {"LD_LIBRARY_PATH": str(lib)})):
                 port = free_port()
-                procs[server, side] = (start(_server_cmd(server, port, certs, nodes),
+                procs[server, side] = (start(server_cmd(server, port, certs, "--workers", "2",
+                                                        view=("--cluster", str(nodes))),
                                              f"https://127.0.0.1:{port}", ca,
                                              tmp / f"{server}-{side}.log", cwd=ROOT,
                                              env={**env, **extra}), port)

@@ -36,7 +36,7 @@ def bodies() -> dict[str, bytes]:
 
 def measure(tmp: Path, *, seconds: int = 5, rounds: int = 5, connections: int = 8,
             rate: float = 100) -> dict:
-    from bench.__main__ import start
+    from bench.__main__ import server_cmd, start
     from tests.e2e.hami import HamiWebhook
 
     certs = tmp / "certs"
@@ -45,10 +45,9 @@ def measure(tmp: Path, *, seconds: int = 5, rounds: int = 5, connections: int = 
     nodes = cluster.write(tmp / "cluster-5000.json", 5000)
     hami = HamiWebhook(certs / "tls.crt", certs / "tls.key", tmp / "hami.log").start(verbosity=4)
     port = free_port()
-    gp = start([sys.executable, "-m", "webhook", "serve", "--bind", f"127.0.0.1:{port}",
-                "--cluster", str(nodes), "--no-audit-stdout", "--log-level", "warning",
-                "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
-                "--workers", "2"], f"https://127.0.0.1:{port}", ca, tmp / "gpupool.log")
+    gp = start(server_cmd("gpupool", port, certs, "--workers", "2",
+                          view=("--cluster", str(nodes))),
+               f"https://127.0.0.1:{port}", ca, tmp / "gpupool.log")
     urls = {"hami": f"https://127.0.0.1:{hami.port}", "gpupool": f"https://127.0.0.1:{port}"}
     runs: dict[str, list[dict]] = {}
     try:
