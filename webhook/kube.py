@@ -38,6 +38,8 @@ def check_kubeconfig(kubeconfig: str | None, context: str | None = None) -> None
     patches ssl in the workers would break every TLS call they make."""
     import yaml
 
+    from webhook.api.yamltext import yaml_error
+
     path = kubeconfig_path(kubeconfig)
     files = [os.path.expanduser(p) for p in path.split(os.pathsep) if p]
     docs = []
@@ -47,7 +49,10 @@ def check_kubeconfig(kubeconfig: str | None, context: str | None = None) -> None
         try:
             with open(f, encoding="utf-8") as fh:
                 docs.append(yaml.safe_load(fh))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        except yaml.YAMLError as exc:
+            raise KubeError(f"kubeconfig {f}: not a usable kubeconfig ({yaml_error(exc)})"
+                            ) from exc
+        except (OSError, UnicodeDecodeError) as exc:
             raise KubeError(f"kubeconfig {f}: not a usable kubeconfig ({exc})") from exc
     if not docs:
         raise KubeError(f"kubeconfig {path}: no such file; pass --kubeconfig FILE (or set "

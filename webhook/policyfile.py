@@ -14,15 +14,18 @@ from webhook.engine import Policy, PolicyError, load_policy_text
 DATA_DIR = Path(__file__).parent / "data"
 
 
-def load_policy_file(path: str) -> Policy:
+def load_policy_file(path: str, name: str | None = None) -> Policy:
+    """``name``: what errors call the file, when ``path`` is a copy of it (the server loads
+    copies, see ``webhook.server.filewatch.KeptCopies``)."""
+    name = name or path
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
     except OSError as exc:
-        raise PolicyError(f"{path}: cannot read policy: {exc.strerror}") from exc
+        raise PolicyError(f"{name}: cannot read policy: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
-        raise PolicyError(f"{path}: policy is not UTF-8 text") from exc
-    return load_policy_text(text, path)
+        raise PolicyError(f"{name}: policy is not UTF-8 text") from exc
+    return load_policy_text(text, name)
 
 
 def default_policy_text() -> str:

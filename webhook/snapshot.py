@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from webhook.api.inventory import INVENTORY_ANNOTATION
+from webhook.api.yamltext import yaml_error
 from webhook.engine import RESOURCE_KINDS, meta_of, runtime_classes_of
 
 #: libyaml's loader when PyYAML was built with it: snapshots of thousands of nodes load ~10x
@@ -43,10 +44,20 @@ def iter_objects(docs: Any) -> Iterator[dict[str, Any]]:
             yield doc
 
 
-def load_yaml_objects(path: str) -> list[dict[str, Any]]:
+def load_yaml_objects(path: str, name: str | None = None) -> list[dict[str, Any]]:
+    """``name``: what errors call the file, when ``path`` is a copy of it."""
+    try:
+        return _load_yaml_objects(path, json_text=(name or path).endswith(".json"))
+    except SnapshotError as exc:
+        if name is None:
+            raise
+        raise SnapshotError(str(exc).replace(path, name)) from exc
+
+
+def _load_yaml_objects(path: str, json_text: bool) -> list[dict[str, Any]]:
     try:
         with open(path, encoding="utf-8") as fh:
-            if path.endswith(".json"):
+            if json_text:
                 return list(iter_objects([json.load(fh)]))
             return list(iter_objects(yaml.load_all(fh, Loader=_LOADER)))
     except json.JSONDecodeError as exc:
@@ -54,7 +65,7 @@ def load_yaml_objects(path: str) -> list[dict[str, Any]]:
     except OSError as exc:
         raise SnapshotError(f"{path}: {exc.strerror}") from exc
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise SnapshotError(f"{path}: not valid YAML: {exc}") from exc
+        raise SnapshotError(f"{path}: not valid YAML: {yaml_error(exc)}") from exc
     except SnapshotError as exc:
         raise SnapshotError(f"{path}: {exc}") from exc
 
@@ -64,7 +75,7 @@ def load_yaml_text(text: str, source: str) -> list[dict[str, Any]]:
     try:
         return list(iter_objects(yaml.load_all(text, Loader=_LOADER)))
     except yaml.YAMLError as exc:
-        raise SnapshotError(f"{source}: not valid YAML or JSON: {exc}") from exc
+        raise SnapshotError(f"{source}: not valid YAML or JSON: {yaml_error(exc)}") from exc
     except SnapshotError as exc:
         raise SnapshotError(f"{source}: {exc}") from exc
 
@@ -78,14 +89,19 @@ class ClusterFile(NamedTuple):
     resources: list[dict[str, Any]] = []
 
 
-def load_cluster_file(path: str) -> ClusterFile:
+def load_cluster_file(path: str, name: str | None = None) -> ClusterFile:
     """Nodes, namespace labels, RuntimeClasses and DRA objects from one snapshot file; other
-    kinds are ignored."""
+    kinds are ignored. ``name``: what errors call the file, when ``path`` is a copy of it."""
+    return cluster_of(load_yaml_objects(path, name), name or path)
+
+
+def cluster_of(objects: list[dict[str, Any]], path: str) -> ClusterFile:
+    """A snapshot's objects sorted by what they mean; ``path`` names it in errors."""
     nodes: list[dict[str, Any]] = []
     namespaces: dict[str, dict[str, str]] = {}
     classes: list[dict[str, Any]] = []
     resources: list[dict[str, Any]] = []
-    for obj in load_yaml_objects(path):
+    for obj in objects:
         kind = obj.get("kind")
         meta = meta_of(obj)
         if kind == "Node":

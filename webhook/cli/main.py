@@ -155,22 +155,44 @@ def _check_bind(bind: str) -> None:
 
 
 def _check_tls(cert: str, key: str) -> None:
-    """The pair loaded exactly as each worker will load it."""
+    """The pair loaded exactly as each worker will load it; when it does not load but an
+    earlier run of this server kept a good copy (``GPUPOOL_STATE_DIR``), that copy serves."""
     import ssl
 
-    from webhook.server.tls import build_context
+    from webhook.server.tls import ReloadingContext
 
     for flag, path in (("--cert", cert), ("--key", key)):
         if not os.path.isfile(path):
             raise UsageError(f"{flag} {path}: no such file")
     try:
-        build_context(cert, key)
+        ctx = ReloadingContext(cert, key)
     except ssl.SSLError as exc:
         raise UsageError(f"--cert {cert} / --key {key}: not a certificate and its key "
                          f"({exc.reason or exc}); are they swapped or from different pairs?"
                          ) from exc
-    except OSError as exc:
-        raise UsageError(f"--cert {cert} / --key {key}: {exc.strerror}") from exc
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--cert {cert} / --key {key}: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from exc
+    if ctx.serving_kept:
+        print(f"warning: --cert {cert} / --key {key}: {ctx.last_error}", file=sys.stderr)
+
+
+def _check_policy(path: str) -> None:
+    """As ``_check_tls``, for ``--policy``."""
+    from webhook.server.policysource import PolicySource
+
+    source = PolicySource(path)
+    if source.serving_kept:
+        print(f"warning: --policy {path}: {source.last_error}", file=sys.stderr)
+
+
+def _check_cluster(path: str, demo: bool) -> None:
+    from webhook.server.config import ServeConfig
+    from webhook.server.runner import load_snapshot
+
+    _, kept_why = load_snapshot(ServeConfig(cluster_file=path, demo=demo))
+    if kept_why is not None:
+        print(f"warning: --cluster {path}: {kept_why}", file=sys.stderr)
 
 
 def _check_audit_file(path: str) -> None:
@@ -186,6 +208,25 @@ def _check_audit_file(path: str) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """The master checks every input a worker reads at boot, and keeps a copy of each that
+    loads (``webhook.server.filewatch.KeptCopies``), so a worker that boots after a file went
+    bad serves the last good one instead of failing to boot and stopping the server."""
+    import tempfile
+
+    from webhook.server.filewatch import STATE_DIR_ENV
+
+    owned = None
+    if not os.environ.get(STATE_DIR_ENV):
+        owned = tempfile.TemporaryDirectory(prefix="gpupool-state-")
+        os.environ[STATE_DIR_ENV] = owned.name
+    try:
+        return _serve(args)
+    finally:
+        if owned is not None:
+            owned.cleanup()
+
+
+def _serve(args: argparse.Namespace) -> int:
     from webhook.server.config import ServeConfig
     from webhook.server.runner import serve
 
@@ -205,10 +246,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.cert:
         _check_tls(args.cert, args.key)
     if args.policy:
-        _policy(args.policy)
-    if cluster and not _load_nodes(cluster)[0]:
-        raise UsageError(f"--cluster {cluster}: holds no Node; pass 'kubectl get nodes -o yaml' "
-                         "output (or --no-cluster to serve without checking CDI devices)")
+        _check_policy(args.policy)
+    if cluster:
+        _check_cluster(cluster, args.demo)
     if args.kubeconfig:
         from webhook.kube import check_kubeconfig
 

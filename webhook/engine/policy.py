@@ -27,6 +27,7 @@ from webhook.api.delivery import (
     WAYS,
     Way,
 )
+from webhook.api.yamltext import yaml_error
 
 API_VERSION = "gpupool.io/v1alpha1"
 KIND = "PoolPolicy"
@@ -428,7 +429,7 @@ def load_policy_text(text: str, source: str = "policy") -> Policy:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise PolicyError(f"{source}: not valid YAML: {exc}") from exc
+        raise PolicyError(f"{source}: not valid YAML: {yaml_error(exc)}") from exc
     try:
         return parse_policy(data)
     except PolicyError as exc:

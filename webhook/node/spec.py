@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from webhook.api.yamltext import yaml_error
+
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 #: Released spec versions (a leading 'v' is accepted, as upstream does).
@@ -219,7 +221,7 @@ def parse_spec(text: str, path: str = "<spec>") -> Spec:
     try:
         doc = _decode(text)
     except (yaml.YAMLError, ValueError) as exc:
-        raise CDIError(f"not valid YAML/JSON: {str(exc).splitlines()[0]}") from exc
+        raise CDIError(f"not valid YAML/JSON: {yaml_error(exc)}") from exc
     return validate_spec(doc, path)
 
 

@@ -163,10 +163,20 @@ class _StateCollector:
         yield GaugeMetricFamily("gpupool_policy_rejected_updates",
                                 "Policy updates rejected (last good policy kept)",
                                 value=p.failed_reloads)
+        kept = GaugeMetricFamily("gpupool_serving_last_good_copy",
+                                 "1 while a file on disk does not load and the last good copy "
+                                 "the server kept serves in its place", labels=["file"])
+        kept.add_metric(["policy"], 1 if p.serving_kept else 0)
         if self.tls is not None:
+            kept.add_metric(["certificate"], 1 if self.tls.serving_kept else 0)
             yield GaugeMetricFamily("gpupool_certificate_expiry_timestamp_seconds",
                                     "When the serving certificate expires (Unix time)",
                                     value=self.tls.not_after.timestamp())
+            yield GaugeMetricFamily("gpupool_certificate_last_update_ok",
+                                    "1 if the certificate pair on disk loads, 0 if it does not "
+                                    "(the last good pair keeps serving)",
+                                    value=0 if self.tls.last_error else 1)
+        yield kept
 
 
 class Metrics:

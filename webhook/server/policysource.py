@@ -36,8 +36,10 @@ class PolicySource:
                 if on_change is not None:
                     on_change(policy)
 
-            # a bad policy at start is fatal: load_policy_file raises, and serve says so
-            self._watch = Watched("policy", [path], lambda: load_policy_file(path),
+            # A bad policy at start falls back to the last good copy the server kept; with
+            # none, load_policy_file raises and serve says so.
+            self._watch = Watched("policy", [path],
+                                  lambda paths: load_policy_file(paths[0], name=path),
                                   interval=check_interval, errors=(PolicyError,),
                                   on_change=changed)
 
@@ -52,6 +54,11 @@ class PolicySource:
     @property
     def last_error(self) -> str | None:
         return self._watch.last_error if self._watch is not None else None
+
+    @property
+    def serving_kept(self) -> bool:
+        """The policy file does not load and the last good copy serves."""
+        return self._watch.serving_kept if self._watch is not None else False
 
     @property
     def reloads(self) -> int:

@@ -13,6 +13,7 @@ import datetime as dt
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
@@ -25,6 +26,7 @@ from webhook.server.tls import Deadlines, ReloadingContext
 
 if TYPE_CHECKING:
     from webhook.server.informer import ClusterInformer
+    from webhook.snapshot import ClusterFile
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +40,33 @@ def node_source_of(cfg: ServeConfig) -> str:
     return "none"
 
 
+def load_snapshot(cfg: ServeConfig) -> tuple[ClusterFile, str | None]:
+    """``--cluster``'s snapshot, or the last good copy the server kept of it (with why), as
+    the master checks it at start and every worker loads it at boot: a file broken after
+    start must not stop a worker from booting (``webhook.server.filewatch``)."""
+    from webhook.server.filewatch import KeptCopies, load_or_kept
+    from webhook.snapshot import SnapshotError, load_cluster_file
+
+    path = cfg.cluster_file
+    assert path is not None
+
+    def load(paths: Sequence[str]) -> ClusterFile:
+        snapshot = load_cluster_file(paths[0], name=path)
+        if not snapshot.nodes:
+            raise SnapshotError(f"{path}: holds no Node; pass 'kubectl get nodes -o yaml' "
+                                "output (or --no-cluster to serve without checking CDI "
+                                "devices)")
+        return snapshot
+
+    return load_or_kept(KeptCopies.from_env(), "cluster snapshot", [path], load,
+                        (SnapshotError,))
+
+
 def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     """Everything one worker needs: the webhook, its metrics, and things to keep alive."""
     from webhook.server import metrics as metrics_mod
     from webhook.server.audit import AuditLog, SinkHealth
-    from webhook.snapshot import load_cluster_file, restamp_inventories
+    from webhook.snapshot import restamp_inventories
 
     keep: list[Any] = []
     informer_ref: ClusterInformer | None = None
@@ -54,7 +78,7 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     source = node_source_of(cfg)
     metrics_mod.node_source(source)
     if cfg.cluster_file:
-        nodes, namespaces, runtime_classes, resources = load_cluster_file(cfg.cluster_file)
+        (nodes, namespaces, runtime_classes, resources), kept_why = load_snapshot(cfg)
         if cfg.demo:
             restamp_inventories(nodes, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
         nodes.reverse()
@@ -66,6 +90,9 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
         count = len(view)
         webhook.ready_checks.append(Probe(
             "node-source", lambda: (True, f"{source} snapshot {cfg.cluster_file}: {count} nodes")))
+        if kept_why is not None:
+            webhook.ready_checks.append(Probe(
+                "cluster-file", lambda: (False, kept_why or ""), critical=False))
     elif source == "watch":
         from webhook.kube import api_client
         from webhook.server.informer import ClusterInformer
@@ -89,6 +116,8 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
 
     def policy_ready() -> tuple[bool, str]:
         policy = policies.policy  # also runs the periodic reload check
+        if policies.serving_kept:
+            return False, f"{cfg.policy} does not load: {policies.last_error}"
         if policies.last_error:
             return False, f"last update rejected, serving the last good one ({policies.last_error})"
         return True, f"{len(policy.pools)} pools" + (f" from {cfg.policy}" if cfg.policy
@@ -199,6 +228,8 @@ class GunicornApp(BaseApplication):  # type: ignore[misc]  # gunicorn is untyped
         if c.certfile:
             tls = self._context()
             webhook.ready_checks.append(Probe("certificate", tls.ready))
+            webhook.ready_checks.append(Probe("certificate-files", tls.files_load,
+                                              critical=False))
         from webhook.server.metrics import install_routes
 
         app = create_app(webhook, extra_routes=lambda a: install_routes(a, metrics, tls))

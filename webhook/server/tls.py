@@ -15,6 +15,7 @@ import logging
 import os
 import ssl
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -252,8 +253,9 @@ class ReloadingContext:
         self.certfile = certfile
         self.keyfile = keyfile
 
-        def load() -> _Served:
-            return _Served(build_context(certfile, keyfile, deadlines), _not_after(certfile))
+        def load(paths: Sequence[str]) -> _Served:
+            cert, key = paths
+            return _Served(build_context(cert, key, deadlines), _not_after(cert))
 
         def changed(served: _Served) -> None:
             log.info("serving certificate reloaded (valid until %s)",
@@ -270,6 +272,11 @@ class ReloadingContext:
     @property
     def last_error(self) -> str | None:
         return self._watch.last_error
+
+    @property
+    def serving_kept(self) -> bool:
+        """The files on disk do not load and the last good copy serves."""
+        return self._watch.serving_kept
 
     def get(self) -> ssl.SSLContext:
         return self._watch.value.context
@@ -295,6 +302,17 @@ class ReloadingContext:
         if not_after <= dt.datetime.now(dt.UTC):
             return False, f"expired at {not_after.isoformat()}"
         return True, f"expires {not_after.isoformat()}"
+
+    def files_load(self) -> tuple[bool, str]:
+        """Whether the pair on disk loads. Failing here is not critical: the last good pair
+        still serves, and taking every replica out of the Service would block pod creation
+        (each replica reads the same Secret)."""
+        self._watch.value  # noqa: B018 - reading runs the periodic check
+        error = self._watch.last_error
+        if error:
+            return False, (f"{self.certfile} / {self.keyfile} do not load ({error}); serving "
+                           f"the last good pair, which expires {self.not_after.isoformat()}")
+        return True, f"{self.certfile} / {self.keyfile} load"
 
 
 def _not_after(certfile: str) -> dt.datetime:

@@ -52,6 +52,15 @@ class GeventWorker(_GeventWorker):  # type: ignore[misc]  # gunicorn is untyped
         super().handle_exit(sig, frame)
         gevent.spawn(self._close_idle)  # out of the signal handler
 
+    def handle_quit(self, sig: int, frame: Any) -> None:
+        """SIGINT (Ctrl-C in the terminal reaches every process of the group) and SIGQUIT
+        (the master's fast stop): stop as on SIGTERM. gunicorn's own quit calls
+        ``sys.exit`` in a greenlet, which gevent reports as a ``SystemExit`` traceback on
+        every Ctrl-C; a stop that closes idle connections at once is as quick, and finishes
+        the reviews in flight (the master still kills what outlives its graceful timeout)."""
+        self.cfg.worker_int(self)
+        self.handle_exit(sig, frame)
+
     def _close_idle(self) -> None:
         for greenlet in list(self._waiting):
             # The TLS deadline socket notes when a request's first byte arrived
