@@ -12,8 +12,9 @@ import os
 from typing import Any
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
-#: Seconds a CLI call to the API server may take before it is reported as unreachable.
-REQUEST_TIMEOUT = 30
+#: Seconds a CLI command's calls to the API server may take, all together, before it is
+#: reported as unreachable (``--request-timeout``).
+REQUEST_TIMEOUT = 30.0
 #: The DRA API gpupool reads: kind -> its resource (plural) in ``DRA_GROUP``/``DRA_VERSION``.
 DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
 DRA_RESOURCES = {"DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices",
@@ -79,7 +80,9 @@ def check_in_cluster() -> None:
 
 
 def api_client(kubeconfig: str | None = None, context: str | None = None,
-               in_cluster: bool = False) -> Any:
+               in_cluster: bool = False, retries: int | bool | None = None) -> Any:
+    """``retries``: urllib3's retries for each call (None: the library's default of three;
+    a command that promises a total time passes False)."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
@@ -93,7 +96,12 @@ def api_client(kubeconfig: str | None = None, context: str | None = None,
     check_kubeconfig(kubeconfig, context)  # missing, unparsable, no such context
     path = kubeconfig_path(kubeconfig)
     try:
-        return config.new_client_from_config(config_file=kubeconfig, context=context)
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=kubeconfig, context=context,
+                                client_configuration=configuration)
+        if retries is not None:
+            configuration.retries = retries
+        return client.ApiClient(configuration=configuration)
     except ConfigException as exc:
         raise KubeError(f"kubeconfig {path}: {exc}") from exc
     except (OSError, ValueError, TypeError, AttributeError) as exc:  # right shape, bad values

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import sys
 import time
@@ -281,7 +282,9 @@ def test_hami_coexistence_docs_block_runs_against_the_cluster(env, k8s_bin):
         "PATH": path_with(k8s_bin, Path(sys.executable).parent)})
     results = dict(shell.run(block))
     doctor = next(r for cmd, r in results.items() if cmd.startswith("gpupool doctor"))
-    assert "hami-1" in doctor.stdout and "fix: define a CDI device per GPU UUID" in doctor.stdout
+    # each distinct fix once, with the nodes it applies to
+    assert re.search(r"^fix for \d+ node\(s\) \([^)]*hami-1[^)]*\): define a CDI device per GPU "
+                     r"UUID", doctor.stdout, re.M), doctor.stdout
     check = next(r for cmd, r in results.items() if cmd.startswith("gpupool check"))
     dry = next(r for cmd, r in results.items() if "--dry-run=server" in cmd)
     # The offline answer and the API server's agree, whatever state earlier tests left

@@ -158,7 +158,7 @@ def test_failed_generate_leaves_nothing_behind(files):
     out = files["tmp"] / "never"
     r = subprocess.run([sys.executable, "-m", "webhook", "certs", "generate", "--out", str(out),
                         "--ip", "not-an-ip"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "'not-an-ip' is not an IP address" in r.stderr
+    assert r.returncode == 2 and "--ip 'not-an-ip': not an IP address" in r.stderr
     assert not out.exists()
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".never.")]
 

@@ -16,7 +16,7 @@ def test_kubectl_finds_and_runs_the_plugin(kubectl):
     listing = subprocess.run([str(kubectl), "plugin", "list"], capture_output=True, text=True,
                              env=env, timeout=60)
     assert "kubectl-gpupool" in listing.stdout
-    r = subprocess.run([str(kubectl), "gpupool", "check", "-f",
+    r = subprocess.run([str(kubectl), "gpupool", "check", "--no-cluster", "-f",
                         str(UPSTREAM / "pods/hami/nvidia/use_memory_fraction.yaml"), "-o", "json"],
                        capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr

@@ -14,9 +14,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.cli.table import table
 from webhook.server.audit import GAP_MARKER
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
+#: gunicorn's and gpupool's own log lines, as ``kubectl logs`` of the webhook shows them
+_SERVER_LOG = re.compile(r"\[(INFO|WARNING|ERROR|DEBUG|CRITICAL)\]|\bwebhook\.(server|engine)\b|"
+                         r"\bgunicorn\b|\bgpupool\b")
 
 
 def parse_since(text: str) -> dt.timedelta:
@@ -33,6 +37,16 @@ class Gaps:
 
     markers: list[dict[str, Any]] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)  # "file:line" of torn audit lines
+    #: non-blank lines read, and how many were audit records (kept or filtered out)
+    lines: int = 0
+    records: int = 0
+    #: lines of gpupool's own server log (standard output mixes them with the records)
+    server_lines: int = 0
+
+    def not_an_audit_log(self) -> bool:
+        """Text was read, and none of it is gpupool's: the wrong file, or a corrupt one."""
+        return (self.lines > 0 and not self.records and not self.markers
+                and not self.unreadable and not self.server_lines)
 
     @property
     def lost(self) -> int:
@@ -58,6 +72,10 @@ def read_records(lines: Iterable[str], gaps: Gaps | None = None, source: str = "
     markers and lines that start like a record but do not parse go to ``gaps``."""
     for number, line in enumerate(lines, 1):
         line = line.strip()
+        if gaps is not None and line:
+            gaps.lines += 1
+            if _SERVER_LOG.search(line):
+                gaps.server_lines += 1
         if not line.startswith("{"):
             continue
         try:
@@ -69,6 +87,8 @@ def read_records(lines: Iterable[str], gaps: Gaps | None = None, source: str = "
         if not isinstance(rec, dict):
             continue
         if rec.get("audit") == "gpupool":
+            if gaps is not None:
+                gaps.records += 1
             yield rec
         elif rec.get("audit") == GAP_MARKER and gaps is not None:
             gaps.markers.append(rec)
@@ -105,20 +125,19 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Counter[str]]:
 
 def format_table(records: list[dict[str, Any]], wide: bool = False) -> str:
     out = [f"{len(records)} record(s)"]
-    for key, counts in summarize(records).items():
+    for key, counts in summarize(records).items() if records else ():
         out.append("")
-        out.append(f"{'BY ' + key.upper():<40} COUNT")
-        for value, n in counts.most_common():
-            out.append(f"{value:<40} {n}")
+        out.extend(table([f"BY {key.upper()}", "COUNT"], counts.most_common()))
     if records:
         out.append("")
-        out.append(f"{'TIME':<25} {'DRY':<4} {'NAMESPACE':<16} {'NAME':<30} {'POOL':<10} REASON"
-                   + ("  USER  UID" if wide else ""))
+        headers = ["TIME", "DRY RUN", "NAMESPACE", "OBJECT", "POOL", "REASON"]
+        rows = []
         for r in records:
-            out.append(f"{r.get('time', ''):<25} {'yes' if r.get('dryRun') else 'no':<4} "
-                       f"{r.get('namespace', ''):<16} {r.get('kind', '')}/{r.get('name', ''):<30}"
-                       f" {r.get('pool', ''):<10} {r.get('reason', '')}"
-                       + (f"  {r.get('user', '')}  {r.get('uid', '')}" if wide else ""))
-            if wide and r.get("message"):
-                out.append(f"{'':<25} {r['message']}")
+            row = [r.get("time", ""), "yes" if r.get("dryRun") else "no",
+                   r.get("namespace") or "-", f"{r.get('kind', '')}/{r.get('name', '')}",
+                   r.get("pool") or "-", r.get("reason", "")]
+            if wide:
+                row += [r.get("user") or "-", r.get("uid") or "-", r.get("message") or ""]
+            rows.append(row)
+        out.extend(table(headers + (["USER", "UID", "MESSAGE"] if wide else []), rows))
     return "\n".join(out)

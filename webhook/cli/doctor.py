@@ -8,10 +8,12 @@ default kind, what a pod of that pool would miss, and the fix.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from webhook.api.delivery import LABEL_PREFIX
+from webhook.cli.table import names, table
 from webhook.engine import (
     ClusterView,
     NodeState,
@@ -20,6 +22,9 @@ from webhook.engine import (
     mixed_resources,
     node_verdict,
 )
+
+if TYPE_CHECKING:
+    from webhook.cli.live import Live
 
 
 @dataclass
@@ -105,7 +110,13 @@ class CertificateStatus:
     not_after: str = ""  # ISO time; "" when it could not be read
     days_left: int | None = None
     problem: str = ""  # why it is a finding, or why it could not be read
-    finding: bool = False  # expired, expiring soon or unreadable: doctor exits 1
+    finding: bool = False  # expired, expiring soon, unreadable, wrong names: doctor exits 1
+    #: the certificate's DNS and IP subject alternative names
+    sans: list[str] = field(default_factory=list)
+    #: the name the API server verifies (the webhooks' Service as <name>.<namespace>.svc)
+    host: str = ""
+    #: whether ``sans`` cover ``host``; None when no host was known to check
+    covers_host: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -115,98 +126,206 @@ class CertificateStatus:
         if not self.not_after:
             return f"serving certificate ({self.source}): {self.problem}"
         text = (f"serving certificate ({self.source}): expires {self.not_after} "
-                f"({self.days_left} day(s) left)")
+                f"({self.days_left} day(s) left); names {', '.join(self.sans) or 'none'}")
+        if self.covers_host:
+            text += f" (cover {self.host})"
         return f"{text}: {self.problem}" if self.problem else text
 
 
-def certificate_status(pem: bytes, source: str) -> CertificateStatus:
+def certificate_status(pem: bytes, source: str, host: str = "") -> CertificateStatus:
+    """Expiry, names, and whether the names cover ``host`` (the API server verifies the
+    certificate against the webhook's Service name; a renewal that dropped it breaks every
+    call)."""
+    from cryptography import x509
+
     from webhook import certs
 
     try:
-        expires = certs.not_after(pem)
+        cert = x509.load_pem_x509_certificate(pem)
     except ValueError as exc:
         return CertificateStatus(source, problem=f"not a PEM certificate ({exc})", finding=True)
-    problem = {"expired": "EXPIRED: the API server rejects the webhook; renew it now",
-               "soon": "expires soon; renew it (gpupool certs renew, or cert-manager)",
-               "": ""}[certs.expiry_state(expires)]
+    expires = cert.not_valid_after_utc
+    names = certs.Names.of(cert)
+    sans = [*names.dns, *names.ips]
+    problems = [{"expired": "EXPIRED: the API server rejects the webhook; renew it now",
+                 "soon": "expires soon; renew it (gpupool certs renew, or cert-manager)",
+                 "": ""}[certs.expiry_state(expires)]]
+    covers = covered(host, names.dns, names.ips) if host else None
+    if covers is False:
+        problems.append(f"its names do not cover {host}, the name the API server verifies: "
+                        "every call to the webhook fails TLS verification; reissue it for "
+                        f"that name (gpupool certs renew --out DIR --service "
+                        f"{host.split('.')[0]} --namespace "
+                        f"{host.split('.')[1] if host.count('.') >= 2 else 'NAMESPACE'} "
+                        "--force, or the Certificate's dnsNames)")
+    problem = "; ".join(p for p in problems if p)
     return CertificateStatus(source, expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
                              max((expires - dt.datetime.now(dt.UTC)).days, 0), problem,
-                             finding=bool(problem))
+                             finding=bool(problem), sans=sans, host=host, covers_host=covers)
 
 
-def certificate_from_file(path: str) -> CertificateStatus:
+def covered(host: str, dns: Sequence[str], ips: Sequence[str]) -> bool:
+    """As TLS verification matches a host: an exact name (any case), a wildcard for one
+    leftmost label, or an IP address among the IP SANs."""
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return any(ipaddress.ip_address(x) == ip for x in ips)
+    host = host.lower().rstrip(".")
+    for name in dns:
+        name = name.lower().rstrip(".")
+        if name == host:
+            return True
+        if name.startswith("*.") and "." in host and host.split(".", 1)[1] == name[2:]:
+            return True
+    return False
+
+
+def certificate_from_file(path: str, host: str = "") -> CertificateStatus:
     from webhook.certs import CertError
 
     try:
         with open(path, "rb") as fh:
-            return certificate_status(fh.read(), path)
+            return certificate_status(fh.read(), path, host)
     except OSError as exc:
         raise CertError(f"--cert {path}: {exc.strerror}") from exc
 
 
-def certificate_from_secret(api: Any, ref: str) -> CertificateStatus:
+def certificate_from_secret(live: Live, ref: str, host: str = "") -> CertificateStatus:
     """The Secret's tls.crt. A Secret that cannot be read is reported, not fatal: doctor's
     node rows do not depend on it."""
     import base64
 
     from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
 
-    from webhook.kube import REQUEST_TIMEOUT
+    from webhook.kube import KubeError
 
     namespace, _, name = ref.rpartition("/")
     source = f"secret {ref}"
     try:
-        secret = client.CoreV1Api(api).read_namespaced_secret(
-            name, namespace or "default", _request_timeout=REQUEST_TIMEOUT)
-    except ApiException as exc:
-        why = "not found" if exc.status == 404 else f"{exc.status} {exc.reason}"
-        return CertificateStatus(source, problem=f"not checked ({why}; pass --tls-secret "
+        secret = live.call(f"reading secret {ref}", client.CoreV1Api(live.api)
+                           .read_namespaced_secret, name, namespace or "default")
+    except KubeError as exc:
+        return CertificateStatus(source, problem=f"not checked ({exc}; pass --tls-secret "
                                                  "NAMESPACE/NAME or --cert FILE)")
-    data = (secret.data or {}).get("tls.crt")
+    data = (secret.data or {}).get("tls.crt") if secret is not None else None
     if not data:
         return CertificateStatus(source, problem="not checked (no tls.crt in the Secret)")
-    return certificate_status(base64.b64decode(data), source)
+    return certificate_status(base64.b64decode(data), source, host)
+
+
+def status_text(r: Row) -> str:
+    if r.state == NodeState.OK:
+        return "ok"
+    if r.state == NodeState.MISSING:
+        more = " ..." if len(r.missing) > 2 else ""
+        return f"missing {len(r.missing)}: {', '.join(r.missing[:2])}{more}"
+    return str(r.state)
+
+
+def state_of(r: Row) -> str:
+    """The row's state in one word, for the totals."""
+    return "ok" if r.state == NodeState.OK else str(r.state).split(":", 1)[0]
+
+
+@dataclass
+class Totals:
+    """What a person with thousands of nodes reads first."""
+
+    nodes: dict[str, int]  # state -> nodes
+    with_hazards: int
+    #: GPU pods bound to nodes that fail their pool's pods (live clusters only: None else)
+    pods_at_risk: int | None = None
+
+
+def totals(rows: list[Row], pods_by_node: dict[str, int] | None = None) -> Totals:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[state_of(r)] = counts.get(state_of(r), 0) + 1
+    at_risk = None if pods_by_node is None else sum(
+        pods_by_node.get(r.node, 0) for r in rows if state_of(r) != "ok")
+    return Totals(dict(sorted(counts.items())), sum(1 for r in rows if r.hazards), at_risk)
 
 
 def format_table(rows: list[Row], cert: CertificateStatus | None = None,
-                 wide: bool = False) -> str:
-    head = (f"{'NODE':<24} {'POOL':<10} {'SCHEDULER':<18} {'HAMI GPUS':<9} {'MODE':<7} "
-            f"{'DEFAULT KIND':<28} {'CDI KINDS (devices)':<48} STATUS")
-    lines = [head]
-    for r in rows:
-        kinds = ", ".join(f"{k}({n})" for k, n in r.cdi_kinds.items()) or "-"
-        status = "ok" if r.state == NodeState.OK else (
-            f"missing {len(r.missing)}: {', '.join(r.missing[:2])}"
-            f"{' ...' if len(r.missing) > 2 else ''}" if r.state == NodeState.MISSING else r.state)
-        lines.append(f"{r.node:<24} {r.pool:<10} {r.scheduler:<18} {r.hami_gpus:<9} "
-                     f"{r.mode:<7} {r.default_kind:<28} {kinds:<48} {status}")
+                 wide: bool = False, pods_by_node: dict[str, int] | None = None,
+                 installation: list[str] | None = None) -> str:
+    """One aligned row per node, its details under it, then each distinct fix once with the
+    nodes it applies to, and the totals."""
+    head = ["NODE", "POOL", "SCHEDULER", "HAMI GPUS", "MODE", "DEFAULT KIND",
+            "CDI KINDS (devices)", "STATUS"]
+    cells = [[r.node, r.pool, r.scheduler, r.hami_gpus, r.mode, r.default_kind,
+              ", ".join(f"{k}({n})" for k, n in r.cdi_kinds.items()) or "-", status_text(r)]
+             for r in rows]
+    table_lines = table(head, cells) if rows else [*table(head, []), "(no GPU nodes)"]
+    indent = " " * 4
+    lines = [table_lines[0]]
+    fixes: dict[str, list[str]] = {}
+    for r, line in zip(rows, table_lines[1:], strict=True):
+        lines.append(line)
         if r.steering:
-            lines.append(f"{'':<24} steering labels: "
+            lines.append(f"{indent}steering labels: "
                          + ", ".join(f"{k}={v}" for k, v in r.steering.items()))
         if wide and len(r.missing) > 2:
-            lines.extend(f"{'':<24} missing: {m}" for m in r.missing)
+            lines.extend(f"{indent}missing: {m}" for m in r.missing)
         if r.fix:
-            lines.append(f"{'':<24} fix: {r.fix}")
+            fixes.setdefault(r.fix, []).append(r.node)
         if r.mig_devices:
-            lines.append(f"{'':<24} MIG devices: "
+            lines.append(f"{indent}MIG devices: "
                          + ", ".join(f"{d}({n})" for d, n in r.mig_devices.items()))
         if r.dra_devices:
-            lines.append(f"{'':<24} DRA devices: "
+            lines.append(f"{indent}DRA devices: "
                          + ", ".join(f"{d}({n})" for d, n in r.dra_devices.items()))
-        for h in r.hazards:
-            lines.append(f"{'':<24} hazard: {h}")
-        for e in r.errors:
-            lines.append(f"{'':<24} spec error: {e}")
+        lines.extend(f"{indent}hazard: {h}" for h in r.hazards)
+        lines.extend(f"{indent}spec error: {e}" for e in r.errors)
     if not rows:
-        lines.append("(no GPU nodes)")
+        lines.extend(table_lines[1:])
+    if fixes:
+        lines.append("")
+        for fix, nodes in sorted(fixes.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            lines.append(f"fix for {len(nodes)} node(s) ({names(nodes, wide)}): {fix}")
+    t = totals(rows, pods_by_node)
+    lines.append("")
+    summary = ", ".join(f"{n} {state}" for state, n in t.nodes.items()) or "none"
+    lines.append(f"{len(rows)} GPU node(s): {summary}"
+                 + (f"; {t.with_hazards} with hazards" if t.with_hazards else "")
+                 + (f"; {t.pods_at_risk} GPU pod(s) on nodes that fail their pool's pods"
+                    if t.pods_at_risk is not None else ""))
+    if installation:
+        lines.append("")
+        lines.extend(installation)
     if cert is not None:
         lines.append("")
         lines.append(cert.describe())
     return "\n".join(lines)
 
 
-def to_document(rows: list[Row], cert: CertificateStatus | None = None) -> dict[str, Any]:
+def to_document(rows: list[Row], cert: CertificateStatus | None = None,
+                pods_by_node: dict[str, int] | None = None,
+                installation: dict[str, Any] | None = None) -> dict[str, Any]:
     """The report as ``-o json`` and ``-o yaml`` print it."""
     return {"kind": "DoctorReport", "nodes": [asdict(r) for r in rows],
+            "totals": asdict(totals(rows, pods_by_node)),
+            "installation": installation,
             "certificate": asdict(cert) if cert is not None else None}
+
+
+def gpu_pods_by_node(pods: list[dict[str, Any]], policy: Policy) -> dict[str, int]:
+    """Pods still running or waiting to, bound to a node, that ask for a GPU resource."""
+    out: dict[str, int] = {}
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        containers = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
+        if any(policy.is_gpu_resource(name)
+               for c in containers if isinstance(c, dict)
+               for key in ("limits", "requests")
+               for name in ((c.get("resources") or {}).get(key) or {})):
+            out[node] = out.get(node, 0) + 1
+    return out

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from webhook import __version__
 from webhook.engine import meta_of
+from webhook.kube import REQUEST_TIMEOUT
 
 if TYPE_CHECKING:
     from webhook.engine import ClusterView, Policy
@@ -93,28 +94,11 @@ def cmd_check(args: argparse.Namespace) -> int:
                                default_namespace=args.namespace)
     namespaces = {meta_of(obj).get("namespace") or "default"
                   for _, objs in manifests for obj in objs}
-    live = bool(args.kubeconfig or args.context)
-    if args.cluster and live:
-        raise UsageError("--cluster reads nodes from a file, --kubeconfig/--context from a "
-                         "cluster: pass one of them")
-    if args.cluster:
-        snapshot = _load_nodes(args.cluster)
-    elif live:
-        _, snapshot = _live_objects(args.kubeconfig, args.context)
-    else:
-        from webhook.snapshot import ClusterFile
-
-        snapshot = ClusterFile([], {}, None)
-    nodes = snapshot.nodes
+    snapshot = _check_source(args)
     view = _view(snapshot, policy, labels, sorted(namespaces))
     report = run_check(manifests, view, policy)
-    if not args.cluster and not live:
-        report.cdi_unchecked = ("no --cluster given; pass --cluster with 'kubectl get nodes -o "
-                                "yaml' output, or --context/--kubeconfig to read a live "
-                                "cluster's nodes, to check the nodes' CDI devices")
-    elif not nodes:
-        where = f"--cluster {args.cluster}" if args.cluster else "the cluster"
-        report.cdi_unchecked = f"{where} holds no Node"
+    if args.no_cluster:
+        report.cdi_unchecked = "--no-cluster: routing only"
     if args.output in ("json", "yaml"):
         _print_doc(to_document(report), args.output)
         # Also on stderr, where a person watching a pipeline sees them.
@@ -124,6 +108,46 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         print(format_text(report, wide=args.output == "wide"))
     return report.exit_code
+
+
+def _check_source(args: argparse.Namespace) -> ClusterFile:
+    """The nodes ``check`` decides against, read as kubectl would find a cluster. A gate on
+    the exit code must never pass a pod the CDI check did not see: with no nodes to check
+    against, that is an error (exit 2) naming the input, unless ``--no-cluster`` says so."""
+    from webhook.kube import kubeconfig_path
+    from webhook.snapshot import ClusterFile
+
+    given = [flag for flag, value in (("--cluster", args.cluster), ("--no-cluster",
+                                      args.no_cluster),
+                                      ("--kubeconfig/--context",
+                                       args.kubeconfig or args.context)) if value]
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(given)}: pass one of them (--cluster reads nodes from "
+                         "a file, --kubeconfig/--context from a cluster, --no-cluster checks "
+                         "routing only)")
+    if args.no_cluster:
+        return ClusterFile([], {}, None)
+    if args.cluster:
+        snapshot = _load_nodes(args.cluster)
+        if not snapshot.nodes:
+            raise UsageError(f"--cluster {args.cluster}: holds no Node, so CDI devices cannot "
+                             "be checked; pass 'kubectl get nodes -o yaml' output (or "
+                             "--no-cluster to check routing only)")
+        return snapshot
+    path = kubeconfig_path(args.kubeconfig)
+    if not args.kubeconfig and not args.context and not any(
+            os.path.isfile(os.path.expanduser(p)) for p in path.split(os.pathsep) if p):
+        raise UsageError("no nodes to check against: pass --cluster FILE ('kubectl get nodes "
+                         "-o yaml' output), --context/--kubeconfig for a live cluster (none "
+                         f"found at {path}), or --no-cluster to check routing only")
+    from webhook.cli.live import Live, cluster_objects
+
+    live = Live(args.kubeconfig, args.context, budget=args.request_timeout)
+    snapshot = cluster_objects(live)
+    if not snapshot.nodes:
+        raise UsageError(f"the cluster at {live.host} has no Node, so CDI devices cannot be "
+                         "checked (or --no-cluster to check routing only)")
+    return snapshot
 
 
 # ------------------------------------------------------------------ serve
@@ -306,7 +330,11 @@ def cmd_certs(args: argparse.Namespace) -> int:
                            extra_ips=args.ip, days=args.days,
                            renew_before_days=args.renew_before_days, algorithm=args.algorithm,
                            force=args.force)
-        print("renewed serving certificate" if done else "serving certificate not due yet")
+        if done:
+            names = certs.Names.of(certs.load_certificate(certs.Paths(Path(args.out)).tls_cert))
+            print(f"renewed serving certificate for {', '.join([*names.dns, *names.ips])}")
+        else:
+            print("serving certificate not due yet")
         _expiry_warning(certs.expiry(certs.Paths(Path(args.out)).tls_cert))
         return EXIT_OK
     print(certs.ca_bundle(certs.Paths(Path(args.out))))
@@ -358,6 +386,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
                     records.extend(r for r in read_records(fh, gaps, p) if filt(r))
             except OSError as exc:
                 raise UsageError(f"{p}: {exc.strerror}") from exc
+    if gaps.not_an_audit_log():
+        where = "standard input" if args.file == "-" else args.file
+        raise UsageError(f"{where}: no gpupool audit record in {gaps.lines} line(s); pass the "
+                         "file of 'gpupool serve --audit-file' (default "
+                         "/var/log/gpupool/audit.log) or the webhook's 'kubectl logs' with "
+                         "--file -")
     if args.output in ("json", "yaml"):
         _print_doc(records, args.output)
     else:
@@ -406,102 +440,90 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         certificate_from_secret,
         diagnose,
         format_table,
+        gpu_pods_by_node,
         to_document,
     )
+    from webhook.cli.installation import InstallationError, find, runbook
+
     policy = _policy(args.policy)
-    cert = certificate_from_file(args.cert) if args.cert else None
+    host = _service_host(args.webhook_service) if args.webhook_service else ""
+    pods_by_node: dict[str, int] | None = None
+    installation = None
     if args.cluster:
         snapshot = _load_nodes(args.cluster)
         if not snapshot.nodes:
             raise UsageError(f"--cluster {args.cluster}: holds no Node; pass 'kubectl get "
                              "nodes -o yaml' output")
+        cert = certificate_from_file(args.cert, host or _service_host(None)) if args.cert \
+            else None
     else:
-        api, snapshot = _live_objects(args.kubeconfig, args.context)
-        if cert is None:
-            cert = certificate_from_secret(api, args.tls_secret)
+        from kubernetes import client
+
+        from webhook.cli.live import Live, cluster_objects
+
+        live = Live(args.kubeconfig, args.context, budget=args.request_timeout)
+        snapshot = cluster_objects(live)
+        try:
+            installation = find(live, args.namespace)
+        except InstallationError as exc:
+            raise UsageError(str(exc)) from exc
+        if args.namespace and installation is None:
+            raise UsageError(f"-n {args.namespace}: no gpupool installation there (no webhook "
+                             "configuration or Deployment labelled "
+                             "app.kubernetes.io/part-of=gpupool)")
+        host = host or (installation.host if installation else "")
+        if args.cert:
+            cert = certificate_from_file(args.cert, host)
+        else:
+            secret = args.tls_secret or (installation.tls_secret if installation else "")
+            cert = (certificate_from_secret(live, secret, host) if secret
+                    else _no_installation())
+        listed = live.call("listing pods", client.CoreV1Api(live.api)
+                           .list_pod_for_all_namespaces, optional=True,
+                           field_selector="spec.nodeName!=")
+        if listed is not None:
+            pods = live.api.sanitize_for_serialization(listed).get("items") or []
+            pods_by_node = gpu_pods_by_node(pods, policy)
     view = _view(snapshot, policy, {})
     rows = diagnose(view, policy)
     if args.output in ("json", "yaml"):
-        _print_doc(to_document(rows, cert), args.output)
+        _print_doc(to_document(rows, cert, pods_by_node,
+                               installation.to_document() if installation else None),
+                   args.output)
     else:
-        print(format_table(rows, cert, wide=args.output == "wide"))
+        described = None
+        if installation is not None:
+            described = [f"gpupool in namespace {installation.namespace}: "
+                         + (", ".join(installation.configurations) or "no webhook "
+                            "configuration found"),
+                         "if its webhook is down, to let GPU pods through without it "
+                         "(docs/install.md, 'When the webhook is down'):",
+                         *(f"  {line}" for line in runbook(installation))]
+        print(format_table(rows, cert, wide=args.output == "wide", pods_by_node=pods_by_node,
+                           installation=described))
     healthy = all(r.state == "ok" and not r.hazards for r in rows) and (cert is None or cert.ok)
     return EXIT_OK if healthy else EXIT_FINDING
 
 
-def _live_objects(kubeconfig: str | None, context: str | None) -> tuple[Any, ClusterFile]:
-    """Nodes, namespace labels and RuntimeClasses from a live cluster, as ``kubectl get -o
-    yaml`` would give them: the same inputs a snapshot file gives, so both answer alike."""
-    from kubernetes import client
+def _service_host(ref: str | None) -> str:
+    """NAMESPACE/NAME of the webhooks' Service as the name the API server verifies."""
+    from webhook import certs
 
-    from webhook.engine import runtime_classes_of
-    from webhook.kube import REQUEST_TIMEOUT, api_client
-    from webhook.snapshot import ClusterFile
-
-    api = api_client(kubeconfig=kubeconfig, context=context)
-    core = client.CoreV1Api(api)
-    try:
-        nodes = [api.sanitize_for_serialization(n)
-                 for n in core.list_node(_request_timeout=REQUEST_TIMEOUT).items]
-        namespaces = {n.metadata.name: dict(n.metadata.labels or {})
-                      for n in core.list_namespace(_request_timeout=REQUEST_TIMEOUT).items
-                      if n.metadata is not None and n.metadata.name}
-    except Exception as exc:
-        _raise_api_error(exc, api)
-    classes: dict[str, str] | None
-    try:  # not required: without them, every class is taken to name its handler
-        classes = runtime_classes_of(
-            api.sanitize_for_serialization(c) for c in
-            client.NodeV1Api(api).list_runtime_class(_request_timeout=REQUEST_TIMEOUT).items)
-    except client.ApiException:
-        classes = None
-    return api, ClusterFile(nodes, namespaces, classes, _live_resources(api))
+    namespace, _, name = (ref or "").rpartition("/")
+    if ref and not (namespace and name):
+        raise UsageError(f"--webhook-service {ref!r}: use NAMESPACE/NAME")
+    return certs.service_host(name or certs.DEFAULT_SERVICE,
+                              namespace or certs.DEFAULT_NAMESPACE)
 
 
-def _live_resources(api: Any) -> list[dict[str, Any]]:
-    """The cluster's DRA objects (``resource.k8s.io/v1``), the GPU Operator's ClusterPolicy
-    and HAMi's device-plugin DaemonSets; none of a kind where its API or the permission to
-    list it is missing (then DRA claims are not judged, and ``detect`` reads each node's
-    disk alone)."""
-    from kubernetes import client
+def _no_installation() -> Any:
+    from webhook.cli.doctor import CertificateStatus
 
-    from webhook.engine import HAMI_PLUGIN_SELECTOR
-    from webhook.kube import (
-        CLUSTER_POLICY,
-        DRA_GROUP,
-        DRA_RESOURCES,
-        DRA_VERSION,
-        REQUEST_TIMEOUT,
-    )
-
-    custom = client.CustomObjectsApi(api)
-    out: list[dict[str, Any]] = []
-    wanted = [(kind, (DRA_GROUP, DRA_VERSION, plural)) for kind, plural in DRA_RESOURCES.items()]
-    wanted.append(("ClusterPolicy", CLUSTER_POLICY))
-    for kind, (group, version, plural) in wanted:
-        try:
-            listed = custom.list_cluster_custom_object(
-                group, version, plural, _request_timeout=REQUEST_TIMEOUT)
-        except client.ApiException:
-            continue
-        items = listed.get("items") if isinstance(listed, dict) else None
-        out.extend({**item, "kind": kind} for item in items or () if isinstance(item, dict))
-    try:
-        sets = client.AppsV1Api(api).list_daemon_set_for_all_namespaces(
-            label_selector=HAMI_PLUGIN_SELECTOR, _request_timeout=REQUEST_TIMEOUT)
-    except client.ApiException:
-        return out
-    out.extend({**api.sanitize_for_serialization(d), "kind": "DaemonSet"} for d in sets.items)
-    return out
-
-
-def _raise_api_error(exc: Exception, api: Any) -> NoReturn:
-    from webhook.kube import api_error
-
-    err = api_error(exc, api)
-    if err is None:
-        raise exc
-    raise err from exc
+    return CertificateStatus("not found", problem="not checked (no gpupool installation found: "
+                                                  "no webhook configuration or Deployment "
+                                                  "labelled app.kubernetes.io/part-of=gpupool; "
+                                                  "pass -n, --tls-secret NAMESPACE/NAME or "
+                                                  "--cert FILE)")
 
 
 # ------------------------------------------------------------------ completion
@@ -555,9 +577,15 @@ def _output(p: argparse.ArgumentParser, default_name: str) -> None:
 
 
 def _kube_flags(p: argparse.ArgumentParser, kubeconfig_help: str,
-                group: argparse._MutuallyExclusiveGroup | None = None) -> None:
+                group: argparse._MutuallyExclusiveGroup | None = None, *,
+                request_timeout: bool = True) -> None:
     (group or p).add_argument("--kubeconfig", help=kubeconfig_help)
     p.add_argument("--context", help="the kubeconfig context to use (default: its current one)")
+    if not request_timeout:  # a long-running command: each call has its own timeout
+        return
+    p.add_argument("--request-timeout", type=_positive(float), default=REQUEST_TIMEOUT,
+                   metavar="SECONDS", help="how long the API server may take, all calls "
+                                           "together (default: %(default)s)")
 
 
 def _version_flag(p: argparse.ArgumentParser) -> None:
@@ -596,8 +624,12 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
     c.add_argument("-R", "--recursive", action="store_true",
                    help="read the subdirectories of -f directories too")
     c.add_argument("--cluster", metavar="FILE",
-                   help="'kubectl get nodes,runtimeclasses -o yaml' output (without it, CDI "
-                        "devices are not checked, and the output says so)")
+                   help="'kubectl get nodes,runtimeclasses -o yaml' output (without it, the "
+                        "cluster of --context/--kubeconfig, $KUBECONFIG or ~/.kube/config, as "
+                        "kubectl finds it)")
+    c.add_argument("--no-cluster", action="store_true",
+                   help="check routing only: CDI devices are not checked (without this, "
+                        "having no nodes to check against is an error, exit 2)")
     c.add_argument("--policy", metavar="FILE", help="PoolPolicy YAML (default: built-in policy)")
     c.add_argument("-n", "--namespace",
                    help="namespace for objects that name none (default: default)")
@@ -690,16 +722,25 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
                        help="directory for the certificate files")
         if name == "ca-bundle":
             continue
-        x.add_argument("--service", default="gpupool-webhook",
-                       help="the webhook's Service name (default: %(default)s)")
-        x.add_argument("--namespace", default="gpupool-system",
-                       help="the webhook's namespace (default: %(default)s)")
-        x.add_argument("--dns", action="append", default=[], help="extra DNS SAN (repeatable)")
+        renewing = name == "renew"
+        keeps = " (default: the certificate's own names)" if renewing else ""
+        x.add_argument("--service", default=None if renewing else "gpupool-webhook",
+                       help="the webhook's Service name" + (
+                           keeps + "; given, its names are added" if renewing
+                           else " (default: %(default)s)"))
+        x.add_argument("--namespace", default=None if renewing else "gpupool-system",
+                       help="the webhook's namespace" + (
+                           keeps if renewing else " (default: %(default)s)"))
+        x.add_argument("--dns", action="append", default=[],
+                       help="extra DNS SAN, an RFC 1123 host name (repeatable)")
         x.add_argument("--ip", action="append", default=[], help="extra IP SAN (repeatable)")
         x.add_argument("--days", type=int, default=365,
-                       help="serving certificate validity, at least 1 (default: %(default)s)")
-        x.add_argument("--algorithm", choices=["ecdsa", "rsa"], default="ecdsa",
-                       help="key algorithm (default: %(default)s)")
+                       help="serving certificate validity in days, at least 1 and at most what "
+                            "the CA has left (default: %(default)s)")
+        x.add_argument("--algorithm", choices=["ecdsa", "rsa"],
+                       default=None if renewing else "ecdsa",
+                       help="key algorithm" + (" (default: the replaced key's)" if renewing
+                                               else " (default: %(default)s)"))
         if name == "generate":
             x.add_argument("--force", action="store_true",
                            help="replace an existing CA too (installed caBundles stop working)")
@@ -760,12 +801,13 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
                     help="how often to look at the node's files (default: %(default)s)")
     ag.add_argument("--settle-seconds", type=float, default=5.0, metavar="SECONDS",
                     help="how long a changed file that fails to parse keeps its last good content")
-    _kube_flags(ag, "kubeconfig (default: the pod's service account)")
+    _kube_flags(ag, "kubeconfig (default: the pod's service account)", request_timeout=False)
     ag.set_defaults(func=cmd_agent)
 
     dc = _sub(sub, "doctor", "one row per GPU node: will its pool's pods start?", f"""
         {prog} doctor                      # the current kubectl context
         {prog} doctor --context prod -o wide
+        {prog} doctor -n gpu-admission         # a release installed in another namespace
         {prog} doctor --cluster nodes.yaml --cert certs/tls.crt""")
     src = dc.add_mutually_exclusive_group()
     src.add_argument("--cluster", metavar="FILE",
@@ -773,12 +815,18 @@ def build_parser(prog: str = "gpupool") -> argparse.ArgumentParser:
     _kube_flags(dc, "query a live cluster with this kubeconfig (default: $KUBECONFIG or "
                     "~/.kube/config)", src)
     dc.add_argument("--policy", metavar="FILE", help="PoolPolicy YAML (default: built-in)")
-    dc.add_argument("--tls-secret", default="gpupool-system/gpupool-webhook-tls",
-                    metavar="NAMESPACE/NAME",
-                    help="the webhook's serving certificate Secret, whose expiry is reported "
-                         "(default: %(default)s)")
+    dc.add_argument("-n", "--namespace",
+                    help="the namespace gpupool is installed in (default: found by the label "
+                         "app.kubernetes.io/part-of=gpupool, any release)")
+    dc.add_argument("--tls-secret", metavar="NAMESPACE/NAME",
+                    help="the webhook's serving certificate Secret, whose expiry and names are "
+                         "reported (default: the one the webhook Deployment mounts)")
     dc.add_argument("--cert", metavar="FILE",
-                    help="report this serving certificate's expiry instead of the Secret's")
+                    help="report this serving certificate instead of the Secret's")
+    dc.add_argument("--webhook-service", metavar="NAMESPACE/NAME",
+                    help="the Service the API server calls, whose name the certificate must "
+                         "cover (default: the webhook configurations'; with --cluster: "
+                         "gpupool-system/gpupool-webhook)")
     _output(dc, "table")
     dc.set_defaults(func=cmd_doctor)
 

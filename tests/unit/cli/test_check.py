@@ -13,7 +13,9 @@ from tests.conftest import UPSTREAM
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "webhook", "check", *args],
+    """``check``; routing only (``--no-cluster``) where the test gives no nodes."""
+    source = [] if "--cluster" in args else ["--no-cluster"]
+    return subprocess.run([sys.executable, "-m", "webhook", "check", *source, *args],
                           capture_output=True, text=True, timeout=60)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -84,25 +85,47 @@ def test_check_namespace_flag_fills_in_objects_without_one():
     (res,) = json.loads(r.stdout)["results"]
     assert res["namespace"] == "ml" and "pod ml/trainer-0" in res["message"]
     # As kubectl apply -n does, a manifest that names another namespace is refused.
-    r = gp("check", "-f", str(EXAMPLES / "pod-operator.yaml"), "-n", "ml")
+    r = gp("check", "-f", str(EXAMPLES / "pod-operator.yaml"), "-n", "ml", "--no-cluster")
     assert r.returncode == 2 and "is in namespace default, not ml (-n)" in r.stderr
 
 
-def test_check_says_when_the_cdi_check_could_not_run(tmp_path):
-    r = gp("check", "-f", str(EXAMPLES / "pod-hami.yaml"))
-    assert r.returncode == 0  # nothing to deny it with: allowed, and said so
-    assert r.stdout.startswith("note: CDI devices not checked: no --cluster given")
-    assert "gpupool: CDI devices not checked" in r.stdout  # the pod's own warning
-    doc = json.loads(gp("check", "-f", str(EXAMPLES / "pod-hami.yaml"), "-o", "json").stdout)
-    assert doc["cdiCheck"] == {"ran": False, "reason": doc["cdiCheck"]["reason"]}
-    assert "no --cluster given" in doc["cdiCheck"]["reason"]
+def test_check_never_passes_a_pod_the_cdi_check_did_not_see(tmp_path):
+    """A CI gate on the exit code: one typo in a path must not turn every pod ALLOWED."""
+    home = {"HOME": str(tmp_path), "KUBECONFIG": ""}  # no kubeconfig to fall back on
+    r = gp_env(home, "check", "-f", str(EXAMPLES / "pod-hami.yaml"))
+    assert r.returncode == 2 and not r.stdout, r.stdout
+    (line,) = r.stderr.splitlines()
+    assert "no nodes to check against" in line and "--no-cluster" in line
     (tmp_path / "ns.yaml").write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n")
-    doc = json.loads(gp("check", "-f", str(EXAMPLES / "pod-hami.yaml"), "--cluster",
-                        str(tmp_path / "ns.yaml"), "-o", "json").stdout)
-    assert not doc["cdiCheck"]["ran"] and "holds no Node" in doc["cdiCheck"]["reason"]
+    r = gp("check", "-f", str(EXAMPLES / "pod-hami.yaml"), "--cluster", str(tmp_path / "ns.yaml"))
+    assert r.returncode == 2 and "holds no Node" in r.stderr and "ns.yaml" in r.stderr
+    # KUBECONFIG set, as kubectl reads it: the cluster it names is read (here: unreachable)
+    (tmp_path / "kc").write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}]}))
+    r = gp_env({**home, "KUBECONFIG": str(tmp_path / "kc")}, "check", "-f",
+               str(EXAMPLES / "pod-hami.yaml"))
+    assert r.returncode == 2 and "127.0.0.1:1" in r.stderr, r.stderr
+    # said explicitly: routing only, allowed, and the output says what was not checked
+    r = gp("check", "-f", str(EXAMPLES / "pod-hami.yaml"), "--no-cluster")
+    assert r.returncode == 0
+    assert r.stdout.startswith("note: CDI devices not checked: --no-cluster")
+    doc = json.loads(gp("check", "-f", str(EXAMPLES / "pod-hami.yaml"), "--no-cluster",
+                        "-o", "json").stdout)
+    assert doc["cdiCheck"] == {"ran": False, "reason": "--no-cluster: routing only"}
     doc = json.loads(gp("check", "-f", str(EXAMPLES / "pod-hami.yaml"), "--cluster", str(DEMO),
                         "-o", "json").stdout)
     assert doc["cdiCheck"] == {"ran": True, "reason": ""}
+    r = gp("check", "-f", str(EXAMPLES / "pod-hami.yaml"), "--cluster", str(DEMO),
+           "--no-cluster")
+    assert r.returncode == 2 and "pass one of them" in r.stderr
+
+
+def gp_env(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "webhook", *args], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **env})
 
 
 @pytest.mark.parametrize("output", ["json", "yaml"])

@@ -4,6 +4,7 @@ published by the real agent from real layouts, HAMi's real example pods."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -229,7 +230,9 @@ def test_doctor_rows(tmp_path, broken_cluster):
     r = subprocess.run([sys.executable, "-m", "webhook", "doctor", "--cluster",
                         str(tmp_path / "n.yaml")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
-    assert "hami-1" in r.stdout and "fix: define a CDI device per GPU UUID" in r.stdout
+    # each distinct fix once, with the nodes it applies to
+    assert re.search(r"^fix for \d+ node\(s\) \([^)]*hami-1[^)]*\): define a CDI device per GPU "
+                     r"UUID", r.stdout, re.M), r.stdout
 
 
 def test_unreadable_hami_register_is_reported_not_fatal(tmp_path):

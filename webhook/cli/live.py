@@ -1,0 +1,174 @@
+"""The CLI's conversation with a live API server (``check --context``, ``doctor``): every
+call under one time budget, one progress line when the server is slow, and every way it
+fails as one line.
+
+The client library retries a call that times out (urllib3's three retries), so a 30 s
+timeout became two minutes of silence against an API server that does not answer; here
+retries are off and each call gets what is left of the command's budget. A 403 keeps the API
+server's own words (which verb on which resource was refused, for whom). With
+``insecure-skip-tls-verify`` urllib3 warns once per request; that becomes one line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from webhook.kube import REQUEST_TIMEOUT, KubeError, api_client, api_error
+
+if TYPE_CHECKING:
+    from webhook.snapshot import ClusterFile
+
+T = TypeVar("T")
+
+#: After this many seconds without an answer, one line says what the command waits for.
+PROGRESS_AFTER = 3.0
+
+
+class Live:
+    """One command's API server: the client, and what is left of its time budget."""
+
+    def __init__(self, kubeconfig: str | None, context: str | None, *,
+                 budget: float = REQUEST_TIMEOUT, progress_after: float = PROGRESS_AFTER
+                 ) -> None:
+        self.api = api_client(kubeconfig=kubeconfig, context=context, retries=False)
+        self.budget = budget
+        self.progress_after = progress_after
+        self.deadline = time.monotonic() + budget
+        self.host = self.api.configuration.host
+        self._told = False
+        #: urllib3 warns on every unverified request; one line says it instead, once an
+        #: answer came (a command that fails says only why it failed)
+        self._unverified = not self.api.configuration.verify_ssl
+        if self._unverified:
+            from urllib3.exceptions import InsecureRequestWarning
+
+            warnings.simplefilter("ignore", InsecureRequestWarning)
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any, optional: bool = False,
+             **kwargs: Any) -> T | None:
+        """``fn(*args, **kwargs)`` within what is left of the budget. ``optional``: a kind
+        the cluster may not serve, or this identity may not read, is None instead of an
+        error."""
+        from kubernetes.client.exceptions import ApiException
+
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise self._timed_out(what)
+        timer = threading.Timer(min(self.progress_after, left), self._progress, (what,))
+        timer.daemon = True
+        timer.start()
+        try:
+            answer = fn(*args, _request_timeout=left, **kwargs)
+        except ApiException as exc:
+            if optional and exc.status in (403, 404):
+                return None
+            raise self._refused(exc, what) from exc
+        except Exception as exc:
+            if _is_timeout(exc):
+                raise self._timed_out(what) from exc
+            err = api_error(exc, self.api)
+            if err is None:
+                raise
+            raise err from exc
+        finally:
+            timer.cancel()
+        if self._unverified:
+            self._unverified = False
+            print(f"warning: the API server's certificate at {self.host} is not verified "
+                  "(insecure-skip-tls-verify in the kubeconfig)", file=sys.stderr)
+        return answer
+
+    def _progress(self, what: str) -> None:
+        if not self._told:
+            self._told = True
+            print(f"waiting for the API server at {self.host} ({what}; giving up after "
+                  f"{self.budget:g} s in all)", file=sys.stderr, flush=True)
+
+    def _timed_out(self, what: str) -> KubeError:
+        return KubeError(f"{self.host}: no answer within {self.budget:g} s ({what}); check "
+                         "that the API server is reachable from here (--kubeconfig, --context)")
+
+    def _refused(self, exc: Any, what: str) -> KubeError:
+        message = _message(exc)
+        if exc.status == 403:
+            return KubeError(f"{self.host}: 403 forbidden ({what}): {message or exc.reason}; "
+                             "grant that permission to the identity of --kubeconfig/--context, "
+                             "or use one that has it")
+        if exc.status == 401:
+            return KubeError(f"{self.host}: 401 not authenticated ({what}); check the "
+                             "credentials of --kubeconfig and --context")
+        return KubeError(f"{self.host}: {exc.status} {exc.reason} ({what})"
+                         + (f": {message}" if message else ""))
+
+
+def _message(exc: Any) -> str:
+    """The Status message the API server sent with an error, if any."""
+    try:
+        body = json.loads(exc.body or "")
+    except (TypeError, ValueError):
+        return ""
+    return str(body.get("message") or "") if isinstance(body, dict) else ""
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    """A call that ran out of time (urllib3 files a refused connection under its timeouts
+    too: that one is not)."""
+    from urllib3.exceptions import MaxRetryError, NewConnectionError
+    from urllib3.exceptions import TimeoutError as Urllib3Timeout
+
+    if isinstance(exc, MaxRetryError) and exc.reason is not None:
+        return _is_timeout(exc.reason)
+    if isinstance(exc, NewConnectionError):
+        return False
+    return isinstance(exc, Urllib3Timeout | TimeoutError)
+
+
+def cluster_objects(live: Live) -> ClusterFile:
+    """Nodes, namespace labels, RuntimeClasses and the resources the engine reads, as
+    ``kubectl get -o yaml`` would give them: the same inputs a snapshot file gives, so both
+    answer alike. Nodes and namespaces are required; the rest is read where this identity
+    may (without RuntimeClasses every class is taken to name its handler; without DRA
+    objects DRA claims are not judged; without ClusterPolicies and HAMi's DaemonSets
+    ``detect`` reads each node's disk alone)."""
+    from kubernetes import client
+
+    from webhook.engine import HAMI_PLUGIN_SELECTOR, runtime_classes_of
+    from webhook.kube import CLUSTER_POLICY, DRA_GROUP, DRA_RESOURCES, DRA_VERSION
+    from webhook.snapshot import ClusterFile
+
+    api = live.api
+    core = client.CoreV1Api(api)
+    listed_nodes = live.call("listing nodes", core.list_node)
+    nodes = ([api.sanitize_for_serialization(n) for n in listed_nodes.items]
+             if listed_nodes else [])
+    listed_ns = live.call("listing namespaces", core.list_namespace)
+    namespaces = {n.metadata.name: dict(n.metadata.labels or {})
+                  for n in (listed_ns.items if listed_ns else ())
+                  if n.metadata is not None and n.metadata.name}
+    listed_rc = live.call("listing runtimeclasses", client.NodeV1Api(api).list_runtime_class,
+                          optional=True)
+    classes = (runtime_classes_of(api.sanitize_for_serialization(c) for c in listed_rc.items)
+               if listed_rc is not None else None)
+    custom = client.CustomObjectsApi(api)
+    resources: list[dict[str, Any]] = []
+    wanted = [(kind, (DRA_GROUP, DRA_VERSION, plural)) for kind, plural in DRA_RESOURCES.items()]
+    wanted.append(("ClusterPolicy", CLUSTER_POLICY))
+    for kind, (group, version, plural) in wanted:
+        found = live.call(f"listing {plural}.{group}", custom.list_cluster_custom_object,
+                          group, version, plural, optional=True)
+        items = found.get("items") if isinstance(found, dict) else None
+        resources.extend({**item, "kind": kind} for item in items or ()
+                         if isinstance(item, dict))
+    sets = live.call("listing HAMi's device-plugin daemonsets",
+                     client.AppsV1Api(api).list_daemon_set_for_all_namespaces,
+                     label_selector=HAMI_PLUGIN_SELECTOR, optional=True)
+    if sets is not None:
+        resources.extend({**api.sanitize_for_serialization(d), "kind": "DaemonSet"}
+                         for d in sets.items)
+    return ClusterFile(nodes, namespaces, classes, resources)
