@@ -261,9 +261,9 @@ def format_table(rows: list[Row], cert: CertificateStatus | None = None,
     cells = [[r.node, r.pool, r.scheduler, r.hami_gpus, r.mode, r.default_kind,
               ", ".join(f"{k}({n})" for k, n in r.cdi_kinds.items()) or "-", status_text(r)]
              for r in rows]
-    table_lines = table(head, cells) if rows else [*table(head, []), "(no GPU nodes)"]
+    table_lines = table(head, cells)
     indent = " " * 4
-    lines = [table_lines[0]]
+    lines = [table_lines[0]] if rows else [table_lines[0], "(no GPU nodes)"]
     fixes: dict[str, list[str]] = {}
     for r, line in zip(rows, table_lines[1:], strict=True):
         lines.append(line)
@@ -282,8 +282,6 @@ def format_table(rows: list[Row], cert: CertificateStatus | None = None,
                          + ", ".join(f"{d}({n})" for d, n in r.dra_devices.items()))
         lines.extend(f"{indent}hazard: {h}" for h in r.hazards)
         lines.extend(f"{indent}spec error: {e}" for e in r.errors)
-    if not rows:
-        lines.extend(table_lines[1:])
     if fixes:
         lines.append("")
         for fix, nodes in sorted(fixes.items(), key=lambda kv: (-len(kv[1]), kv[0])):

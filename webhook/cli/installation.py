@@ -58,13 +58,8 @@ def find(live: Live, namespace: str | None = None) -> Installation | None:
                                        optional=True))
         configs.extend((kind, c) for c in found)
     apps = client.AppsV1Api(live.api)
-    if namespace:
-        listed = live.call(f"listing deployments in {namespace}",
-                           apps.list_namespaced_deployment, namespace, label_selector=PART_OF,
-                           optional=True)
-    else:
-        listed = live.call("listing deployments", apps.list_deployment_for_all_namespaces,
-                           label_selector=PART_OF, optional=True)
+    listed = live.call("listing deployments", apps.list_deployment_for_all_namespaces,
+                       label_selector=PART_OF, optional=True)
     webhooks = [d for d in _items(live, listed) if _tls_secret_of(d)]
     by_ns: dict[str, Installation] = {}
     for dep in webhooks:
@@ -80,7 +75,8 @@ def find(live: Live, namespace: str | None = None) -> Installation | None:
                 ns = str(service.get("namespace") or "")
                 host = f"{service.get('name')}.{ns}.svc"
             elif cc.get("url"):
-                ns = _instance_namespace(cfg, webhooks) or namespace or ""
+                # a URL names no Service: the release's Deployment says where it lives
+                ns = _instance_namespace(cfg, webhooks)
                 host = urlsplit(str(cc["url"])).hostname or ""
             else:
                 continue
@@ -93,6 +89,7 @@ def find(live: Live, namespace: str | None = None) -> Installation | None:
                 inst.configurations.append(name)
     if namespace:
         return by_ns.get(namespace)
+    by_ns.pop("", None)  # configurations whose installation could not be placed
     if len(by_ns) > 1:
         raise InstallationError(f"gpupool is installed in several namespaces "
                                 f"({', '.join(sorted(by_ns))}); pass -n NAMESPACE")
