@@ -55,8 +55,9 @@ def release(k8s_bin, helm, tmp_path_factory):
                              "-f", str(values), "--kubeconfig", str(cp.kubeconfig)).stdout
         # the admin's identity: the chart's RBAC names this release's ServiceAccount, whose
         # token the test API server does not issue
-        server = start_server(tmp, "--kubeconfig", str(cp.kubeconfig), workers=1, port=port, cert=certs / "tls.crt",
-                              key=certs / "tls.key", ca=certs / "ca.crt")
+        server = start_server(tmp, "--kubeconfig", str(cp.kubeconfig), workers=1, port=port,
+                              cert=certs / "tls.crt", key=certs / "tls.key",
+                              ca=certs / "ca.crt")
         install.wait_for_webhooks(cp, server, "ml")
         env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig),
                "PATH": os.pathsep.join([str(k8s_bin), str(Path(sys.executable).parent),
@@ -128,7 +129,7 @@ def test_the_notes_name_this_release_and_their_commands_run(release):
 
 
 def test_doctor_finds_the_release_by_label_and_refuses_a_namespace_without_one(release):
-    cp, _, env = release
+    _, _, env = release
     r = subprocess.run([sys.executable, "-m", "webhook", "doctor", "-o", "json"], env=env,
                        capture_output=True, text=True, timeout=120)
     doc = json.loads(r.stdout)
