@@ -49,7 +49,9 @@ def generate_certs(out: Path) -> None:
 def start_server(tmp: Path, *extra: str, workers: int = 2, env: dict | None = None,
                  cert: Path | None = None, key: Path | None = None,
                  ca: Path | None = None, audit_stdout: bool = False,
-                 port: int | None = None) -> Server:
+                 port: int | None = None, wait_for: str = "readyz") -> Server:
+    """``wait_for``: the probe that must pass before it returns (``livez`` for a server
+    that is expected not to turn ready)."""
     certs = tmp / "certs"
     if cert is None and not (certs / "tls.crt").exists():
         generate_certs(certs)
@@ -72,7 +74,7 @@ def start_server(tmp: Path, *extra: str, workers: int = 2, env: dict | None = No
         if proc.poll() is not None:
             raise RuntimeError(f"server exited: {log.read_text()}")
         try:
-            if requests.get(f"{server.url}/readyz", verify=server.ca, timeout=2).ok:
+            if requests.get(f"{server.url}/{wait_for}", verify=server.ca, timeout=2).ok:
                 return server
         except requests.RequestException:
             pass

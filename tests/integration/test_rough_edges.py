@@ -125,5 +125,6 @@ def test_no_cluster_is_explicit_and_says_so_everywhere(tmp_path):
     assert ready.status_code == 200
     assert "[-]node-source failed: none (--no-cluster)" in ready.text
     assert 'gpupool_node_source{source="none"} 1.0' in metrics
+    assert 'gpupool_unchecked_total{decision="allowed",why="no-nodes"} 1.0' in metrics
     assert f'gpupool_build_info{{version="{__version__}"}} 1.0' in metrics
     assert f"gpupool {__version__}: serving on" in srv.log.read_text()

@@ -41,6 +41,8 @@ MAX_FINDINGS = 20
 _SHOW_DEVICES = 3
 #: Why no CDI check ran when the view holds no node at all.
 NO_NODES = "gpupool knows no nodes"
+#: Why no CDI check ran while the server's node watch has not listed nodes and namespaces.
+NOT_SYNCED = "gpupool's node view has not synced yet"
 
 
 @dataclass(frozen=True)
@@ -556,12 +558,19 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     pool = policy.by_name[pool_name]
     if not pool.cdi.checked or not facts.is_gpu_pod:
         return None  # nothing to check, or only DRA claims (``allocation`` judges those)
-    if len(view) == 0:
-        # No node source (serve --no-cluster, check without --cluster): say so on every GPU
-        # pod rather than let an unchecked pod read as a checked one.
+    if len(view) == 0 or not view.synced:
+        # No node view (serve --no-cluster, a watch that has not synced yet): say so on
+        # every GPU pod rather than let an unchecked pod read as a checked one, or deny it
+        # when the policy asks (``onNoNodeView``).
+        why = NO_NODES if view.synced else NOT_SYNCED
+        if policy.on_no_node_view is OnFinding.DENY:
+            return deny(Reason.NODE_VIEW_MISSING,
+                        f"{facts.who}: CDI devices cannot be checked: {why} (onNoNodeView: "
+                        "deny); retry in a moment, or see the webhook's /readyz?verbose",
+                        gpu=True, pool=pool_name)
         d = allow(Reason.ROUTED, gpu=True, pool=pool_name,
-                  message=f"{facts.who}: CDI devices not checked: {NO_NODES}")
-        d.warn(f"gpupool: CDI devices not checked: {NO_NODES}")
+                  message=f"{facts.who}: CDI devices not checked: {why}")
+        d.warn(f"gpupool: CDI devices not checked: {why}")
         return d
     s = verdicts(facts, pool_name, view, policy)
     if not s.total and allocation.demand(facts, view).extended:

@@ -219,9 +219,18 @@ class ClusterView:
         self._operator: clusterpolicy.Operator | None = None
         #: HAMi's device-plugin DaemonSets (None: not known)
         self._hami_plugins: tuple[hamiplugin.Plugin, ...] | None = None
+        #: False while a watch fills the view and has not listed its nodes and namespaces
+        #: yet: decisions then say the view is missing (``onNoNodeView``)
+        self.synced = True
         self.version = 0
 
     # ---------------------------------------------------------------- writes
+
+    def set_synced(self, synced: bool) -> None:
+        with self._lock:
+            if synced != self.synced:
+                self.synced = synced
+                self._bump()
 
     def _bump(self) -> None:
         self.version += 1

@@ -45,6 +45,7 @@ class Reason(StrEnum):
     NO_MATCHING_DEVICES = "NoMatchingDevices"
     DRA_ADMIN_ACCESS_FORBIDDEN = "DRAAdminAccessForbidden"
     USER_NAMESPACE_UNSUPPORTED = "UserNamespaceUnsupported"
+    NODE_VIEW_MISSING = "NodeViewMissing"
 
     @classmethod
     def codes(cls) -> tuple[str, ...]:

@@ -46,7 +46,7 @@ CDI_WHEN = ("runtimeUsesCDI", "always")
 
 class OnFinding(StrEnum):
     """What a policy switch does when its finding occurs (``onNoCandidates``,
-    ``onMissingInventory``, ``onUserNamespace``)."""
+    ``onMissingInventory``, ``onUserNamespace``, ``onNoNodeView``)."""
 
     WARN = "warn"
     DENY = "deny"
@@ -132,6 +132,9 @@ class Policy:
     on_no_candidates: OnFinding = OnFinding.WARN
     on_missing_inventory: OnFinding = OnFinding.WARN
     on_user_namespace: OnFinding = OnFinding.DENY
+    #: a GPU pod decided with no node view: the server's watch has not synced yet, or
+    #: ``--no-cluster`` (docs/reliability.md, "Fail-open cases")
+    on_no_node_view: OnFinding = OnFinding.WARN
     require_inventory: bool = False
     workload_templates: WorkloadTemplates = WorkloadTemplates.DENY
     audit_mutations: bool = False
@@ -406,6 +409,7 @@ def parse_policy(data: Any) -> Policy:
     on_no_candidates = OnFinding(f.choice("onNoCandidates", ON_FINDING, "warn"))
     on_missing_inventory = OnFinding(f.choice("onMissingInventory", ON_FINDING, "warn"))
     on_user_namespace = OnFinding(f.choice("onUserNamespace", ON_FINDING, "deny"))
+    on_no_node_view = OnFinding(f.choice("onNoNodeView", ON_FINDING, "warn"))
     require_inventory = f.get("requireInventory", bool, False)
     workload_templates = WorkloadTemplates(
         f.choice("workloadTemplates", WORKLOAD_TEMPLATES, "deny"))
@@ -420,7 +424,7 @@ def parse_policy(data: Any) -> Policy:
                   pools=pools, hami_scheduler_name=hami_scheduler,
                   non_cdi_runtime_classes=non_cdi, on_no_candidates=on_no_candidates,
                   on_missing_inventory=on_missing_inventory,
-                  on_user_namespace=on_user_namespace,
+                  on_user_namespace=on_user_namespace, on_no_node_view=on_no_node_view,
                   require_inventory=require_inventory, workload_templates=workload_templates,
                   audit_mutations=audit_mutations)
 

@@ -179,6 +179,10 @@ class ClusterInformer:
         from kubernetes import client
 
         self.view = view
+        # Not trusted until nodes and namespaces are listed: an empty view would route by
+        # the wrong namespace labels and check nothing (engine: ``onNoNodeView``).
+        view.set_synced(False)
+        self._listed: set[str] = set()
         core = client.CoreV1Api(api_client)
         self.nodes = Reflector("nodes", core.list_node, self._nodes_listed, self._node_event,
                                api_client, watch_timeout=watch_timeout,
@@ -246,6 +250,12 @@ class ClusterInformer:
 
     def _nodes_listed(self, items: list[NodeInfo | None]) -> None:
         self.view.replace_nodes(n for n in items if n is not None)
+        self._now_listed("nodes")
+
+    def _now_listed(self, what: str) -> None:
+        self._listed.add(what)
+        if self._listed >= {"nodes", "namespaces"}:
+            self.view.set_synced(True)
 
     def _node_event(self, etype: str, obj: dict[str, Any]) -> None:
         name = (obj.get("metadata") or {}).get("name")
@@ -262,6 +272,7 @@ class ClusterInformer:
         self.view.replace_namespaces({
             i["metadata"]["name"]: i["metadata"].get("labels") or {} for i in items
             if isinstance(i.get("metadata"), dict) and i["metadata"].get("name")})
+        self._now_listed("namespaces")
 
     def _ns_event(self, etype: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}

@@ -46,6 +46,13 @@ DURATION = Histogram("gpupool_admission_duration_seconds",
                      "Time to decide one admission review", ["endpoint"],
                      buckets=APISERVER_WEBHOOK_BUCKETS)
 
+UNCHECKED = Counter("gpupool_unchecked_total",
+                    "Reviews decided without gpupool's checks (docs/reliability.md, "
+                    "'Fail-open cases'): why is internal-error (the engine failed: admitted "
+                    "with a warning), not-synced (a GPU pod before the node watch listed nodes "
+                    "and namespaces) or no-nodes (a GPU pod with --no-cluster or no node); "
+                    "decision is denied under onNoNodeView: deny", ["why", "decision"])
+
 AUDIT_LOST = Counter("gpupool_audit_records_lost_total",
                      "Audit records a sink could not write", ["sink"])
 AUDIT_FAILING = Gauge("gpupool_audit_sink_failing",
@@ -113,6 +120,18 @@ def audit_totals() -> dict[str, tuple[float, bool]]:
                 failing[sink] = failing.get(sink, False) or sample.value > 0
     return {sink: (lost.get(sink, 0.0), failing.get(sink, False))
             for sink in lost.keys() | failing.keys()}
+
+
+def unchecked_why(decision: Decision) -> str:
+    """Why a decision was taken without gpupool's checks, or "" when it was not."""
+    from webhook.engine import NO_NODES, NOT_SYNCED, Reason
+
+    if decision.reason is Reason.INTERNAL_ERROR:
+        return "internal-error"
+    text = " ".join([decision.message, *decision.warnings])
+    if NOT_SYNCED in text:
+        return "not-synced"
+    return "no-nodes" if NO_NODES in text else ""
 
 
 def node_source(source: str) -> None:
@@ -185,6 +204,9 @@ class Metrics:
         self.policies = policies
         self.view = view
         self.informer = informer
+        for why in ("internal-error", "not-synced", "no-nodes"):  # alerts have a series
+            for verdict in ("allowed", "denied"):
+                UNCHECKED.labels(why, verdict)
 
     def staleness(self) -> float | None:
         if self.informer is None:
@@ -201,6 +223,11 @@ class Metrics:
         _child(DURATION, endpoint).observe(seconds)
         if not decision.allowed:
             DENIALS.labels(decision.reason, decision.pool or "").inc()
+        if decision.reason == "InternalError" or (
+                decision.gpu and (not self.view.synced or len(self.view) == 0)):
+            why = unchecked_why(decision)
+            if why:
+                _child(UNCHECKED, why, verdict).inc()
 
 
 def render(metrics: Metrics, tls: ReloadingContext | None) -> bytes:
@@ -210,8 +237,8 @@ def render(metrics: Metrics, tls: ReloadingContext | None) -> bytes:
 
         multiprocess.MultiProcessCollector(registry)
     else:
-        for collector in (REQUESTS, DENIALS, DURATION, AUDIT_LOST, AUDIT_FAILING, NODE_SOURCE,
-                          BUILD_INFO):
+        for collector in (REQUESTS, DENIALS, DURATION, UNCHECKED, AUDIT_LOST, AUDIT_FAILING,
+                          NODE_SOURCE, BUILD_INFO):
             registry.register(collector)
     registry.register(_StateCollector(metrics, tls))
     return generate_latest(registry)

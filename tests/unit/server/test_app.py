@@ -139,11 +139,18 @@ def test_engine_crash_still_answers_with_uid(handler, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("boom")
 
+    from webhook.server import metrics
+
     monkeypatch.setattr(engine, "mutate", boom)
+    counted = metrics.Metrics(handler.policies, handler.view)
+    handler.hooks.append(counted.observe)
+    before = metrics.UNCHECKED.labels("internal-error", "allowed")._value.get()
     code, out = handler.handle("mutate", body(gpu_pod(), uid="crash"), "application/json")
     assert code == 200 and out["response"]["uid"] == "crash"
     assert out["response"]["allowed"] is True
     assert "internal error" in out["response"]["warnings"][0]
+    # a fail-open case, counted (docs/reliability.md, "Fail-open cases")
+    assert metrics.UNCHECKED.labels("internal-error", "allowed")._value.get() == before + 1
 
 
 def test_audit_records_denials_and_optionally_mutations(tmp_path):

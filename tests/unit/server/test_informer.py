@@ -65,6 +65,8 @@ def _informer(nodes: FakeNodeAPI) -> tuple[ClusterInformer, ClusterView]:
     view = ClusterView()
     inf = ClusterInformer.__new__(ClusterInformer)
     inf.view = view
+    view.set_synced(False)  # as __init__ does: not trusted until listed
+    inf._listed = set()
     from webhook.server.informer import Reflector
 
     empty_ns = FakeNodeAPI([[]], [])
@@ -123,11 +125,13 @@ def test_events_between_lists_are_applied():
 
 def test_not_ready_until_synced_and_when_stale():
     api = FakeNodeAPI(lists=[[]], watches=[])
-    inf, _ = _informer(api)
+    inf, view = _informer(api)
     assert inf.ready(60) == (False, "nodes/namespaces not synced yet")
+    assert not view.synced  # decisions say the view is missing (onNoNodeView)
     inf.start()
     try:
         _wait(lambda: inf.ready(60)[0])
+        assert view.synced
         inf.nodes.last_sync -= 120
         ok, detail = inf.ready(60)
         assert not ok and "last in sync" in detail
@@ -156,6 +160,8 @@ def test_dra_objects_list_and_watch_into_the_view():
     view = ClusterView()
     inf = ClusterInformer.__new__(ClusterInformer)
     inf.view = view
+    view.set_synced(False)  # as __init__ does: not trusted until listed
+    inf._listed = set()
     apis = {
         "DeviceClass": FakeNodeAPI([classes], [[{"type": "DELETED", "object": classes[1]}]]),
         "ResourceSlice": FakeNodeAPI([slices], [[{"type": "ADDED", "object": added},
@@ -197,6 +203,8 @@ def test_cluster_policy_events_set_the_operator_way():
     view = ClusterView()
     inf = ClusterInformer.__new__(ClusterInformer)
     inf.view = view
+    view.set_synced(False)  # as __init__ does: not trusted until listed
+    inf._listed = set()
     policies = KeyedListing(inf._set_operator)
     policies.listed([{"metadata": {"name": "cluster-policy"}, "spec": {}}])
     assert view.operator_way() == CDI_DEVICES
@@ -217,6 +225,8 @@ def test_hami_device_plugin_daemonset_events_set_hamis_way():
     view = ClusterView()
     inf = ClusterInformer.__new__(ClusterInformer)
     inf.view = view
+    view.set_synced(False)  # as __init__ does: not trusted until listed
+    inf._listed = set()
     daemonsets = KeyedListing(inf._set_hami_plugins)
     daemonsets.listed([daemonset()])
     assert view.hami_way({"gpu": "on"}) == VISIBLE_DEVICES
