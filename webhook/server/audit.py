@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import fcntl
 import hashlib
 import json
@@ -124,6 +125,22 @@ def _line_boundary(fd: int) -> int:
     log.warning("audit file: cut %d byte(s) of an unterminated line at its end", size - end)
     os.ftruncate(fd, end)
     return end
+
+
+def _check_room(fd: int, size: int) -> None:
+    """Refuse a write the file system cannot take whole. A write that tears on a full disk
+    is cut back, but a cut-back can fail too, and until the next write repairs it the file
+    would hold a torn line; not starting such a write keeps every line whole (a record, or
+    a gap marker) with nothing to repair. The free space is read as an unprivileged writer
+    gets it (``f_bavail``); a file system that reports none (some network ones) is trusted
+    to tell at write time."""
+    try:
+        st = os.fstatvfs(fd)
+    except OSError:
+        return
+    if st.f_blocks and st.f_bavail * st.f_frsize < size:
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (fewer than {size} bytes "
+                                    "free for the next line)")
 
 
 def _now() -> str:
@@ -260,8 +277,10 @@ class FileSink(_Sink):
             self.health.ok()
 
     def _append(self, fd: int, data: bytes, start: int) -> None:
-        """Write at the end (``start``, a line boundary); a write that fails part way is cut
-        back to it."""
+        """Write at the end (``start``, a line boundary), only when the file system has room
+        for all of it; a write that fails part way all the same (the room taken meanwhile by
+        someone else) is cut back to it."""
+        _check_room(fd, len(data))
         try:
             _write_all(fd, data)
         except OSError:

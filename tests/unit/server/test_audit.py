@@ -154,3 +154,33 @@ def test_the_audit_log_retries_its_failing_sinks_in_the_background(tmp_path, mon
         assert time.monotonic() < deadline, "the failing sink was not retried"
         time.sleep(0.02)
     assert _lines(path)[-1]["lost"] == 1
+
+
+def test_no_write_starts_that_the_file_system_cannot_take_whole(tmp_path, monkeypatch):
+    """With less room than a line needs, nothing is written at all (no partial line to cut
+    back, so none to leave behind if the cut-back failed too); the loss is owed to the next
+    marker, which goes out whole with the first record that fits."""
+    path = tmp_path / "audit.log"
+    sink = FileSink(str(path), max_bytes=0, backups=0, health=SinkHealth("file"))
+    sink.write(_record("before"))
+    real_statvfs = os.fstatvfs
+    room = {"bytes": 100}
+
+    def small_disk(fd: int) -> os.statvfs_result:  # a test double of a nearly full disk
+        st = real_statvfs(fd)
+        fields = list(st)
+        fields[4] = room["bytes"] // st.f_frsize  # f_bavail, in fragments
+        return os.statvfs_result(fields)
+
+    monkeypatch.setattr(audit.os, "fstatvfs", small_disk)
+    written = path.read_bytes()
+    sink.write(_record("lost-1"))
+    sink.write(_record("lost-2"))
+    assert path.read_bytes() == written  # not one byte of either
+    assert sink.health.failing and sink.health.unmarked == 2
+    assert "fewer than" in sink.health.error
+    room["bytes"] = 1 << 20
+    sink.write(_record("after"))
+    lines = _lines(path)
+    assert [r.get("uid") for r in lines] == ["before", None, "after"]
+    assert lines[1]["lost"] == 2 and not sink.health.failing
