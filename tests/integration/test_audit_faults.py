@@ -306,7 +306,7 @@ def test_filling_and_freeing_the_disk_under_load_leaves_no_torn_line(tmpfs):
             uid = f"c{n}-{i}"
             try:
                 _deny(srv, uid)
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 errors.append(exc)
                 return
             sent.append(uid)
