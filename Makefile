@@ -7,18 +7,38 @@ PORT   ?= 8443
 
 .PHONY: run test bench clean
 
-$(VENV)/.installed: pyproject.toml constraints.txt
-	@echo "make: first run: creating $(VENV) and installing gpupool with its test tools" \
-	  "(pinned in constraints.txt; about a minute, once)"
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
-	touch $@
-	@echo "make: $(VENV) ready"
+# A virtualenv made whole, or made again: a first try that stopped half way (an interrupted
+# install, a Python too old) leaves no stamp, and the next run starts it over unless what
+# is there already works.
+$(VENV)/.made:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "make: $(PYTHON) is $$($(PYTHON) --version 2>&1 || echo missing); gpupool needs" \
+	    "Python 3.11 or newer: make $(MAKECMDGOALS) PYTHON=python3.12 (or another)" >&2; \
+	  exit 2; }
+	@if $(PY) -c 'import sys, pip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
+	  echo "make: [1/3] using $(VENV) ($$($(PY) --version))"; \
+	else \
+	  echo "make: [1/3] creating $(VENV) with $$($(PYTHON) --version)"; \
+	  rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); \
+	fi
+	@touch $@
+
+# What serving needs (make run), and the test tools on top (make test): pinned in
+# constraints.txt, installed once per change of pyproject.toml or constraints.txt.
+$(VENV)/.installed-run: $(VENV)/.made pyproject.toml constraints.txt
+	@echo "make: [2/3] installing gpupool and what it needs to serve (once)"
+	@$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e .
+	@touch $@
+
+$(VENV)/.installed: $(VENV)/.made pyproject.toml constraints.txt
+	@echo "make: installing gpupool with its test tools (once)"
+	@$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	@touch $@ $(VENV)/.installed-run
 
 # Serve the built-in policy against the bundled demo cluster on https://127.0.0.1:$(PORT).
-run: $(VENV)/.installed
-	$(PY) -m webhook certs generate --out $(RUN)/certs --ip 127.0.0.1 --dns localhost >/dev/null
+run: $(VENV)/.installed-run
+	@echo "make: [3/3] development certificates in $(RUN)/certs"
+	@$(PY) -m webhook certs generate --out $(RUN)/certs --ip 127.0.0.1 --dns localhost >/dev/null
 	@echo "gpupool on https://127.0.0.1:$(PORT) (built-in policy, demo cluster). Try, from another shell:"
 	@echo "  curl -s --cacert $(RUN)/certs/ca.crt -H 'Content-Type: application/json' \\"
 	@echo "    --data @docs/examples/review-hami-pod.json https://127.0.0.1:$(PORT)/mutate | $(PYTHON) -m json.tool"

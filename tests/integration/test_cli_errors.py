@@ -50,6 +50,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
     (tmp / "a-file").write_text("x")
     (tmp / "not-kubeconfig").write_text("just: [text\n")
     (tmp / "home").mkdir()
+    generate_certs(tmp / "half-ca")  # a CA whose key went missing
+    (tmp / "half-ca/ca.key").unlink()
     return {"tmp": tmp, "certs": certs,
             "refused": _kubeconfig(tmp / "refused.kubeconfig", f"https://127.0.0.1:{free_port()}")}
 
@@ -69,6 +71,12 @@ def cases(f: dict[str, Path]) -> list[Case]:
              "bad.yaml"),
         Case("check-bad-policy", ["check", "-f", str(POD), "--policy", str(tmp / "policy.yaml")],
              "gpuResources"),
+        Case("check-nothing-to-check-against", ["check", "-f", str(POD)], "--no-cluster",
+             env=no_kube),
+        Case("check-cluster-without-nodes", ["check", "-f", str(POD), "--cluster",
+                                             str(tmp / "no-nodes.yaml")], "holds no Node"),
+        Case("check-unknown-flag", ["check", "-f", str(POD), "--bogus"],
+             "check --help'"),
         Case("serve-no-node-source", ["serve", *tls], "--no-cluster"),
         Case("serve-missing-cert", ["serve", "--demo", "--cert", str(tmp / "c.crt"), "--key",
                                     str(tmp / "c.key")], "c.crt"),
@@ -100,8 +108,20 @@ def cases(f: dict[str, Path]) -> list[Case]:
         Case("certs-ca-bundle-missing", ["certs", "ca-bundle", "--out", str(tmp / "c3")],
              "c3/ca.crt"),
         Case("certs-renew-missing", ["certs", "renew", "--out", str(tmp / "c4")], "c4"),
+        Case("certs-dns-with-space", ["certs", "generate", "--out", str(tmp / "c5"), "--dns",
+                                      "bad host"], "not a DNS name"),
+        Case("certs-dns-url", ["certs", "generate", "--out", str(tmp / "c5"), "--dns",
+                               "https://foo"], "without scheme"),
+        Case("certs-bad-service", ["certs", "generate", "--out", str(tmp / "c5"), "--service",
+                                   "My_Svc"], "not a Service name"),
+        Case("certs-days-beyond-ca", ["certs", "generate", "--out", str(tmp / "c5"), "--days",
+                                      "100000"], "--days 3650 or fewer"),
+        Case("certs-renew-ca-key-missing", ["certs", "renew", "--out", str(tmp / "half-ca"),
+                                            "--force"], "restore it"),
         Case("audit-missing-file", ["audit", "--file", str(tmp / "audit.log")], "audit.log"),
         Case("audit-bad-since", ["audit", "--file", "-", "--since", "5x"], "--since"),
+        Case("audit-not-an-audit-log", ["audit", "--file", str(tmp / "bad.yaml")],
+             "no gpupool audit record"),
         Case("audit-reason-typo", ["audit", "--file", "-", "--reason", "CDIDevicesMissing"],
              "did you mean CDIDeviceMissing"),
         Case("agent-off-cluster", ["agent", "--node-name", "n1", "--once"], "--kubeconfig"),
@@ -118,6 +138,9 @@ def cases(f: dict[str, Path]) -> list[Case]:
              "holds no Node"),
         Case("doctor-missing-cert", ["doctor", "--cluster", str(DEMO), "--cert",
                                      str(tmp / "x.crt")], "x.crt"),
+        Case("doctor-bad-webhook-service", ["doctor", "--cluster", str(DEMO),
+                                            "--webhook-service", "just-a-name"],
+             "NAMESPACE/NAME"),
         Case("completion-unknown-shell", ["completion", "fish"], "'fish'"),
     ]
 

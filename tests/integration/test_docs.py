@@ -25,7 +25,7 @@ from webhook.cli.main import build_parser
 from webhook.engine.policy import PolicyError, load_policy_text
 from webhook.policyfile import default_policy_text
 
-MODES = ("offline", "cluster", "e2e", "render", "make")
+MODES = ("offline", "cluster", "e2e", "render", "make", "policy")
 BLOCKS = blocks()
 
 
@@ -46,6 +46,27 @@ def test_every_block_has_a_way_to_be_checked():
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang == "yaml"], ids=_id)
 def test_yaml_blocks_are_policies_that_load(block):
     load_policy_text(block.text)
+    # and each says what it does: a pod and its decision on the demo cluster, run below
+    assert block.mode == "policy" and {"pod", "expect"} <= set(block.options), (
+        f"{block.where}: a policy example without <!-- doc-test: policy; pod: FILE; "
+        "expect: VERDICT KIND NAMESPACE/NAME pool=POOL REASON -->")
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.mode == "policy"], ids=_id)
+def test_policy_examples_decide_as_they_say_on_the_demo_cluster(block, tmp_path):
+    """Each policy example, checked against the demo cluster with the pod its directive
+    names: the decision it states. A policy example that silently drops what routes or
+    checks a pod (exclusiveResources, cdi) is caught here."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(block.text)
+    r = subprocess.run([sys.executable, "-m", "webhook", "check", "--policy", str(policy),
+                        "--cluster", str(ROOT / "webhook/data/demo-cluster.yaml"), "-f",
+                        str(ROOT / block.options["pod"]), "-o", "json"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode in (0, 1), f"{block.where}: {r.stderr}"
+    got = [f"{'ALLOWED' if x['allowed'] else 'DENIED'} {x['kind']} {x['namespace']}/"
+           f"{x['name']} pool={x['pool']} {x['reason']}" for x in json.loads(r.stdout)["results"]]
+    assert block.options["expect"] in got, f"{block.where}: {got}"
 
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang == "json"], ids=_id)
@@ -233,3 +254,50 @@ def test_the_documented_server_flags_and_defaults_are_the_parsers():
             assert documented[flag] == str(action.default), flag
             field = action.dest.replace("log_level", "loglevel")
             assert getattr(ServeConfig, field) == action.default, flag
+
+
+def test_make_run_from_nothing_and_after_a_half_made_venv(tmp_path):
+    """README's first command as a new user meets it: a first try with a Python too old is
+    one line (exit 2) and leaves nothing half made; a virtualenv an interrupted try left
+    behind is made again; the run installs what serving needs (not the test tools) and says
+    what it is doing, a line per step."""
+    from tests.integration.conftest import free_port, stop_group, wait_ready
+
+    repo = tmp_path / "repo"
+    for part in ("Makefile", "pyproject.toml", "constraints.txt", "README.md", "webhook",
+                 "docs/examples"):
+        src = ROOT / part
+        if src.is_dir():
+            shutil.copytree(src, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (repo / part).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, repo / part)
+    old = tmp_path / "python3.9"
+    old.write_text("#!/bin/sh\necho 'Python 3.9.2'\nexit 1\n")
+    old.chmod(0o755)
+    r = subprocess.run(["make", "run", f"PYTHON={old}"], cwd=repo, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and not (repo / ".venv").exists(), r.stdout + r.stderr
+    assert "needs Python 3.11 or newer" in r.stderr and "PYTHON=" in r.stderr
+    # what an interrupted first try leaves: a virtualenv without its interpreter, no stamp
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(repo / ".venv")],
+                   check=True)
+    (repo / ".venv/bin/python").unlink()
+    port, log = free_port(), tmp_path / "make-run.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(["make", "run", f"PORT={port}", f"PYTHON={sys.executable}"],
+                                cwd=repo, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        wait_ready(proc, f"https://127.0.0.1:{port}", str(repo / ".run/certs/ca.crt"), log,
+                   timeout=240)
+    finally:
+        stop_group(proc)
+    printed = log.read_text()
+    steps = [line for line in printed.splitlines() if line.startswith("make: [")]
+    assert [s[:11] for s in steps] == ["make: [1/3]", "make: [2/3]", "make: [3/3]"], printed
+    venv = repo / ".venv/bin/python"
+    have = subprocess.run([str(venv), "-c", "import gunicorn, gevent, flask; import pytest"],
+                          capture_output=True, text=True)
+    assert "No module named 'pytest'" in have.stderr  # serving only: no test tools
+    assert "Traceback" not in printed

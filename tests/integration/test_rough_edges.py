@@ -7,6 +7,7 @@ import json
 import re
 import socket
 import ssl
+import subprocess
 import time
 import tomllib
 
@@ -128,3 +129,24 @@ def test_no_cluster_is_explicit_and_says_so_everywhere(tmp_path):
     assert 'gpupool_unchecked_total{decision="allowed",why="no-nodes"} 1.0' in metrics
     assert f'gpupool_build_info{{version="{__version__}"}} 1.0' in metrics
     assert f"gpupool {__version__}: serving on" in srv.log.read_text()
+
+
+def test_plain_http_is_said_out_loud(tmp_path):
+    from tests.integration.conftest import free_port, gpupool_cmd, stop_group
+
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([*gpupool_cmd(), "serve", "--demo", "--insecure-http", "--bind",
+                                 f"127.0.0.1:{port}", "--workers", "1"], stdout=fh,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while "Booting worker" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+    finally:
+        stop_group(proc)
+    text = log.read_text()
+    assert "warning: --insecure-http: serving plain HTTP, for local debugging only" in text
+    assert "Traceback" not in text

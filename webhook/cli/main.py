@@ -284,6 +284,10 @@ def _serve(args: argparse.Namespace) -> int:
     if args.audit_file:
         _check_audit_file(args.audit_file)
     _check_bind(args.bind)
+    if args.insecure_http:  # said once every input has passed, just before serving
+        print("warning: --insecure-http: serving plain HTTP, for local debugging only; the API "
+              "server calls webhooks over HTTPS alone, and reviews carry pod specs",
+              file=sys.stderr)
     cfg = ServeConfig(bind=args.bind, certfile=args.cert or "", keyfile=args.key or "",
                       policy=args.policy, cluster_file=cluster, demo=args.demo,
                       kubeconfig=args.kubeconfig,
@@ -410,6 +414,10 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from webhook.kube import api_client
     from webhook.node.agent import KubeNodeClient, Observer, Publisher, run
 
+    for d in args.cdi_dir:  # a typo would otherwise read as "no specs on this node"
+        if not os.path.isdir(d):
+            print(f"warning: --cdi-dir {d}: no such directory (yet); specs written there "
+                  "later are read on the next look", file=sys.stderr)
     observer = Observer(spec_dirs=args.cdi_dir or None, nvidia_config=args.runtime_config,
                         containerd_config=args.containerd_config, host_root=args.host_root,
                         driver_gpus_dir=args.driver_gpus_dir or None,
@@ -599,6 +607,7 @@ def _sub(sub: Any, name: str, summary: str, examples: str) -> argparse.ArgumentP
         epilog="examples:\n" + textwrap.indent(textwrap.dedent(examples).strip(), "  "),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     _version_flag(p)
+    p.set_defaults(parser_of_command=p)  # the innermost command's parser, for its errors
     return p
 
 
@@ -844,7 +853,10 @@ def _one_line(exc: BaseException) -> str:
 
 def main(argv: Sequence[str] | None = None, prog: str = "gpupool") -> int:
     parser = build_parser(prog)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command they were given to, with that command's help
+        getattr(args, "parser_of_command", parser).error(
+            f"unrecognized arguments: {' '.join(extra)}")
     from webhook.certs import CertError
     from webhook.engine import PolicyError
     from webhook.kube import KubeError
