@@ -126,13 +126,16 @@ def inline_commands(docs: list[Path] = DOCS) -> Iterator[tuple[str, str]]:
                 yield f"{doc.relative_to(ROOT)}:{number}", m.group(1)
 
 
-def workdir(tmp: Path) -> Path:
-    """A copy of what the docs' commands read: the manifests, examples and demo data."""
+def workdir(tmp: Path, parts: tuple[str, ...] = ("manifests", "docs", "webhook/data",
+                                                  "Makefile")) -> Path:
+    """A copy of what the docs' commands read (by default the manifests, examples and demo
+    data), as ``tmp/repo``."""
     root = tmp / "repo"
-    for part in ("manifests", "docs", "webhook/data", "Makefile"):
+    for part in parts:
         src = ROOT / part
         if src.is_dir():
-            shutil.copytree(src, root / part, ignore=shutil.ignore_patterns("certs"))
+            shutil.copytree(src, root / part,
+                            ignore=shutil.ignore_patterns("certs", "__pycache__"))
         else:
             (root / part).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(src, root / part)

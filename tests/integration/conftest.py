@@ -37,6 +37,20 @@ class Server:
                       headers={"Content-Type": content_type})
 
 
+def kubeconfig_for(path: Path, server: str) -> Path:
+    """A kubeconfig for ``server`` with a token and TLS verification off, as a stand-in API
+    server (whose certificate nobody trusts) needs."""
+    import yaml
+
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": server,
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    return path
+
+
 def gpupool_cmd() -> list[str]:
     return [sys.executable, "-m", "webhook"]
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.integration.conftest import free_port, generate_certs
+from tests.integration.conftest import free_port, generate_certs, kubeconfig_for
 
 DEMO = ROOT / "webhook/data/demo-cluster.yaml"
 POD = ROOT / "docs/examples/pod-hami.yaml"
@@ -26,16 +26,6 @@ class Case:
     args: list[str]
     expect: str  # a piece of the one error line: the input it names, or the fix
     env: dict[str, str] | None = None
-
-
-def _kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": server,
-                                               "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +43,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
     generate_certs(tmp / "half-ca")  # a CA whose key went missing
     (tmp / "half-ca/ca.key").unlink()
     return {"tmp": tmp, "certs": certs,
-            "refused": _kubeconfig(tmp / "refused.kubeconfig", f"https://127.0.0.1:{free_port()}")}
+            "refused": kubeconfig_for(tmp / "refused.kubeconfig", f"https://127.0.0.1:{free_port()}")}
 
 
 def cases(f: dict[str, Path]) -> list[Case]:

@@ -263,15 +263,8 @@ def test_make_run_from_nothing_and_after_a_half_made_venv(tmp_path):
     what it is doing, a line per step."""
     from tests.integration.conftest import free_port, stop_group, wait_ready
 
-    repo = tmp_path / "repo"
-    for part in ("Makefile", "pyproject.toml", "constraints.txt", "README.md", "webhook",
-                 "docs/examples"):
-        src = ROOT / part
-        if src.is_dir():
-            shutil.copytree(src, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            (repo / part).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(src, repo / part)
+    repo = workdir(tmp_path, ("Makefile", "pyproject.toml", "constraints.txt", "README.md",
+                              "webhook", "docs/examples"))
     old = tmp_path / "python3.9"
     old.write_text("#!/bin/sh\necho 'Python 3.9.2'\nexit 1\n")
     old.chmod(0o755)

@@ -15,10 +15,9 @@ import threading
 import jsonpatch
 import pytest
 import requests
-import yaml
 
 from tests.conftest import body, gpu_pod
-from tests.integration.conftest import start_server, stop_server
+from tests.integration.conftest import kubeconfig_for, start_server, stop_server
 from webhook.policyfile import default_policy_text
 
 
@@ -40,15 +39,8 @@ def silent_api_server(tmp_path):
                 continue
 
     threading.Thread(target=accept, daemon=True).start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {
-            "server": f"https://127.0.0.1:{listener.getsockname()[1]}",
-            "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
-    yield kubeconfig
+    yield kubeconfig_for(tmp_path / "kubeconfig",
+                         f"https://127.0.0.1:{listener.getsockname()[1]}")
     stop.set()
     for s in held:
         s.close()

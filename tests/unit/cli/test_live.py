@@ -14,9 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.integration.conftest import generate_certs
+from tests.integration.conftest import generate_certs, kubeconfig_for
 
 FORBIDDEN = ('nodes is forbidden: User "system:serviceaccount:ci:reader" cannot list resource '
              '"nodes" in API group "" at the cluster scope')
@@ -51,15 +50,7 @@ def api_server(tmp_path, request):
     ctx.load_cert_chain(tmp_path / "certs/tls.crt", tmp_path / "certs/tls.key")
     httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {
-            "server": f"https://127.0.0.1:{httpd.server_address[1]}",
-            "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
-    yield kubeconfig
+    yield kubeconfig_for(tmp_path / "kubeconfig", f"https://127.0.0.1:{httpd.server_address[1]}")
     httpd.shutdown()
 
 
