@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 RUN    ?= .run
 PORT   ?= 8443
 
-.PHONY: run test bench clean
+.PHONY: run test unit lint bench clean
 
 # A virtualenv made whole, or made again: a first try that stopped half way (an interrupted
 # install, a Python too old) leaves no stamp, and the next run starts it over unless what
@@ -46,11 +46,28 @@ run: $(VENV)/.installed-run
 	exec $(PY) -m webhook serve --bind 127.0.0.1:$(PORT) --demo \
 	  --cert $(RUN)/certs/tls.crt --key $(RUN)/certs/tls.key
 
-# The whole suite: lint, strict type check (webhook/), unit, HTTPS and end-to-end tests.
-test: $(VENV)/.installed
+# One layer of the suite under pytest, timed; its exit status is the layer's.
+define layer
+t0=$$(date +%s); $(PY) -m pytest $(2); rc=$$?; \
+echo "make: $(1) layer took $$(( $$(date +%s) - t0 )) s (pytest exit $$rc)"; exit $$rc
+endef
+
+# Lint and the strict type check (webhook/).
+lint: $(VENV)/.installed
 	$(PY) -m ruff check webhook tests bench
 	$(PY) -m mypy
-	$(PY) -m pytest
+
+# The fast loop: the unit layer alone, on every core (well under a minute here).
+unit: $(VENV)/.installed
+	@$(call layer,unit,-n auto tests/unit)
+
+# The whole suite: lint and types, then the unit layer, the HTTPS layer (a real gunicorn,
+# the real runtime and CDI library) and the end-to-end layer (a real control plane), in
+# that order, each timed: the quickest answers come first.
+test: lint
+	@$(call layer,unit,-n auto tests/unit)
+	@$(call layer,integration,tests/integration)
+	@$(call layer,end-to-end,tests/e2e)
 
 # Benchmarks (not tests): throughput and latency against a same-run baseline, decision cost
 # as the cluster grows, agent cost. Needs wrk (Debian's package), installed here if missing.
