@@ -61,6 +61,8 @@ def cases(f: dict[str, Path]) -> list[Case]:
              "bad.yaml"),
         Case("check-bad-policy", ["check", "-f", str(POD), "--policy", str(tmp / "policy.yaml")],
              "gpuResources"),
+        Case("check-policy-not-yaml", ["check", "-f", str(POD), "--policy",
+                                       str(tmp / "bad.yaml")], "bad.yaml: not valid YAML"),
         Case("check-nothing-to-check-against", ["check", "-f", str(POD)], "--no-cluster",
              env=no_kube),
         Case("check-cluster-without-nodes", ["check", "-f", str(POD), "--cluster",

@@ -150,3 +150,25 @@ def test_plain_http_is_said_out_loud(tmp_path):
     text = log.read_text()
     assert "warning: --insecure-http: serving plain HTTP, for local debugging only" in text
     assert "Traceback" not in text
+
+
+def test_ctrl_c_stops_the_server_as_sigterm_does(tmp_path):
+    """Ctrl-C in a terminal sends SIGINT to every process of the group: the master and each
+    gevent worker. It used to print a gevent SystemExit traceback every time."""
+    import os
+    import signal
+
+    srv = start_server(tmp_path, workers=2)
+    try:
+        assert srv.post("mutate", body(gpu_pod())).status_code == 200
+        # idle workers, as a person at the terminal has them: a stop right on the heels of a
+        # request can miss a worker's signal and wait out the graceful timeout (the
+        # master then kills it; the same for SIGTERM), which this test does not measure
+        requests.get(f"{srv.url}/readyz", verify=srv.ca, timeout=5)
+        os.killpg(srv.proc.pid, signal.SIGINT)
+        assert srv.proc.wait(40) == 0
+    finally:
+        stop_server(srv)
+    log = srv.log.read_text()
+    assert "Handling signal: int" in log and "Shutting down: Master" in log
+    assert "Traceback" not in log and "SystemExit" not in log
