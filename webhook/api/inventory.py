@@ -115,7 +115,8 @@ class Inventory:
         return device in self.kinds.get(kind, ())
 
     def to_json(self) -> dict[str, Any]:
-        """The annotation document, minus ``observedAt`` changes: used to compare states."""
+        """The annotation document, ``observedAt`` included (``content`` is it without, to
+        compare states)."""
         return {
             "schemaVersion": self.schema_version,
             "observedAt": self.observed_at,

@@ -19,13 +19,12 @@ from typing import Any, NamedTuple
 from webhook.engine import candidates as cand
 from webhook.engine import dra
 from webhook.engine.cluster import ClusterView, NodeInfo
-from webhook.engine.decision import Decision, NodeFinding, Reason, allow, deny
+from webhook.engine.decision import MAX_FINDINGS, Decision, NodeFinding, Reason, allow, deny
 from webhook.engine.podfacts import PodFacts
 from webhook.engine.policy import OnFinding, Policy
 from webhook.engine.resources import pod_requests
 
 _SHOW = 3
-MAX_FINDINGS = 20
 
 
 def demand(facts: PodFacts, view: ClusterView | None) -> dra.Demand:

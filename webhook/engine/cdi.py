@@ -23,7 +23,7 @@ from webhook.api.inventory import MIG_RESOURCE_PREFIX, Inventory
 from webhook.engine import affinity, allocation, clusterpolicy, hami, nri
 from webhook.engine import candidates as cand
 from webhook.engine.cluster import ClusterView, NodeInfo
-from webhook.engine.decision import Decision, NodeFinding, Reason, allow, deny
+from webhook.engine.decision import MAX_FINDINGS, Decision, NodeFinding, Reason, allow, deny
 from webhook.engine.podfacts import PodFacts
 from webhook.engine.policy import OnFinding, Policy, Pool
 
@@ -37,7 +37,6 @@ class NodeState(StrEnum):
 
 _SHOW_NODES = 3
 #: Nodes listed in a decision (and so in its audit record); messages give the totals.
-MAX_FINDINGS = 20
 _SHOW_DEVICES = 3
 #: Why no CDI check ran when the view holds no node at all.
 NO_NODES = "gpupool knows no nodes"

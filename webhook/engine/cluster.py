@@ -185,11 +185,13 @@ class NodeFold(Generic[T]):
 
 
 class ClusterView:
-    """Thread-safe node and namespace cache with a pool-label index and a memo per version.
+    """Everything the engine knows of the cluster, thread-safe: nodes (with a pool-label
+    index), namespace labels, RuntimeClasses, DRA objects, the GPU Operator's ClusterPolicy,
+    HAMi's device-plugin DaemonSets, and whether a watch has synced it yet (``synced``).
 
     Every change that matters to decisions bumps ``version``; memoised results (candidate
-    nodes for a pod shape, say) are keyed on it, so repeated pods from one workload cost one
-    scan per cluster change rather than one per request.
+    nodes for a pod shape, say) and per-node folds are keyed on it, so repeated pods from one
+    workload cost one scan per cluster change rather than one per request.
     """
 
     def __init__(self, pool_label: str = "gpupool.io/pool") -> None:

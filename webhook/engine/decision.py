@@ -53,6 +53,11 @@ class Reason(StrEnum):
         return tuple(r.value for r in cls)
 
 
+#: Nodes a decision names at most (message, audit record, ``check -o json``): enough to act
+#: on, bounded whatever the cluster's size.
+MAX_FINDINGS = 20
+
+
 @dataclass(frozen=True)
 class NodeFinding:
     """One node the decision looked at and what it lacked (empty: nothing)."""

@@ -339,7 +339,7 @@ def match_slice(s: Slice, request: Request, device_class: DeviceClass) -> Matche
     key = (selectors, request.tolerations and repr(request.tolerations))
     hit = s.memo.get(key)
     if hit is not None:
-        return hit  # type: ignore[no-any-return]
+        return hit  # type: ignore[no-any-return]  # the memo holds only what this returns
     compiled = [cel.compile_selector(e) for e in selectors]
     names = cel.referenced_names(selectors)
     columns = [(i, k) for i, (k, _) in enumerate(s.varying) if names is None or k[2] in names]

@@ -62,11 +62,16 @@ class Handler:
         start = time.perf_counter()
         try:
             req = review.parse_review(body, content_type)
-            decision = engine.decide(self.stage, subject_of(req), self.view,
-                                    self.policies.policy)
         except BadRequest as err:
             log.warning("bad admission request on /%s: %s", self.stage.value, err.message)
             return err.status, review.error_response(err)
+        except Exception:  # a bug in reading the review: no uid to answer with, but no 500
+            log.exception("internal error reading a review on /%s", self.stage.value)
+            unread = BadRequest(400, "the review could not be read (internal error, logged)")
+            return unread.status, review.error_response(unread)
+        try:
+            decision = engine.decide(self.stage, subject_of(req), self.view,
+                                     self.policies.policy)
         except Exception:  # the engine failed: log it, never block the pod
             log.exception("internal error deciding on /%s", self.stage.value)
             decision = allow(Reason.INTERNAL_ERROR, message="internal error; object not checked")
@@ -234,6 +239,7 @@ def _drain(stream: Any, length: int, limit: int = 4 * review.MAX_BODY_BYTES) -> 
 
 def create_app(webhook: Webhook, extra_routes: Callable[[Flask], None] | None = None) -> Flask:
     app = Flask("gpupool")
+    # Flask's own wsgi_app is a method; the admission paths wrap it, as Flask's docs advise
     app.wsgi_app = ReviewPaths(webhook.handlers, app.wsgi_app)  # type: ignore[method-assign]
 
     def probe_route(path: str, probes: Callable[[], list[Probe]]) -> None:

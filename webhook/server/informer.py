@@ -169,11 +169,14 @@ def _same(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 class ClusterInformer:
-    """Keeps a ClusterView in sync with the API server's Nodes, Namespaces and RuntimeClasses.
+    """Keeps a ClusterView in sync with the API server: Nodes and Namespaces (required: the
+    view is ``synced`` and the server ready only once both are listed), and, where the API
+    and the permission exist, RuntimeClasses, DRA objects, ClusterPolicies and HAMi's
+    device-plugin DaemonSets.
 
-    RuntimeClasses are not needed for readiness: until they are listed (a cluster role
+    The optional kinds are not needed for readiness: until they are listed (a cluster role
     without them, say) the view does not know them and decides as before (a class names its
-    handler, any class may be suggested)."""
+    handler, any class may be suggested; DRA claims are not judged)."""
 
     def __init__(self, view: ClusterView, api_client: Any, *, watch_timeout: int = 300) -> None:
         from kubernetes import client

@@ -250,3 +250,15 @@ def test_a_repaired_pod_is_always_audited(tmp_path):
     assert rec["uid"] == "u-fix" and rec["reason"] == "Repaired"
     assert {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia-legacy"} in \
         rec["patch"]
+
+
+def test_a_crash_while_reading_the_review_is_a_400_not_a_500(handler, monkeypatch):
+    """A bug in the review parser: logged, answered, never an unbound name and a 500."""
+    from webhook.server import review as review_mod
+
+    def boom(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(review_mod, "parse_review", boom)
+    code, out = handler.handle("validate", body(gpu_pod(), uid="u-parse"), "application/json")
+    assert code == 400 and out["kind"] == "Status" and "could not be read" in out["message"]
