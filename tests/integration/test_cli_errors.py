@@ -222,9 +222,10 @@ def test_doctor_reports_the_serving_certificate(tmp_path):
 def test_unexpected_errors_are_one_line_exit_3_unless_debugging(tmp_path):
     """A bug is not a user mistake: exit 3, one line that says how to get the traceback."""
     code = ("import importlib, sys\n"
-            "m = importlib.import_module('webhook.cli.main')\n"
+            "c = importlib.import_module('webhook.cli.commands.check')\n"
             "def boom(args): raise RuntimeError('boom')\n"
-            "m.cmd_check = boom\n"
+            "c.cmd_check = boom\n"
+            "m = importlib.import_module('webhook.cli.main')\n"
             "sys.exit(m.main(['check', '-f', 'x']))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        cwd=ROOT)

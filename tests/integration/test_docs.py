@@ -246,14 +246,14 @@ def test_the_documented_server_flags_and_defaults_are_the_parsers():
             documented[flag] = default.strip().strip("`")
     assert sorted(documented) == sorted(real)
     for flag, action in real.items():
-        if isinstance(action, argparse._StoreTrueAction):
+        # a switch is off unless given (--no-audit-stdout turns a default-on setting off)
+        if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
             assert documented[flag] == "off", flag
         elif action.default is None:
             assert documented[flag] == "-", flag
         else:
             assert documented[flag] == str(action.default), flag
-            field = action.dest.replace("log_level", "loglevel")
-            assert getattr(ServeConfig, field) == action.default, flag
+            assert getattr(ServeConfig, action.dest) == action.default, flag
 
 
 def test_make_run_from_nothing_and_after_a_half_made_venv(tmp_path):

@@ -1,0 +1,138 @@
+"""What every ``gpupool`` command shares: exit codes, the usage error, the parser's habits
+(one-line errors, ``--version``, ``-o``, the kubeconfig flags), and reading a policy and a
+cluster snapshot. Light to import: each command loads what it needs when it runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from webhook import __version__
+from webhook.kube import REQUEST_TIMEOUT
+
+if TYPE_CHECKING:
+    from webhook.engine import ClusterView, Policy
+    from webhook.snapshot import ClusterFile
+
+EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+OUTPUTS = ("json", "yaml", "wide")
+
+
+class UsageError(Exception):
+    pass
+
+
+def load_policy(path: str | None) -> Policy:
+    from webhook.policyfile import default_policy, load_policy_file
+
+    return load_policy_file(path) if path else default_policy()
+
+
+def namespace_labels(text: str | None) -> dict[str, str]:
+    if not text:
+        return {}
+    out = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--namespace-labels: {part!r} is not key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def load_nodes(cluster: str) -> ClusterFile:
+    from webhook.snapshot import load_cluster_file
+
+    return load_cluster_file(cluster)
+
+
+def view_of(snapshot: ClusterFile, policy: Policy, ns_labels: dict[str, str],
+          namespaces: Sequence[str] = ()) -> ClusterView:
+    from webhook.engine import view_from_objects
+
+    ns = snapshot.namespaces
+    for name in namespaces:
+        ns.setdefault(name, {}).update(ns_labels)
+    return view_from_objects(snapshot.nodes, policy, ns, snapshot.runtime_classes,
+                             snapshot.resources)
+
+
+def print_doc(doc: Any, output: str | None) -> None:
+    """``-o json`` and ``-o yaml``, as kubectl prints them."""
+    if output == "yaml":
+        import yaml
+
+        # Through JSON first: YAML then holds exactly what -o json prints (enum members as
+        # their values, which safe_dump would refuse).
+        print(yaml.safe_dump(json.loads(json.dumps(doc)), sort_keys=False,
+                             default_flow_style=False), end="")
+    else:
+        print(json.dumps(doc, indent=2))
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with kubectl's habit for mistakes: one line naming the flag and where the
+    help is, exit 2 (argparse prints the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
+
+
+def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def add_output(p: argparse.ArgumentParser, default_name: str) -> None:
+    p.add_argument("-o", "--output", choices=OUTPUTS, default=None,
+                   help=f"json, yaml, or wide (more columns); default: {default_name}")
+
+
+def add_kube_flags(p: argparse.ArgumentParser, kubeconfig_help: str,
+                group: argparse._MutuallyExclusiveGroup | None = None, *,
+                request_timeout: bool = True) -> None:
+    (group or p).add_argument("--kubeconfig", help=kubeconfig_help)
+    p.add_argument("--context", help="the kubeconfig context to use (default: its current one)")
+    if not request_timeout:  # a long-running command: each call has its own timeout
+        return
+    p.add_argument("--request-timeout", type=positive(float), default=REQUEST_TIMEOUT,
+                   metavar="SECONDS", help="how long the API server may take, all calls "
+                                           "together (default: %(default)s)")
+
+
+def add_version_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--version", action="version", version=f"gpupool {__version__}",
+                   help="print gpupool's version and exit")
+
+
+def add_command(sub: Any, name: str, summary: str, examples: str) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help=summary, description=summary,
+        epilog="examples:\n" + textwrap.indent(textwrap.dedent(examples).strip(), "  "),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version_flag(p)
+    p.set_defaults(parser_of_command=p)  # the innermost command's parser, for its errors
+    return p
+
