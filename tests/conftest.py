@@ -7,7 +7,9 @@ import copy
 import json
 import os
 import sys
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,17 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for title, text in _REPORTS:
         terminalreporter.section(title)
         terminalreporter.write_line(text)
+
+
+def wait_until(probe: Callable[[], object], what: str, timeout: float = 30,
+               every: float = 0.1) -> None:
+    """Until ``probe()`` is true; fails naming ``what`` after ``timeout`` seconds. The one
+    way a test waits: for a condition, never for a fixed time."""
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
 
 
 def load_docs(path: Path | str) -> list[dict[str, Any]]:

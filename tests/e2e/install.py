@@ -7,13 +7,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tests import conftest
 from tests.conftest import ROOT
 from tests.controlplane import ControlPlane
 from tests.integration.conftest import Server, generate_certs, start_server
@@ -101,11 +101,7 @@ def agent(cp: ControlPlane, node: str, paths: dict[str, Path]) -> None:
 
 
 def wait_until(probe: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.5)
+    conftest.wait_until(probe, what, timeout, every=0.5)
 
 
 def wait_for_webhooks(cp: ControlPlane, server: Server, namespace: str) -> None:

@@ -417,7 +417,14 @@ def test_admin_access_gpupool_denies_could_never_start(dra):
     try:
         r = install.apply(c.cp, pod)
         assert r.returncode == 0, r.stderr
-        time.sleep(10)
+
+        def tried() -> bool:  # the scheduler has looked at it and said why it cannot bind
+            conditions = (c.get("pod", "-n", ns, "monitor").get("status") or {}).get(
+                "conditions") or []
+            return any(x.get("type") == "PodScheduled" and x.get("status") == "False"
+                       for x in conditions)
+
+        install.wait_until(tried, "the scheduler's verdict on the admin-access pod", 60)
         p = c.get("pod", "-n", ns, "monitor")
         assert not p["spec"].get("nodeName"), "bound although its claim cannot be allocated"
         claims = c.get("resourceclaims", "-n", ns)["items"]

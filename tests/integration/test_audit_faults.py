@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import IN_CI, body, gpu_pod
+from tests.conftest import IN_CI, body, gpu_pod, wait_until
 from tests.integration.conftest import start_server, stop_server
 from webhook.server.audit import RETRY_SECONDS
 
@@ -146,12 +146,6 @@ def _uids(path: Path) -> list[str]:
 def _lost_by_markers(path: Path) -> int:
     return sum(r["lost"] for r in _file_lines(path) if r.get("audit") == "gpupool-gap")
 
-
-def _until(cond, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting: {what}"
-        time.sleep(0.05)
 
 
 def _recover(srv, audit: Path, tag: str) -> list[str]:
@@ -326,10 +320,10 @@ def test_filling_and_freeing_the_disk_under_load_leaves_no_torn_line(tmpfs):
             t.start()
         for leave in (0, 300, 1500):  # full, then less than one line of room, then a few
             sent_before = len(sent)
-            _until(lambda n=sent_before: len(sent) >= n + 10, "denials written while free")
+            wait_until(lambda n=sent_before: len(sent) >= n + 10, "denials written while free")
             lost_before = _metric(srv, "gpupool_audit_records_lost_total", "file")
             _fill(fs / "filler", leave=leave)
-            _until(lambda n=lost_before: _metric(
+            wait_until(lambda n=lost_before: _metric(
                 srv, "gpupool_audit_records_lost_total", "file") >= n + 5,
                 "denials lost while full")
             (fs / "filler").unlink()

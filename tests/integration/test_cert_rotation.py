@@ -19,7 +19,7 @@ import pytest
 import requests
 from cryptography import x509
 
-from tests.conftest import body, gpu_pod
+from tests.conftest import body, gpu_pod, wait_until
 from tests.integration.conftest import generate_certs, start_server, stop_server
 
 
@@ -113,7 +113,7 @@ def test_rotation_under_load_fails_no_request(tmp_path):
         threads = [threading.Thread(target=load) for _ in range(6)]
         for t in threads:
             t.start()
-        time.sleep(1)
+        wait_until(lambda: count[0] >= 30, "load before the rotation")
         subprocess.run([sys.executable, "-m", "webhook", "certs", "renew", "--out", str(src),
                         "--force", "--ip", "127.0.0.1", "--dns", "localhost"], check=True,
                        capture_output=True)
@@ -122,7 +122,8 @@ def test_rotation_under_load_fails_no_request(tmp_path):
         while _served_serial(srv.url, ca) == first:
             assert time.monotonic() < deadline, "new certificate never served"
             time.sleep(0.2)
-        time.sleep(1)
+        after = count[0]
+        wait_until(lambda: count[0] >= after + 30, "load after the rotation")
         done.set()
         for t in threads:
             t.join(30)

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from bench import slowclients, soak
-from tests.conftest import ROOT, body, gpu_pod
+from tests.conftest import ROOT, body, gpu_pod, wait_until
 from tests.integration.conftest import start_server, stop_server
 
 RESULTS = ROOT / "bench" / "results" / "faults.json"
@@ -69,10 +69,11 @@ def test_worker_killed_during_load(fresh_server):
     threads = [threading.Thread(target=load) for _ in range(6)]
     for t in threads:
         t.start()
-    time.sleep(2)
+    wait_until(lambda: results.count(True) >= 100, "load answered before the kill")
     os.kill(victim, signal.SIGKILL)
     killed_at = len(results)
-    time.sleep(4)
+    wait_until(lambda: len(results) >= killed_at + 300 and results[-50:].count(False) == 0,
+               "load answered again after the kill", timeout=60)
     stop.set()
     for t in threads:
         t.join(20)
@@ -164,7 +165,7 @@ def test_graceful_stop_closes_idle_connections_and_finishes_requests(tmp_path):
     time.sleep(0.5)
     t0 = time.monotonic()
     srv.proc.send_signal(signal.SIGTERM)
-    time.sleep(1.0)
+    wait_until(lambda: "Handling signal: term" in srv.log.read_text(), "the stop to begin")
     busy.sendall(sent[50:])
     reply = b""
     while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):

@@ -10,11 +10,11 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import requests
 
+from tests.conftest import wait_until
 from tests.integration.conftest import gpupool_cmd, start_server, stop_server
 from webhook.policyfile import DATA_DIR, default_policy_text
 
@@ -40,15 +40,9 @@ def _respawn_all(srv, want: int = 2) -> None:
     assert len(old) == want, old
     for pid in old:
         os.kill(pid, signal.SIGKILL)
-    _until(lambda: len(_children(srv.proc.pid) - old) == want and srv.proc.poll() is None,
+    wait_until(lambda: len(_children(srv.proc.pid) - old) == want and srv.proc.poll() is None,
            f"workers respawned\n{srv.log.read_text()[-3000:]}")
 
-
-def _until(cond, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting: {what}"
-        time.sleep(0.1)
 
 
 def _answers_reviews(srv, rounds: int = 20) -> None:
@@ -89,11 +83,11 @@ def test_bad_policy_then_worker_restarts_keeps_serving(tmp_path):
         assert _metric(srv, 'gpupool_serving_last_good_copy{file="policy"}').endswith(" 1.0")
         # a second worker booting after the bad file (gunicorn's TTIN adds one)
         os.kill(srv.proc.pid, signal.SIGTTIN)
-        _until(lambda: len(_children(srv.proc.pid)) == 3, "a third worker")
+        wait_until(lambda: len(_children(srv.proc.pid)) == 3, "a third worker")
         _answers_reviews(srv, rounds=10)
         policy.write_text(default_policy_text())  # fixed: every worker follows it again
-        _until(lambda: "[+]policy ok" in _readyz(srv).text, "policy fixed")
-        _until(lambda: _metric(srv, 'gpupool_serving_last_good_copy{file="policy"}')
+        wait_until(lambda: "[+]policy ok" in _readyz(srv).text, "policy fixed")
+        wait_until(lambda: _metric(srv, 'gpupool_serving_last_good_copy{file="policy"}')
                .endswith(" 0.0"), "metric back to 0")
     finally:
         stop_server(srv)
@@ -112,7 +106,7 @@ def test_garbage_certificate_then_worker_restarts_keeps_serving(tmp_path):
         assert _metric(srv, "gpupool_certificate_last_update_ok").endswith(" 0.0")
         _answers_reviews(srv)
         (srv.certs / "tls.crt").write_bytes(good)
-        _until(lambda: "[+]certificate-files ok" in _readyz(srv).text, "certificate fixed")
+        wait_until(lambda: "[+]certificate-files ok" in _readyz(srv).text, "certificate fixed")
     finally:
         stop_server(srv)
     assert "Traceback" not in srv.log.read_text()

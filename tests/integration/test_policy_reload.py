@@ -52,7 +52,10 @@ def test_policy_reload_and_bad_update(tmp_path):
                                                  "schedulerName: gpu-batch-scheduler"), 2)
         for _ in range(6):  # every worker, whichever answers
             _eventually(lambda: _pool(srv), "operator/gpu-batch-scheduler")
-        time.sleep(2.5)  # past one check interval: every worker, even an idle one, has it
+        # Past one check interval, every worker, even an idle one, has it. Nothing outside
+        # can tell which worker answers, and a worker that booted after the swap loads it
+        # without a reload line, so this one wait is for the interval itself.
+        time.sleep(2.5)
         _swap(vol, default_policy_text().replace("poolLabel:", "poolLable:"), 3)
 
         def rejected_everywhere() -> bool:

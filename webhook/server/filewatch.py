@@ -144,22 +144,27 @@ class KeptCopies:
                 os.unlink(link)
             os.symlink(os.path.basename(version), link)
             os.replace(link, os.path.join(self.root, slot))
+            self._prune(slot, keep={os.path.basename(version)})
         except OSError as exc:
             log.warning("%s loaded but its last good copy could not be kept in %s: %s",
                         what, self.root, exc)
-            return
-        self._prune(slot, keep={os.path.basename(version)})
 
     def _prune(self, slot: str, keep: set[str]) -> None:
         """Versions older than the last two go; the previous stays for a worker that was
-        just reading it."""
+        just reading it. Every worker prunes after it promotes, often at the same moment
+        (each follows the same file): a version another worker removed meanwhile is simply
+        gone, never an error that would cost this worker the load it just made."""
         assert self.root is not None
         prefix = f".{slot}-"
-        versions = sorted((e for e in os.scandir(self.root)
-                           if e.name.startswith(prefix) and e.name not in keep),
-                          key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns)
-        for entry in versions[:-1]:
-            shutil.rmtree(entry.path, ignore_errors=True)
+        versions: list[tuple[int, str]] = []
+        for entry in os.scandir(self.root):
+            if entry.name.startswith(prefix) and entry.name not in keep:
+                try:
+                    versions.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.path))
+                except FileNotFoundError:
+                    continue
+        for _, path in sorted(versions)[:-1]:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def load_or_kept(kept: KeptCopies, what: str, paths: Sequence[str], load: Loader[T],
