@@ -136,6 +136,7 @@ def test_doctor_finds_the_release_by_label_and_refuses_a_namespace_without_one(r
     assert doc["installation"]["namespace"] == NS
     assert doc["installation"]["tlsSecret"] == f"{NS}/edge-serving"
     assert doc["certificate"]["covers_host"] is True
+    assert doc["totals"]["pods_at_risk"] == 0  # counted in a live cluster (none at risk)
     r = subprocess.run([sys.executable, "-m", "webhook", "doctor", "-n", "ml"], env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "-n ml: no gpupool installation there" in r.stderr
