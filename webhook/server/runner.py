@@ -145,6 +145,13 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     return webhook, metrics, keep
 
 
+def _post_fork(server: Any, worker: Any) -> None:
+    """In the new worker, first: keep a stop signal that arrives while it boots."""
+    from webhook.server.worker import hold_stop_signals
+
+    hold_stop_signals()
+
+
 def _child_exit(server: Any, worker: Any) -> None:
     """Fold a dead worker's counters into the multiprocess totals' archive."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -209,6 +216,7 @@ class GunicornApp(BaseApplication):  # type: ignore[misc]  # gunicorn is untyped
             # root filesystem, shared between servers on one host, and not needed.
             "control_socket_disable": True,
             "child_exit": _child_exit,
+            "post_fork": _post_fork,
             "worker_exit": _worker_exit,
             "worker_tmp_dir": os.environ.get("GPUPOOL_WORKER_TMP", "/dev/shm")
             if os.path.isdir("/dev/shm") else None,

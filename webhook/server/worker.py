@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,13 @@ class GeventWorker(_GeventWorker):  # type: ignore[misc]  # gunicorn is untyped
         self._sockets: dict[Any, Any] = {}  # greenlet -> its client socket
         self._waiting: set[Any] = set()  # greenlets waiting for their next request
         super().init_process()
+
+    def init_signals(self) -> None:
+        """gunicorn's handlers, then any stop signal that arrived while this worker was still
+        booting (``held_stop_signals``, kept by the runner's post-fork hook)."""
+        super().init_signals()
+        for sig in held_stop_signals():
+            (self.handle_exit if sig == signal.SIGTERM else self.handle_quit)(sig, None)
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
         me = gevent.getcurrent()
@@ -69,6 +77,30 @@ class GeventWorker(_GeventWorker):  # type: ignore[misc]  # gunicorn is untyped
             started = getattr(sock, "__dict__", {}).get("_request_started")
             if started is None:
                 greenlet.kill(_closing(), block=False)
+
+
+#: Stop signals a worker received between its fork and its own handlers (``hold_stop_signals``).
+_HELD: list[int] = []
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+
+
+def hold_stop_signals() -> None:
+    """In a newly forked worker, before it boots: keep the stop signals that arrive.
+
+    A forked worker inherits the master's Python signal handlers until it installs its own,
+    after importing and building the app (seconds on a busy node). The master's handler only
+    queues the signal in the worker's copy of the master: a SIGTERM that came then (a
+    rollout or Ctrl-C right after start) was lost, and the worker ran on until the master
+    killed it at the graceful timeout, 25 s later. Kept here, it is acted on as soon as the
+    worker's own handlers are in place."""
+    _HELD.clear()
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda signum, frame: _HELD.append(signum))
+
+
+def held_stop_signals() -> list[int]:
+    held, _HELD[:] = list(_HELD), []
+    return held
 
 
 def _closing() -> ConnectionResetError:
