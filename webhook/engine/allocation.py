@@ -27,10 +27,10 @@ from webhook.engine.resources import pod_requests
 _SHOW = 3
 
 
-def demand(facts: PodFacts, view: ClusterView | None) -> dra.Demand:
+def demand(facts: PodFacts, view: ClusterView | None) -> dra.ClaimDemand:
     """What the pod asks of DRA: its claims as the view knows them, and the extended
     resources a DeviceClass serves. Worked out once per pod."""
-    def compute() -> dra.Demand:
+    def compute() -> dra.ClaimDemand:
         if view is None:
             return dra.NO_DEMAND
         refs = dra.pod_claim_refs(facts.spec)
@@ -45,7 +45,7 @@ def demand(facts: PodFacts, view: ClusterView | None) -> dra.Demand:
                 unresolved.append(f"{kind} {name}")
             else:
                 claims.append(dra.PodClaim(entry, f"{kind} {name}", spec))
-        return dra.Demand(tuple(claims), tuple(unresolved), extended)
+        return dra.ClaimDemand(tuple(claims), tuple(unresolved), extended)
     return facts.once("dra", compute)
 
 
@@ -83,24 +83,24 @@ class _NodeCheck(NamedTuple):
     device_plugin: bool = False
 
 
-def _extended_claims(d: dra.Demand, spec: Mapping[str, Any]
+def _extended_claims(d: dra.ClaimDemand, spec: Mapping[str, Any]
                      ) -> dict[str, dra.PodClaim]:
     """For each extended resource a DeviceClass serves, the claim the scheduler makes for it
     where DRA serves it: as many devices as the pod's containers ask for, as the scheduler
     counts them."""
     counts = pod_requests(spec, [r for r, _ in d.extended])
-    return {r: dra.PodClaim(r, f"extended resource {r}", dra.ClaimSpec(((dra.Request(
+    return {r: dra.PodClaim(r, f"extended resource {r}", dra.ClaimSpec(((dra.DeviceRequest(
         r, cls, (), max(counts.get(r, 1), 1), False, ()),),))) for r, cls in d.extended}
 
 
-def _check_node(node: NodeInfo, d: dra.Demand, extra: Mapping[str, dra.PodClaim],
+def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodClaim],
                 view: ClusterView) -> _NodeCheck:
     """The pod's claims on this node: its own, plus the extended resources the node gets
     through DRA (``extra``); where device plugins serve all it asks, their count."""
     claims = d.claims + tuple(c for r, c in extra.items() if dra_served(node, r, d.extended))
     if not claims:
         # a device plugin serves all it asks here (its CDI devices: the CDI check's business)
-        short = cand.unfit_reason(node, cand.Demand(requests=tuple(sorted(
+        short = cand.unfit_reason(node, cand.GPUDemand(requests=tuple(sorted(
             (r, c.spec.requests[0][0].amount) for r, c in extra.items()))))
         return _NodeCheck(node.name, short is None, short or "", device_plugin=short is None)
     result = dra.judge_node(claims, view.slices_for(node.name), view.device_classes() or {})
@@ -161,7 +161,7 @@ def _summarise(values: dict[str, tuple[_NodeCheck, tuple[str, str] | None]]) -> 
                     undelivered, doubt[1] if doubt else "", mixed)
 
 
-def _summary(facts: PodFacts, d: dra.Demand, pool: str, view: ClusterView, policy: Policy
+def _summary(facts: PodFacts, d: dra.ClaimDemand, pool: str, view: ClusterView, policy: Policy
              ) -> _Summary:
     """Every candidate node judged: the pool's nodes (its GPU nodes, and any that publish
     ResourceSlices: a DRA node need not carry a GPU label) that the pod's placement allows.
@@ -194,7 +194,7 @@ def _summary(facts: PodFacts, d: dra.Demand, pool: str, view: ClusterView, polic
     return summary
 
 
-def _admin_access(facts: PodFacts, d: dra.Demand, view: ClusterView) -> str | None:
+def _admin_access(facts: PodFacts, d: dra.ClaimDemand, view: ClusterView) -> str | None:
     """The request that asks for admin access in a namespace not allowed to, if any."""
     labels = view.namespace_labels(facts.namespace or "")
     if labels is None or labels.get(dra.ADMIN_ACCESS_LABEL) == "true":

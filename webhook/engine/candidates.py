@@ -1,6 +1,6 @@
 """The nodes a pod could be scheduled to: its pool, nodeName, nodeSelector, required node
 affinity, and the NoSchedule/NoExecute taints it does not tolerate; then, per node, whether
-its GPUs can serve the pod (``Demand``): the count one container asks for, allocatable GPU
+its GPUs can serve the pod (``GPUDemand``): the count one container asks for, allocatable GPU
 resources, and HAMi's ``use-``/``nouse-gpuuuid`` and ``-gputype`` annotations.
 
 Computed from the pool index and memoised per pod shape on the cluster view, so the pods of
@@ -93,7 +93,7 @@ def _indexed_names(spec: Mapping[str, Any], view: ClusterView) -> frozenset[str]
 
 
 @dataclass(frozen=True)
-class Demand:
+class GPUDemand:
     """What a pod asks of one node's GPUs, as its scheduler and device plugin see it."""
 
     hami: bool = False  # HAMi's scheduler counts physical GPUs and reads the annotations
@@ -115,13 +115,13 @@ def narrows(facts: PodFacts, hami_pool: bool) -> bool:
     return hami_pool and any(hami.uuid_list(v) for v in facts.narrowing)
 
 
-def demand_of(facts: PodFacts, hami_pool: bool) -> Demand:
+def demand_of(facts: PodFacts, hami_pool: bool) -> GPUDemand:
     requests = tuple(sorted(pod_requests(facts.spec, facts.gpus).items()))
     if not hami_pool:
-        return Demand(requests=requests)
+        return GPUDemand(requests=requests)
     use_uuids, nouse_uuids, use_types, nouse_types = (hami.uuid_list(v)
                                                       for v in facts.narrowing)
-    return Demand(
+    return GPUDemand(
         hami=True, requests=requests,
         per_container=most_per_container(facts.spec, hami.COUNT_RESOURCE,
                                          set(hami.IMPLIES_ONE_GPU)),
@@ -129,7 +129,7 @@ def demand_of(facts: PodFacts, hami_pool: bool) -> Demand:
         nouse_types=nouse_types)
 
 
-def eligible_gpus(node: NodeInfo, demand: Demand) -> tuple[str, ...]:
+def eligible_gpus(node: NodeInfo, demand: GPUDemand) -> tuple[str, ...]:
     """The GPUs the device plugin could hand this pod on this node: all the node has, or, for
     HAMi, those its annotations allow (a model HAMi did not register is not filtered out).
     GPUs HAMi's device cordon names still count: see ``webhook.engine.cdi.assess_node``."""
@@ -144,7 +144,7 @@ def eligible_gpus(node: NodeInfo, demand: Demand) -> tuple[str, ...]:
                       or hami.type_allowed(types[u], demand.use_types, demand.nouse_types)))
 
 
-def unfit_reason(node: NodeInfo, demand: Demand) -> str | None:
+def unfit_reason(node: NodeInfo, demand: GPUDemand) -> str | None:
     """Why the pod's scheduler would not place the pod on this node's GPUs (None: it could).
 
     Only what the node itself reports is held against it: a node whose GPUs or allocatable

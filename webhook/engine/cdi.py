@@ -95,7 +95,7 @@ class Verdicts:
 
 
 def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: str | None,
-                demand: cand.Demand, policy: Policy, privileged: bool = False,
+                demand: cand.GPUDemand, policy: Policy, privileged: bool = False,
                 declared_way: delivery.Way | None = None) -> NodeAssessment:
     """Will every GPU the device plugin could hand this pod resolve on this node?
     ``handler``: the containerd handler the pod's RuntimeClass names
@@ -249,7 +249,7 @@ def worse(a: NodeAssessment, b: NodeAssessment | None) -> NodeAssessment:
     return b if b is not None and _SEVERITY[b.state] > _SEVERITY[a.state] else a
 
 
-def assess_annotations(node: NodeInfo, facts: PodFacts, plugin: nri.Plugin
+def assess_annotations(node: NodeInfo, facts: PodFacts, plugin: nri.NRIPlugin
                        ) -> NodeAssessment | None:
     """The CDI devices the pod's own ``nvidia.cdi.k8s.io`` annotations name, on a node where
     the GPU Operator's NRI plugin injects them (``webhook.engine.nri``); None: nothing
@@ -408,9 +408,9 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
     node_name = facts.node_name
     hami_pool = policy.is_hami_pool(pool_name)
     handler = view.handler_of(facts.runtime_class)
-    demand: list[cand.Demand] = []  # worked out on the first node that needs it
+    demand: list[cand.GPUDemand] = []  # worked out on the first node that needs it
 
-    def demand_of() -> cand.Demand:
+    def demand_of() -> cand.GPUDemand:
         if not demand:
             demand.append(cand.demand_of(facts, hami_pool))
         return demand[0]

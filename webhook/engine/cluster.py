@@ -220,7 +220,7 @@ class ClusterView:
         #: what the GPU Operator's ClusterPolicy says (None: unknown)
         self._operator: clusterpolicy.Operator | None = None
         #: HAMi's device-plugin DaemonSets (None: not known)
-        self._hami_plugins: tuple[hamiplugin.Plugin, ...] | None = None
+        self._hami_plugins: tuple[hamiplugin.HamiPlugin, ...] | None = None
         #: False while a watch fills the view and has not listed its nodes and namespaces
         #: yet: decisions then say the view is missing (``onNoNodeView``)
         self.synced = True
@@ -434,7 +434,7 @@ class ClusterView:
         """What the GPU Operator's ClusterPolicy says (``clusterpolicy``)."""
         self._set_config("_operator", operator)
 
-    def set_hami_plugins(self, plugins: Iterable[hamiplugin.Plugin] | None) -> None:
+    def set_hami_plugins(self, plugins: Iterable[hamiplugin.HamiPlugin] | None) -> None:
         """HAMi's device-plugin DaemonSets (``hamiplugin``); None: not known."""
         self._set_config("_hami_plugins", None if plugins is None else tuple(sorted(
             plugins, key=lambda p: (p.node_selector, str(p.way)))))
@@ -464,7 +464,7 @@ class ClusterView:
         """How the GPU Operator's device plugin hands GPUs, where its ClusterPolicy says."""
         return self._operator.way if self._operator is not None else None
 
-    def operator_nri(self) -> nri.Plugin | None:
+    def operator_nri(self) -> nri.NRIPlugin | None:
         """The GPU Operator's NRI plugin, where its ClusterPolicy runs one."""
         return self._operator.nri if self._operator is not None else None
 

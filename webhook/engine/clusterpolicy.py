@@ -41,7 +41,7 @@ def plugin_way(obj: Mapping[str, Any]) -> Way | None:
     return strategy_way(literal_value(strategy) or "")
 
 
-def nri_plugin(obj: Mapping[str, Any]) -> nri.Plugin | None:
+def nri_plugin(obj: Mapping[str, Any]) -> nri.NRIPlugin | None:
     """The NRI plugin the operator runs (gpu-operator ``controllers/object_controls.go``,
     ``transformToolkitCtrForCDI``: ``ENABLE_NRI_PLUGIN`` when ``cdi.nriPluginEnabled``; the
     toolkit's ``NRI_NAMESPACE`` is its own namespace), or None when it runs none."""
@@ -53,7 +53,7 @@ def nri_plugin(obj: Mapping[str, Any]) -> nri.Plugin | None:
     namespace = as_mapping(obj.get("status")).get("namespace")
     entry = env_entry(toolkit.get("env"), nri.NAMESPACES_ENV)
     extra = (literal_value(entry) if entry is not None else None) or ""
-    return nri.Plugin(namespace if isinstance(namespace, str) and namespace else None,
+    return nri.NRIPlugin(namespace if isinstance(namespace, str) and namespace else None,
                       frozenset(n.strip() for n in extra.split(",") if n.strip()))
 
 
@@ -62,7 +62,7 @@ class Operator:
     """What the cluster's ClusterPolicy says of the nodes the operator manages."""
 
     way: Way | None  # how its device plugin hands GPUs (None: no plugin, or not modelled)
-    nri: nri.Plugin | None  # its NRI plugin (None: it runs none)
+    nri: nri.NRIPlugin | None  # its NRI plugin (None: it runs none)
 
 
 def cluster_operator(policies: Iterable[Mapping[str, Any]]) -> Operator | None:

@@ -201,7 +201,7 @@ _VERDICTS: dict[Any, bool | str] = {}
 _VERDICTS_LIMIT = 65536
 
 
-class Request(NamedTuple):
+class DeviceRequest(NamedTuple):
     """One way to satisfy a claim's request (the request itself, or one ``firstAvailable``
     subrequest)."""
 
@@ -213,24 +213,26 @@ class Request(NamedTuple):
     tolerations: tuple[Mapping[str, Any], ...]
 
 
-def _request(name: str, raw: Mapping[str, Any]) -> Request:
+def _request(name: str, raw: Mapping[str, Any]) -> DeviceRequest:
     count = raw.get("count", 1)
     all_mode = raw.get("allocationMode") == "All"
     tolerations = tuple(t for t in _list(raw.get("tolerations")) if isinstance(t, Mapping))
     cls = raw.get("deviceClassName")
-    return Request(name, cls if isinstance(cls, str) else "", _selectors(raw.get("selectors")),
-                   0 if all_mode else (count if isinstance(count, int) and count > 0 else 1),
-                   raw.get("adminAccess") is True, tolerations)
+    return DeviceRequest(name, cls if isinstance(cls, str) else "",
+                         _selectors(raw.get("selectors")),
+                         0 if all_mode else (count if isinstance(count, int) and count > 0
+                                             else 1),
+                         raw.get("adminAccess") is True, tolerations)
 
 
 class ClaimSpec(NamedTuple):
     """A claim's requests; each is a tuple of alternatives (one unless ``firstAvailable``)."""
 
-    requests: tuple[tuple[Request, ...], ...]
+    requests: tuple[tuple[DeviceRequest, ...], ...]
 
     @classmethod
     def from_spec(cls, spec: object) -> ClaimSpec:
-        out: list[tuple[Request, ...]] = []
+        out: list[tuple[DeviceRequest, ...]] = []
         for raw in _list(_mapping(_mapping(spec).get("devices")).get("requests")):
             r = _mapping(raw)
             name = r.get("name") if isinstance(r.get("name"), str) else ""
@@ -264,7 +266,7 @@ class PodClaim(NamedTuple):
     spec: ClaimSpec
 
 
-class Demand(NamedTuple):
+class ClaimDemand(NamedTuple):
     """What a pod asks of DRA."""
 
     claims: tuple[PodClaim, ...]
@@ -283,7 +285,7 @@ class Demand(NamedTuple):
         return bool(self.claims or self.unresolved or self.extended)
 
 
-NO_DEMAND = Demand((), (), ())
+NO_DEMAND = ClaimDemand((), (), ())
 
 
 def pod_claim_refs(spec: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
@@ -327,7 +329,7 @@ class Matched(NamedTuple):
     error: str
 
 
-def match_slice(s: Slice, request: Request, device_class: DeviceClass) -> Matched:
+def match_slice(s: Slice, request: DeviceRequest, device_class: DeviceClass) -> Matched:
     """The request's devices among the slice's; kept on the slice per request shape.
 
     Devices the selectors cannot tell apart (every field they read is equal) are judged
@@ -386,7 +388,7 @@ class NodeResult(NamedTuple):
     doubt: str = ""
 
 
-def _judge_request(claim: PodClaim, r: Request, slices: tuple[Slice, ...],
+def _judge_request(claim: PodClaim, r: DeviceRequest, slices: tuple[Slice, ...],
                    classes: Mapping[str, DeviceClass]) -> tuple[bool, str, str]:
     """(served, why not, doubt) for one request, or one ``firstAvailable`` alternative."""
     dc = classes.get(r.device_class)

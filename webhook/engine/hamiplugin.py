@@ -29,14 +29,14 @@ _FLAG = "--device-list-strategy"
 
 
 @dataclass(frozen=True)
-class Plugin:
+class HamiPlugin:
     """One HAMi device-plugin DaemonSet: the nodes it runs on, and its way."""
 
     node_selector: tuple[tuple[str, str], ...]
     way: Way | None  # None: a strategy gpupool does not model
 
 
-def hami_plugin_from(obj: Mapping[str, Any]) -> Plugin | None:
+def hami_plugin_from(obj: Mapping[str, Any]) -> HamiPlugin | None:
     """The plugin a DaemonSet runs, or None when it is not HAMi's device plugin."""
     labels = as_mapping(meta_of(obj).get("labels"))
     if labels.get(COMPONENT_LABEL) != COMPONENT:
@@ -54,7 +54,7 @@ def hami_plugin_from(obj: Mapping[str, Any]) -> Plugin | None:
             strategy = found
             break
     selector = as_mapping(pod.get("nodeSelector"))
-    return Plugin(tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+    return HamiPlugin(tuple(sorted((str(k), str(v)) for k, v in selector.items())),
                   # the plugin's own default, envvar, when nothing sets it
                   strategy_way(strategy if strategy is not None else "envvar"))
 
@@ -69,7 +69,7 @@ def _flag(argv: object) -> str | None:
     return None
 
 
-def way_on(plugins: Iterable[Plugin], labels: Mapping[str, str]) -> Way | None:
+def way_on(plugins: Iterable[HamiPlugin], labels: Mapping[str, str]) -> Way | None:
     """The way HAMi's plugin hands GPUs on a node with these labels: that of the DaemonSets
     that run there, when they agree (None: none runs there, or they disagree)."""
     ways = {p.way for p in plugins if all(labels.get(k) == v for k, v in p.node_selector)}

@@ -36,7 +36,7 @@ WAY = "nriAnnotation"
 
 
 @dataclass(frozen=True)
-class Plugin:
+class NRIPlugin:
     """The operator's NRI plugin, as its ClusterPolicy configures it."""
 
     #: the operator's namespace (its ClusterPolicy's ``status.namespace``); None: not known
@@ -91,7 +91,7 @@ class Shortfall:
     fix: str = ""
 
 
-def judge(reqs: Requests, namespace: str | None, plugin: Plugin,
+def judge(reqs: Requests, namespace: str | None, plugin: NRIPlugin,
           kinds: Mapping[str, frozenset[str]], containerd_nri: bool | None = None
           ) -> Shortfall | None:
     """What goes wrong, on a node running the plugin whose CDI specs define ``kinds``

@@ -134,11 +134,11 @@ class Observer:
 
 
 #: What the agent keeps on its Node: the inventory annotation and the steering labels.
-NodeState = tuple[str | None, dict[str, str]]
+Published = tuple[str | None, dict[str, str]]
 
 
 class NodeClient(Protocol):
-    def get_state(self) -> NodeState: ...
+    def get_state(self) -> Published: ...
     def set_state(self, annotation: str, labels: Mapping[str, str | None]) -> None: ...
 
 
@@ -151,7 +151,7 @@ class KubeNodeClient:
         self.core = client.CoreV1Api(api)
         self.node_name = node_name
 
-    def get_state(self) -> NodeState:
+    def get_state(self) -> Published:
         meta = self.core.read_node(self.node_name).metadata
         labels = {k: v for k, v in ((meta and meta.labels) or {}).items() if k in STEERING_KEYS}
         return ((meta and meta.annotations) or {}).get(INVENTORY_ANNOTATION), labels
@@ -175,7 +175,7 @@ def node_labels(inv: Inventory) -> dict[str, str | None]:
     return {k: found.get(k) for k in sorted(STEERING_KEYS)}
 
 
-def same_content(current: NodeState, inv: Inventory) -> bool:
+def same_content(current: Published, inv: Inventory) -> bool:
     annotation, labels = current
     if annotation is None:
         return False

@@ -13,7 +13,7 @@ from tests.conftest import UPSTREAM
 from tests.unit.engine.test_steering import agent_node, decide, hami_pod, terms
 from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES
 from webhook.engine.decision import Reason
-from webhook.engine.hamiplugin import Plugin, hami_plugin_from, way_on
+from webhook.engine.hamiplugin import HamiPlugin, hami_plugin_from, way_on
 
 CHART_VALUES = yaml.safe_load((UPSTREAM / "hami-chart/values.yaml").read_text())
 
@@ -46,7 +46,7 @@ def daemonset(strategy: str | None = None, *, args: list[str] | None = None,
 def test_the_charts_default_is_envvar_on_the_nodes_it_selects():
     assert CHART_VALUES["devicePlugin"]["deviceListStrategy"] == "envvar"
     p = hami_plugin_from(daemonset())
-    assert p == Plugin(tuple(CHART_VALUES["devicePlugin"]["nvidiaNodeSelector"].items()),
+    assert p == HamiPlugin(tuple(CHART_VALUES["devicePlugin"]["nvidiaNodeSelector"].items()),
                        VISIBLE_DEVICES)
 
 
@@ -68,14 +68,14 @@ def test_other_daemonsets_and_junk_are_not_hamis_plugin():
     assert hami_plugin_from({"metadata": {"labels": "junk"}}) is None
     junk = daemonset()
     junk["spec"] = {"template": {"spec": {"containers": "x", "nodeSelector": []}}}
-    assert hami_plugin_from(junk) == Plugin((), VISIBLE_DEVICES)
+    assert hami_plugin_from(junk) == HamiPlugin((), VISIBLE_DEVICES)
 
 
 def test_a_node_takes_the_way_of_the_daemonsets_that_run_there_when_they_agree():
-    on = Plugin((("gpu", "on"),), CDI_DEVICES)
+    on = HamiPlugin((("gpu", "on"),), CDI_DEVICES)
     assert way_on([on], {"gpu": "on"}) == CDI_DEVICES
     assert way_on([on], {"gpu": "off"}) is None
-    assert way_on([on, Plugin((), VISIBLE_DEVICES)], {"gpu": "on"}) is None
+    assert way_on([on, HamiPlugin((), VISIBLE_DEVICES)], {"gpu": "on"}) is None
 
 
 def test_a_cdi_strategy_plugin_without_its_spec_is_caught(tmp_path):

@@ -11,7 +11,14 @@ from tests.conftest import gpu_pod
 from tests.unit.engine.test_steering import agent_node, decide, terms
 from webhook.engine.clusterpolicy import DEPLOY_LABEL, cluster_operator, nri_plugin
 from webhook.engine.decision import Reason
-from webhook.engine.nri import DOMAIN, MANAGEMENT, NAMESPACES_ENV, TOOLKIT_LABEL, Plugin, requests
+from webhook.engine.nri import (
+    DOMAIN,
+    MANAGEMENT,
+    NAMESPACES_ENV,
+    TOOLKIT_LABEL,
+    NRIPlugin,
+    requests,
+)
 
 ALL = f"{MANAGEMENT}=all"
 
@@ -56,10 +63,10 @@ def test_the_effective_annotation_per_container_as_nri_reads_it():
 
 
 @pytest.mark.parametrize("obj, expected", [
-    (cluster_policy(), Plugin("gpu-operator")),
-    (cluster_policy(extra="ml, monitoring,"), Plugin("gpu-operator",
+    (cluster_policy(), NRIPlugin("gpu-operator")),
+    (cluster_policy(extra="ml, monitoring,"), NRIPlugin("gpu-operator",
                                                      frozenset({"ml", "monitoring"}))),
-    (cluster_policy(namespace=None), Plugin(None)),
+    (cluster_policy(namespace=None), NRIPlugin(None)),
     (cluster_policy(nri=False), None),
     (cluster_policy(enabled=False), None),  # the operator refuses NRI without CDI
     ({"spec": {"cdi": {"nriPluginEnabled": True}, "toolkit": {"enabled": False}}}, None),
@@ -70,7 +77,7 @@ def test_the_nri_plugin_as_the_cluster_policy_sets_it_up(obj, expected):
 
 
 def test_the_operator_view_carries_the_plugin():
-    assert cluster_operator([cluster_policy()]).nri == Plugin("gpu-operator")
+    assert cluster_operator([cluster_policy()]).nri == NRIPlugin("gpu-operator")
 
 
 # ------------------------------------------------------------------ decisions
