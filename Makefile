@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 RUN    ?= .run
 PORT   ?= 8443
 
-.PHONY: run test unit lint bench clean
+.PHONY: run test unit lint bench bench-guard clean
 
 # A virtualenv made whole, or made again: a first try that stopped half way (an interrupted
 # install, a Python too old) leaves no stamp, and the next run starts it over unless what
@@ -74,6 +74,12 @@ test: lint
 bench: $(VENV)/.installed
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(PY) -m bench $(BENCH_ARGS)
+
+# The paired guard (not a test: make test never runs it): this tree's decision and served
+# path against bench/reference, a few minutes on 2 cores; exit 1 beyond the limits.
+bench-guard: $(VENV)/.installed
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	$(PY) -m bench.guard $(GUARD_ARGS)
 
 clean:
 	rm -rf $(VENV) $(RUN) .pytest_cache

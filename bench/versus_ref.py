@@ -45,33 +45,46 @@ def timings(package_root: Path, sizes: list[int]) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+METRICS = ("warm_us", "cold_us", "node_update_us")
+
+
+def compare(ref: str, sizes: list[int], rounds: int) -> dict[tuple[str, str], dict[str, float]]:
+    """(nodes, pod shape) -> metric -> this tree's time over REF's, the median of paired
+    rounds (alternating which goes first)."""
+    with tempfile.TemporaryDirectory(prefix="gpupool-ref-") as tmp:
+        base = Path(tmp)
+        extract(ref, base)
+        runs: dict[str, list[dict]] = {"head": [], "ref": []}
+        for r in range(rounds):
+            order = [("head", ROOT), ("ref", base)]
+            for name, tree in order if r % 2 == 0 else order[::-1]:
+                runs[name].append(timings(tree, sizes))
+                print(f"round {r + 1}/{rounds}: {name} done", file=sys.stderr)
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for n in map(str, sizes):
+        for shape in runs["head"][0][n]:
+            out[(n, shape)] = {
+                metric: statistics.median(
+                    h / b for h, b in zip([run[n][shape][metric] for run in runs["head"]],
+                                          [run[n][shape][metric] for run in runs["ref"]],
+                                          strict=True) if b)
+                for metric in METRICS}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     a = argparse.ArgumentParser(prog="python -m bench.versus_ref", description=__doc__)
     a.add_argument("ref", help="the commit to compare against (e.g. HEAD~3, a tag)")
     a.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     a.add_argument("--rounds", type=int, default=4)
     args = a.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="gpupool-ref-") as tmp:
-        base = Path(tmp)
-        extract(args.ref, base)
-        runs: dict[str, list[dict]] = {"head": [], "ref": []}
-        for r in range(args.rounds):
-            order = [("head", ROOT), ("ref", base)]
-            for name, tree in order if r % 2 == 0 else order[::-1]:
-                runs[name].append(timings(tree, args.sizes))
-                print(f"round {r + 1}/{args.rounds}: {name} done", file=sys.stderr)
+    ratios = compare(args.ref, args.sizes, args.rounds)
     print(f"decision time, this tree / {args.ref} (median of {args.rounds} paired rounds; "
           "< 1 is faster)")
     print(f"{'nodes':>7}  {'pod shape':<24} {'warm':>6} {'cold':>6} {'node update':>12}")
-    for n in map(str, args.sizes):
-        for shape in runs["head"][0][n]:
-            ratios = []
-            for metric in ("warm_us", "cold_us", "node_update_us"):
-                head = [run[n][shape][metric] for run in runs["head"]]
-                ref = [run[n][shape][metric] for run in runs["ref"]]
-                ratios.append(statistics.median(h / b for h, b in zip(head, ref, strict=True)
-                                                if b))
-            print(f"{n:>7}  {shape:<24} {ratios[0]:>6.2f} {ratios[1]:>6.2f} {ratios[2]:>12.2f}")
+    for (n, shape), r in ratios.items():
+        print(f"{n:>7}  {shape:<24} {r['warm_us']:>6.2f} {r['cold_us']:>6.2f} "
+              f"{r['node_update_us']:>12.2f}")
     return 0
 
 

@@ -1,0 +1,115 @@
+"""`make bench-guard`: a short paired run that fails when the engine or the served path got
+slower than the limits, against the reference commit recorded in `bench/reference`.
+
+    python -m bench.guard [--ref REF] [--rounds N] [--seconds S] [--skip-http]
+
+Decision: this tree's warm decision, cold decision and node update over the reference's
+(`bench.versus_ref`, paired rounds alternating which runs first). HTTPS: `/mutate` and
+`/validate` requests per second over a do-nothing baseline on the same serving stack, and
+the fixed-rate p99 over the baseline's, in the same run (`bench.__main__.http_bench`). Every
+figure is a ratio taken in this run, so a shared, noisy machine moves both sides alike. It
+is a benchmark, not a test: `make test` never runs it. Exit 1 when a ratio is beyond its
+limit, 2 when it cannot run (no `wrk`, no git history for the reference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "bench" / "reference"
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A ratio and the bound it must stay within (``most``: at most; else at least)."""
+
+    what: str
+    ratio: float
+    bound: float
+    most: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return self.ratio <= self.bound if self.most else self.ratio >= self.bound
+
+    def line(self) -> str:
+        sign = "<=" if self.most else ">="
+        return (f"{self.what:<48} {self.ratio:>6.2f}  {sign} {self.bound:<5.2f} "
+                f"{'ok' if self.ok else 'BEYOND'}")
+
+
+#: issue 36's targets: the usual pod pays nothing for features it does not use.
+WARM_LIMIT, NODE_UPDATE_LIMIT = 1.05, 1.10
+RPS_FLOOR, P99_LIMIT = 0.80, 1.10
+
+
+def decision_limits(ratios: dict[tuple[str, str], dict[str, float]]) -> list[Limit]:
+    out = []
+    for (nodes, shape), r in ratios.items():
+        out.append(Limit(f"warm decision, {shape} pod, {nodes} nodes", r["warm_us"],
+                         WARM_LIMIT))
+        out.append(Limit(f"node update, {shape} pod, {nodes} nodes", r["node_update_us"],
+                         NODE_UPDATE_LIMIT))
+    return out
+
+
+def http_limits(ratios: dict[str, dict[str, float]]) -> list[Limit]:
+    out = []
+    for endpoint, r in ratios.items():
+        out.append(Limit(f"/{endpoint} req/s over the baseline's", r["keepalive_rps"],
+                         RPS_FLOOR, most=False))
+        out.append(Limit(f"/{endpoint} fixed-rate p99 over the baseline's",
+                         r["fixed_rate_p99"], P99_LIMIT))
+    return out
+
+
+def reference() -> str:
+    """The commit whose figures bench/README.md reports: the first word of bench/reference."""
+    return REFERENCE.read_text().split()[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.guard", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ref", help="compare against this commit (default: bench/reference)")
+    p.add_argument("--rounds", type=int, default=4, help="paired rounds (default: 4)")
+    p.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
+    p.add_argument("--seconds", type=int, default=3, help="per HTTPS round (default: 3)")
+    p.add_argument("--skip-http", action="store_true", help="the decision part only")
+    a = p.parse_args(argv)
+    if a.rounds < 1 or a.seconds < 1:
+        print("bench.guard: --rounds and --seconds take 1 or more", file=sys.stderr)
+        return 2
+    from bench import load, versus_ref
+
+    ref = a.ref or reference()
+    if not a.skip_http and not load.have_wrk():
+        print("bench.guard: wrk not found: `make bench-guard` installs it (Debian package "
+              "wrk), or pass --skip-http", file=sys.stderr)
+        return 2
+    try:
+        limits = decision_limits(versus_ref.compare(ref, a.sizes, a.rounds))
+    except Exception as exc:
+        print(f"bench.guard: cannot compare with {ref}: {exc}", file=sys.stderr)
+        return 2
+    if not a.skip_http:
+        from bench.__main__ import http_bench
+
+        with tempfile.TemporaryDirectory(prefix="gpupool-guard-") as tmp:
+            res = http_bench(Path(tmp), a.seconds, rate=100.0, rounds=a.rounds)
+        limits += http_limits(res["ratios"])
+    print(f"bench guard against {ref} ({a.rounds} paired rounds; ratios taken in this run)")
+    for limit in limits:
+        print(limit.line())
+    beyond = [x for x in limits if not x.ok]
+    print(f"{len(limits) - len(beyond)} within, {len(beyond)} beyond their limits")
+    return 1 if beyond else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

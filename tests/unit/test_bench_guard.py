@@ -1,0 +1,43 @@
+"""bench.guard's judgement: which ratios are beyond their limits, and its refusals."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from bench import guard
+from tests.conftest import ROOT
+
+
+def test_limits_judge_each_ratio_the_way_it_points():
+    rows = guard.decision_limits({("1000", "unpinned"): {"warm_us": 1.04, "cold_us": 9.0,
+                                                         "node_update_us": 1.2}})
+    assert [(x.what.split(",")[0], x.ok) for x in rows] == [("warm decision", True),
+                                                           ("node update", False)]
+    http = guard.http_limits({"mutate": {"keepalive_rps": 0.79, "fixed_rate_p99": 1.1,
+                                         "no_keepalive_rps": 0.1}})
+    assert [x.ok for x in http] == [False, True]  # a floor for throughput, a ceiling for p99
+    assert "BEYOND" in http[0].line() and ">= 0.80" in http[0].line()
+
+
+def test_the_reference_is_a_commit_of_this_repository():
+    shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+    if shallow == "true":
+        pytest.skip("a shallow clone holds no history to find the reference in")
+    ref = guard.reference()
+    r = subprocess.run(["git", "cat-file", "-t", ref], cwd=ROOT, capture_output=True,
+                       text=True, timeout=30)
+    assert r.stdout.strip() == "commit", (ref, r.stderr)
+
+
+def test_refusals_are_one_line_and_exit_2():
+    r = subprocess.run([sys.executable, "-m", "bench.guard", "--rounds", "0"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
+    r = subprocess.run([sys.executable, "-m", "bench.guard", "--skip-http", "--ref",
+                        "no-such-commit"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "cannot compare with no-such-commit" in r.stderr
