@@ -418,13 +418,9 @@ def test_admin_access_gpupool_denies_could_never_start(dra):
         r = install.apply(c.cp, pod)
         assert r.returncode == 0, r.stderr
 
-        def tried() -> bool:  # the scheduler has looked at it and said why it cannot bind
-            conditions = (c.get("pod", "-n", ns, "monitor").get("status") or {}).get(
-                "conditions") or []
-            return any(x.get("type") == "PodScheduled" and x.get("status") == "False"
-                       for x in conditions)
-
-        install.wait_until(tried, "the scheduler's verdict on the admin-access pod", 60)
+        # A negative: its claim is never made, so the scheduler sets no condition to wait
+        # for; the window is a fixed one, long enough for the scheduler to have bound it.
+        time.sleep(10)
         p = c.get("pod", "-n", ns, "monitor")
         assert not p["spec"].get("nodeName"), "bound although its claim cannot be allocated"
         claims = c.get("resourceclaims", "-n", ns)["items"]
