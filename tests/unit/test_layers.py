@@ -109,3 +109,11 @@ def test_the_surface_rule_catches_a_shell_reaching_in(tmp_path):
     assert engine_modules_imported(bad) == ["webhook.engine.cdi", "webhook.engine.pods",
                                             "webhook.engine.pods.mutate",
                                             "webhook.engine.steering"]
+
+
+def test_the_picture_of_the_layers_is_the_codes():
+    """docs/layers.md is drawn from the imports; a change to them redraws it."""
+    from tests import layers_graph
+
+    assert (ROOT / "docs/layers.md").read_text() == layers_graph.render(), (
+        "docs/layers.md is out of date: python -m tests.layers_graph > docs/layers.md")
