@@ -37,8 +37,6 @@ _SURFACE = {
     "Policy": "policy", "PolicyError": "policy", "load_policy_text": "policy",
     # per node, for doctor
     "NodeState": "cdi", "NodeAssessment": "cdi", "node_verdict": "cdi", "fix_text": "cdi",
-    # why a GPU pod was decided without its CDI check (no node view)
-    "NO_NODES": "cdi", "NOT_SYNCED": "cdi",
     # naming objects in messages and records
     "clip": "objects", "describe": "objects", "meta_of": "objects", "name_of": "objects",
     "template_pod": "workloads",
@@ -68,8 +66,6 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.admit import review as review
     from webhook.engine.admit import review_pod as review_pod
     from webhook.engine.allocation import mixed_resources as mixed_resources
-    from webhook.engine.cdi import NO_NODES as NO_NODES
-    from webhook.engine.cdi import NOT_SYNCED as NOT_SYNCED
     from webhook.engine.cdi import NodeAssessment as NodeAssessment
     from webhook.engine.cdi import NodeState as NodeState
     from webhook.engine.cdi import fix_text as fix_text

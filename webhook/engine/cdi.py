@@ -563,13 +563,15 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
         # when the policy asks (``onNoNodeView``).
         why = NO_NODES if view.synced else NOT_SYNCED
         if policy.on_no_node_view is OnFinding.DENY:
-            return deny(Reason.NODE_VIEW_MISSING,
-                        f"{facts.who}: CDI devices cannot be checked: {why} (onNoNodeView: "
-                        "deny); retry in a moment, or see the webhook's /readyz?verbose",
-                        gpu=True, pool=pool_name)
-        d = allow(Reason.ROUTED, gpu=True, pool=pool_name,
-                  message=f"{facts.who}: CDI devices not checked: {why}")
-        d.warn(f"gpupool: CDI devices not checked: {why}")
+            d = deny(Reason.NODE_VIEW_MISSING,
+                     f"{facts.who}: CDI devices cannot be checked: {why} (onNoNodeView: "
+                     "deny); retry in a moment, or see the webhook's /readyz?verbose",
+                     gpu=True, pool=pool_name)
+        else:
+            d = allow(Reason.ROUTED, gpu=True, pool=pool_name,
+                      message=f"{facts.who}: CDI devices not checked: {why}")
+            d.warn(f"gpupool: CDI devices not checked: {why}")
+        d.unchecked = "no-nodes" if view.synced else "not-synced"
         return d
     s = verdicts(facts, pool_name, view, policy)
     if not s.total and allocation.demand(facts, view).extended:

@@ -84,6 +84,9 @@ class Decision:
     patch: list[Op] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     nodes: list[NodeFinding] = field(default_factory=list)
+    #: why the CDI check did not run ("" when it did, or had nothing to check): "no-nodes"
+    #: (no node view at all) or "not-synced" (a watch still filling it); the server counts it
+    unchecked: str = ""
 
     def warn(self, text: str) -> None:
         text = clean_warning(text)

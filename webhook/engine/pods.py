@@ -155,6 +155,7 @@ def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decis
                 return found
             d.nodes += found.nodes
             d.message = found.message or d.message
+            d.unchecked = found.unchecked or d.unchecked
             for w in found.warnings:
                 d.warn(w)
     return d

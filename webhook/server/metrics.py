@@ -122,18 +122,6 @@ def audit_totals() -> dict[str, tuple[float, bool]]:
             for sink in lost.keys() | failing.keys()}
 
 
-def unchecked_why(decision: Decision) -> str:
-    """Why a decision was taken without gpupool's checks, or "" when it was not."""
-    from webhook.engine import NO_NODES, NOT_SYNCED, Reason
-
-    if decision.reason is Reason.INTERNAL_ERROR:
-        return "internal-error"
-    text = " ".join([decision.message, *decision.warnings])
-    if NOT_SYNCED in text:
-        return "not-synced"
-    return "no-nodes" if NO_NODES in text else ""
-
-
 def node_source(source: str) -> None:
     """Which node view the server decides against: watch, file, demo, or none
     (``--no-cluster``: CDI devices are not checked)."""
@@ -223,11 +211,9 @@ class Metrics:
         _child(DURATION, endpoint).observe(seconds)
         if not decision.allowed:
             DENIALS.labels(decision.reason, decision.pool or "").inc()
-        if decision.reason == "InternalError" or (
-                decision.gpu and (not self.view.synced or len(self.view) == 0)):
-            why = unchecked_why(decision)
-            if why:
-                _child(UNCHECKED, why, verdict).inc()
+        why = "internal-error" if decision.reason == "InternalError" else decision.unchecked
+        if why:
+            _child(UNCHECKED, why, verdict).inc()
 
 
 def render(metrics: Metrics, tls: ReloadingContext | None) -> bytes:
