@@ -23,6 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from webhook.kube import WEBHOOK_NAMESPACE, WEBHOOK_SERVICE
+
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
 TLS_CERT = "tls.crt"
@@ -333,7 +335,7 @@ class Names:
         except x509.ExtensionNotFound:
             usages = (ExtendedKeyUsageOID.SERVER_AUTH,)
         cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-        common_name = str(cns[0].value) if cns else (dns[0] if dns else "gpupool-webhook")
+        common_name = str(cns[0].value) if cns else (dns[0] if dns else WEBHOOK_SERVICE)
         return cls(common_name, dns, ips, usages)
 
     def plus(self, extra_dns: Sequence[str], extra_ips: Sequence[str]) -> Names:
@@ -422,26 +424,22 @@ def renew(out: str | Path, service: str | None = None, namespace: str | None = N
         check_dns_name(name)
     _ip_sans(extra_ips)
     if service is not None or namespace is not None:
-        check_service_names(service or DEFAULT_SERVICE, namespace or DEFAULT_NAMESPACE)
+        check_service_names(service or WEBHOOK_SERVICE, namespace or WEBHOOK_NAMESPACE)
     paths = Paths(Path(out))
     if not force and not needs_renewal(paths, dt.timedelta(days=renew_before_days)):
         return False
     old = _current(paths)
     if old is None:
-        names = Names.for_service(service or DEFAULT_SERVICE, namespace or DEFAULT_NAMESPACE,
+        names = Names.for_service(service or WEBHOOK_SERVICE, namespace or WEBHOOK_NAMESPACE,
                                   extra_dns, extra_ips)
     else:
         names = Names.of(old)
         if service is not None or namespace is not None:
-            names = names.plus(dns_names(service or DEFAULT_SERVICE,
-                                         namespace or DEFAULT_NAMESPACE), ())
+            names = names.plus(dns_names(service or WEBHOOK_SERVICE,
+                                         namespace or WEBHOOK_NAMESPACE), ())
         names = names.plus(extra_dns, extra_ips)
     _issue_names(paths, names, days, algorithm or _algorithm_of(old) or "ecdsa")
     return True
-
-
-DEFAULT_SERVICE = "gpupool-webhook"
-DEFAULT_NAMESPACE = "gpupool-system"
 
 
 def _current(paths: Paths) -> x509.Certificate | None:

@@ -12,6 +12,9 @@ import os
 from typing import Any
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
+#: The webhook's Service and namespace as the chart (release ``gpupool``) and the kustomize
+#: base name them: what ``certs`` issues for, and ``doctor`` checks against, by default.
+WEBHOOK_SERVICE, WEBHOOK_NAMESPACE = "gpupool-webhook", "gpupool-system"
 #: Seconds a CLI command's calls to the API server may take, all together, before it is
 #: reported as unreachable (``--request-timeout``).
 REQUEST_TIMEOUT = 30.0

@@ -135,10 +135,11 @@ class KeptCopies:
         try:
             version = os.path.join(self.root, f".{slot}-{digest}")
             if not os.path.isdir(version):
-                with contextlib.suppress(FileExistsError, OSError):
-                    os.rename(stage, version)  # another worker may have kept the same bytes
-            if not os.path.isdir(version):
-                raise OSError(f"cannot keep a copy in {self.root}")
+                try:
+                    os.rename(stage, version)
+                except OSError:
+                    if not os.path.isdir(version):  # else: another worker kept the same bytes
+                        raise
             link = os.path.join(self.root, f".{slot}.link.{os.getpid()}")
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(link)

@@ -92,7 +92,7 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
             "node-source", lambda: (True, f"{source} snapshot {cfg.cluster_file}: {count} nodes")))
         if kept_why is not None:
             webhook.ready_checks.append(Probe(
-                "cluster-file", lambda: (False, kept_why or ""), critical=False))
+                "cluster-file", lambda: (False, kept_why), critical=False))
     elif source == "watch":
         from webhook.kube import api_client
         from webhook.server.informer import ClusterInformer

@@ -13,6 +13,7 @@ from webhook.cli.common import (
     Parser,
     add_command,
 )
+from webhook.kube import WEBHOOK_NAMESPACE, WEBHOOK_SERVICE
 
 
 def _expiry_warning(not_after: dt.datetime) -> None:
@@ -76,11 +77,11 @@ def register(sub: Any, prog: str) -> None:
             continue
         renewing = name == "renew"
         keeps = " (default: the certificate's own names)" if renewing else ""
-        x.add_argument("--service", default=None if renewing else "gpupool-webhook",
+        x.add_argument("--service", default=None if renewing else WEBHOOK_SERVICE,
                        help="the webhook's Service name" + (
                            keeps + "; given, its names are added" if renewing
                            else " (default: %(default)s)"))
-        x.add_argument("--namespace", default=None if renewing else "gpupool-system",
+        x.add_argument("--namespace", default=None if renewing else WEBHOOK_NAMESPACE,
                        help="the webhook's namespace" + (
                            keeps if renewing else " (default: %(default)s)"))
         x.add_argument("--dns", action="append", default=[],

@@ -93,12 +93,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def _service_host(ref: str | None) -> str:
     """NAMESPACE/NAME of the webhooks' Service as the name the API server verifies."""
     from webhook import certs
+    from webhook.kube import WEBHOOK_NAMESPACE, WEBHOOK_SERVICE
 
     namespace, _, name = (ref or "").rpartition("/")
     if ref and not (namespace and name):
         raise UsageError(f"--webhook-service {ref!r}: use NAMESPACE/NAME")
-    return certs.service_host(name or certs.DEFAULT_SERVICE,
-                              namespace or certs.DEFAULT_NAMESPACE)
+    return certs.service_host(name or WEBHOOK_SERVICE, namespace or WEBHOOK_NAMESPACE)
 
 
 def _no_installation() -> Any:
