@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from webhook.engine import candidates as cand
-from webhook.engine import dra
+from webhook.engine import dra, podclaims
 from webhook.engine.cluster import ClusterView, NodeInfo
 from webhook.engine.decision import MAX_FINDINGS, Decision, NodeFinding, Reason, allow, deny
 from webhook.engine.podfacts import PodFacts
@@ -25,53 +25,6 @@ from webhook.engine.policy import OnFinding, Policy
 from webhook.engine.resources import pod_requests
 
 _SHOW = 3
-
-
-def demand(facts: PodFacts, view: ClusterView | None) -> dra.ClaimDemand:
-    """What the pod asks of DRA: its claims as the view knows them, and the extended
-    resources a DeviceClass serves. Worked out once per pod."""
-    def compute() -> dra.ClaimDemand:
-        if view is None:
-            return dra.NO_DEMAND
-        refs = dra.pod_claim_refs(facts.spec)
-        classes = view.device_classes() or {}
-        extended = dra.extended_classes(facts.resources, classes) if classes else ()
-        if not refs and not extended:
-            return dra.NO_DEMAND
-        claims, unresolved = [], []
-        for entry, kind, name in refs:
-            spec = view.claim(kind, facts.namespace or "", name)
-            if spec is None:
-                unresolved.append(f"{kind} {name}")
-            else:
-                claims.append(dra.PodClaim(entry, f"{kind} {name}", spec))
-        return dra.ClaimDemand(tuple(claims), tuple(unresolved), extended)
-    return facts.once("dra", compute)
-
-
-def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
-                   ) -> dict[str, list[str]]:
-    """pool -> the DeviceClasses of the pod's claims (and of the classes' implicit extended
-    resources) that pool serves: evidence for routing as strong as a resource only one pool
-    serves. An extended resource a class serves by ``extendedResourceName`` is not: a device
-    plugin may serve the same name in another pool."""
-    def compute() -> dict[str, tuple[str, ...]]:
-        found: dict[str, list[str]] = {}
-        d = demand(facts, view)
-        implicit = {c for r, c in d.extended if r.startswith(dra.IMPLICIT_EXTENDED_PREFIX)}
-        for cls in sorted({c for claim in d.claims for c in claim.spec.classes} | implicit):
-            pool = policy.pool_for_device_class(cls)
-            if pool is not None:
-                found.setdefault(pool, []).append(f"DeviceClass {cls}")
-        return {k: tuple(v) for k, v in found.items()}
-    return {k: list(v) for k, v in facts.once("dra-routes", compute).items()}
-
-
-def dra_served(node: NodeInfo, resource: str, extended: Iterable[tuple[str, str]]) -> bool:
-    """On this node, does a DeviceClass serve ``resource`` rather than a device plugin? The
-    scheduler uses DRA for an extended resource on nodes that do not advertise it."""
-    return any(r == resource for r, _ in extended) and not (
-        node.allocatable and node.allocatable.get(resource))
 
 
 class _NodeCheck(NamedTuple):
@@ -97,7 +50,8 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
                 view: ClusterView) -> _NodeCheck:
     """The pod's claims on this node: its own, plus the extended resources the node gets
     through DRA (``extra``); where device plugins serve all it asks, their count."""
-    claims = d.claims + tuple(c for r, c in extra.items() if dra_served(node, r, d.extended))
+    claims = d.claims + tuple(c for r, c in extra.items()
+                              if podclaims.dra_served(node, r, d.extended))
     if not claims:
         # a device plugin serves all it asks here (its CDI devices: the CDI check's business)
         short = cand.unfit_reason(node, cand.GPUDemand(requests=tuple(sorted(
@@ -211,7 +165,7 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
                  ) -> Decision | None:
     """None when the pod asks nothing of DRA or all is well; else a denial, or an allowed
     decision carrying warnings and the nodes that cannot serve it."""
-    d = demand(facts, view)
+    d = podclaims.demand(facts, view)
     if not d.any:
         return None
     who = facts.who

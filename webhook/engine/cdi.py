@@ -20,7 +20,7 @@ from functools import cached_property
 
 from webhook.api import delivery
 from webhook.api.inventory import MIG_RESOURCE_PREFIX, Inventory
-from webhook.engine import affinity, allocation, clusterpolicy, hami, nri
+from webhook.engine import affinity, clusterpolicy, hami, nri, podclaims
 from webhook.engine import candidates as cand
 from webhook.engine.cluster import ClusterView, NodeInfo
 from webhook.engine.decision import MAX_FINDINGS, Decision, NodeFinding, Reason, allow, deny
@@ -415,7 +415,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
             demand.append(cand.demand_of(facts, hami_pool))
         return demand[0]
 
-    extended = allocation.demand(facts, view).extended
+    extended = podclaims.demand(facts, view).extended
     # The devices a pod names itself (only where its pool's devices are checked at all).
     own = bool(facts.own_visible_devices) and pool.cdi.checked
     nri_plugin = view.operator_nri() if facts.nri_requests and pool.cdi.checked else None
@@ -423,7 +423,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
     def per_node(n: NodeInfo) -> _NodeVerdict | None:
         """This node's part in the verdicts (None: not a candidate at all, or one where DRA,
         not a device plugin, serves every GPU resource the pod asks for)."""
-        if extended and all(allocation.dra_served(n, r, extended) for r in facts.gpus):
+        if extended and all(podclaims.dra_served(n, r, extended) for r in facts.gpus):
             return None
         if node_name:
             if n.name != node_name or not affinity.node_matches(facts.unsteered, n.labels,
@@ -574,7 +574,7 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
         d.unchecked = "no-nodes" if view.synced else "not-synced"
         return d
     s = verdicts(facts, pool_name, view, policy)
-    if not s.total and allocation.demand(facts, view).extended:
+    if not s.total and podclaims.demand(facts, view).extended:
         return None  # DRA serves it on every node it could reach: ``allocation`` judges
     finding = _finding(s, facts, policy.is_hami_pool(pool_name), policy)
     if finding is None:

@@ -7,7 +7,7 @@ because HAMi's webhook may run after ours and rewrite what we set.
 
 from __future__ import annotations
 
-from webhook.engine import affinity, allocation, objects, patch, routing, steering
+from webhook.engine import affinity, allocation, objects, patch, podclaims, routing, steering
 from webhook.engine import cdi as cdi_needs
 from webhook.engine.cluster import ClusterView
 from webhook.engine.decision import Decision, Reason, allow, deny
@@ -36,10 +36,10 @@ def _prelude(facts: PodFacts, view: ClusterView | None, policy: Policy
              ) -> tuple[Decision | None, routing.Route | None]:
     """Shared first steps: GPU pod? custom scheduler? which pool? Returns an early decision,
     or the route for the caller to act on."""
-    if not facts.is_gpu_pod and not allocation.routed_classes(facts, view, policy):
+    if not facts.is_gpu_pod and not routing.routed_classes(facts, view, policy):
         d = allow(Reason.NOT_GPU_POD)
         if policy.serves_dra:
-            for ref in allocation.demand(facts, view).unresolved:
+            for ref in podclaims.demand(facts, view).unresolved:
                 d.warn(f"gpupool: {ref} not found; if it asks for GPUs, the pod is not "
                        "routed to a GPU pool")
         return d, None

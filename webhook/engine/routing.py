@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from webhook.engine import affinity, allocation, objects
+from webhook.engine import affinity, dra, objects, podclaims
 from webhook.engine.cluster import ClusterView
 from webhook.engine.decision import Reason
 from webhook.engine.podfacts import PodFacts
@@ -31,7 +31,7 @@ def _exclusive_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
                      ) -> dict[str, list[str]]:
     """pool -> the resources, annotations and claimed DeviceClasses in this pod that only
     that pool serves."""
-    found = allocation.routed_classes(facts, view, policy)
+    found = routed_classes(facts, view, policy)
     for pool in policy.pools:
         hits = sorted(r for r in pool.exclusive_resources if r in facts.gpus)
         hits += sorted(f"annotation {a}" for a in pool.exclusive_annotations
@@ -39,6 +39,24 @@ def _exclusive_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
         if hits:
             found.setdefault(pool.name, []).extend(hits)
     return found
+
+
+def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
+                   ) -> dict[str, list[str]]:
+    """pool -> the DeviceClasses of the pod's claims (and of the classes' implicit extended
+    resources) that pool serves: evidence for routing as strong as a resource only one pool
+    serves. An extended resource a class serves by ``extendedResourceName`` is not: a device
+    plugin may serve the same name in another pool."""
+    def compute() -> dict[str, tuple[str, ...]]:
+        found: dict[str, list[str]] = {}
+        d = podclaims.demand(facts, view)
+        implicit = {c for r, c in d.extended if r.startswith(dra.IMPLICIT_EXTENDED_PREFIX)}
+        for cls in sorted({c for claim in d.claims for c in claim.spec.classes} | implicit):
+            pool = policy.pool_for_device_class(cls)
+            if pool is not None:
+                found.setdefault(pool, []).append(f"DeviceClass {cls}")
+        return {k: tuple(v) for k, v in found.items()}
+    return {k: list(v) for k, v in facts.once("dra-routes", compute).items()}
 
 
 def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:

@@ -1,0 +1,44 @@
+"""What a pod asks of Dynamic Resource Allocation: its claims as the view knows them, and
+the extended resources a DeviceClass serves.
+
+One answer, worked out once per pod, read by routing (a claim's DeviceClass is evidence of
+its pool), by the CDI check (an extended resource DRA serves is not the device plugin's to
+deliver) and by the DRA check itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from webhook.engine import dra
+from webhook.engine.cluster import ClusterView, NodeInfo
+from webhook.engine.podfacts import PodFacts
+
+
+def demand(facts: PodFacts, view: ClusterView | None) -> dra.ClaimDemand:
+    """What the pod asks of DRA: its claims as the view knows them, and the extended
+    resources a DeviceClass serves. Worked out once per pod."""
+    def compute() -> dra.ClaimDemand:
+        if view is None:
+            return dra.NO_DEMAND
+        refs = dra.pod_claim_refs(facts.spec)
+        classes = view.device_classes() or {}
+        extended = dra.extended_classes(facts.resources, classes) if classes else ()
+        if not refs and not extended:
+            return dra.NO_DEMAND
+        claims, unresolved = [], []
+        for entry, kind, name in refs:
+            spec = view.claim(kind, facts.namespace or "", name)
+            if spec is None:
+                unresolved.append(f"{kind} {name}")
+            else:
+                claims.append(dra.PodClaim(entry, f"{kind} {name}", spec))
+        return dra.ClaimDemand(tuple(claims), tuple(unresolved), extended)
+    return facts.once("dra", compute)
+
+
+def dra_served(node: NodeInfo, resource: str, extended: Iterable[tuple[str, str]]) -> bool:
+    """On this node, does a DeviceClass serve ``resource`` rather than a device plugin? The
+    scheduler uses DRA for an extended resource on nodes that do not advertise it."""
+    return any(r == resource for r, _ in extended) and not (
+        node.allocatable and node.allocatable.get(resource))
