@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from bench.cluster import node, pods
+from bench.engine import engine
 
 
 def rss_mib() -> float:
@@ -32,13 +33,12 @@ def _imports() -> None:
 
 def memory(n: int) -> dict:
     """RSS of a fresh process holding an n-node view (run in its own interpreter)."""
-    from webhook.engine.cluster import ClusterView, NodeInfo
-
+    e = engine()
     _imports()
     base = rss_mib()
     t0 = time.perf_counter()
-    view = ClusterView()
-    view.replace_nodes(NodeInfo.from_object(node(i)) for i in range(n))
+    view = e.ClusterView()
+    view.replace_nodes(e.NodeInfo.from_object(node(i)) for i in range(n))
     build_s = time.perf_counter() - t0
     gc.collect()
     held = rss_mib()
@@ -49,27 +49,25 @@ def memory(n: int) -> dict:
 def warm_us(pod: dict, view: Any, policy: Any, per_round: int) -> float:
     """Microseconds per review of a pod whose shape the view already knows (mutate and
     validate, as a user's create runs them)."""
-    from webhook.engine import admit
-
-    admit.review_pod(pod, "ml", view, policy)
+    review_pod = engine().review_pod
+    review_pod(pod, "ml", view, policy)
     t = time.perf_counter()
     for _ in range(per_round):
-        admit.review_pod(pod, "ml", view, policy)
+        review_pod(pod, "ml", view, policy)
     return (time.perf_counter() - t) / per_round * 1e6
 
 
 def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict:
     """Warm and cold decision time for every size and shape, measured in interleaved rounds
     in one process so machine noise hits every size alike; medians reported."""
-    from webhook.engine import admit
-    from webhook.engine.cluster import ClusterView, NodeInfo
     from webhook.policyfile import default_policy
 
+    e = engine()
     policy = default_policy()
     views = {}
     for n in sizes:
-        v = ClusterView()
-        v.replace_nodes(NodeInfo.from_object(node(i)) for i in range(n))
+        v = e.ClusterView()
+        v.replace_nodes(e.NodeInfo.from_object(node(i)) for i in range(n))
         views[n] = v
     shapes = pods()
     warm: dict = {(n, s): [] for n in sizes for s in shapes}
@@ -85,12 +83,12 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict:
                 churn = node(5 * r)
                 churn["metadata"]["labels"] = {**churn["metadata"]["labels"],
                                                "bench/round": f"{r}-{n}-{s}"}
-                changed = NodeInfo.from_object(churn)
+                changed = e.NodeInfo.from_object(churn)
                 t = time.perf_counter()
                 views[n].upsert_node(changed)
                 update[(n, s)].append((time.perf_counter() - t) * 1e6)
                 t = time.perf_counter()
-                admit.review_pod(pod, "ml", views[n], policy)
+                e.review_pod(pod, "ml", views[n], policy)
                 cold[(n, s)].append((time.perf_counter() - t) * 1e6)
     return {str(n): {s: {"warm_us": round(statistics.median(warm[(n, s)]), 1),
                          "cold_us": round(statistics.median(cold[(n, s)]), 1),

@@ -84,8 +84,7 @@ def dra_pod(base: dict[str, Any], name: str) -> dict[str, Any]:
 
 def build(n: int, slices: bool = True) -> Any:
     """The view as the server's watch builds it: each slice reduced as it arrives."""
-    from webhook.engine.cluster import ClusterView, NodeInfo, claims_of
-    from webhook.engine.dra import DeviceClass, Slice
+    from webhook.engine import ClusterView, DeviceClass, NodeInfo, Slice, claims_of
 
     view = ClusterView()
     view.replace_nodes(NodeInfo.from_object(node(i)) for i in range(n))
@@ -113,8 +112,7 @@ def memory(n: int, slices: bool) -> dict[str, Any]:
 
 
 def timings(sizes: list[int], rounds: int = 7, per_round: int = 200) -> dict[str, Any]:
-    from webhook.engine import admit
-    from webhook.engine.dra import Slice
+    from webhook.engine import Slice, review_pod
     from webhook.policyfile import default_policy
 
     policy = default_policy()
@@ -129,7 +127,7 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 200) -> dict[str
         views[n] = build(n)
         for s, pod in shapes.items():  # the first review of each shape: every node judged
             t = time.perf_counter()
-            d = admit.review_pod(pod, "ml", views[n], policy)
+            d = review_pod(pod, "ml", views[n], policy)
             first[(n, s)] = (time.perf_counter() - t) * 1e3
             assert d.allowed and d.pool == "operator", d.to_json()
             if s.startswith("DRA"):
@@ -144,7 +142,7 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 200) -> dict[str
                 fresh = resource_slice(i, generation=r + 2)
                 views[n].set_slice(fresh["metadata"]["name"], Slice.from_object(fresh))
                 t = time.perf_counter()
-                admit.review_pod(pod, "ml", views[n], policy)
+                review_pod(pod, "ml", views[n], policy)
                 after[(n, s)].append((time.perf_counter() - t) * 1e6)
     out: dict[str, Any] = {}
     for n in sizes:

@@ -40,14 +40,21 @@ from tests.layouts import (
     per_uuid_spec,
 )
 from tests.runtime_oracle import OracleNode, Verdict
+from tests.stacknames import DEVICE_PLUGIN_DEPLOY_LABEL as DEPLOY_LABEL
+from tests.stacknames import NRI_DOMAIN as DOMAIN
+from tests.stacknames import NRI_NAMESPACES_ENV as NAMESPACES_ENV
+from tests.stacknames import TOOLKIT_DEPLOY_LABEL as TOOLKIT_LABEL
 from tests.unit.node.test_driver import fake_driver
-from webhook.engine import admit
-from webhook.engine.cluster import view_from_objects
-from webhook.engine.clusterpolicy import DEPLOY_LABEL
-from webhook.engine.decision import Reason
-from webhook.engine.nri import DOMAIN, NAMESPACES_ENV, TOOLKIT_LABEL
-from webhook.engine.nri import requests as nri_requests
-from webhook.engine.policy import Policy, load_policy_text
+from webhook.engine import (
+    Policy,
+    Reason,
+    Subject,
+    annotation_requests,
+    load_policy_text,
+    review,
+    view_from_objects,
+    without_steering,
+)
 from webhook.node.agent import Observer, node_labels
 
 DP_KIND = "k8s.device-plugin.nvidia.com/gpu"
@@ -603,7 +610,7 @@ def annotated_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
     if cluster.nri_allowed is None or cluster.labels(n.name).get(TOOLKIT_LABEL) != "true":
         return True
     names = [c["name"] for c in pod["spec"]["containers"]]
-    for container, _ in nri_requests(ann, names):
+    for container, _ in annotation_requests(ann, names):
         mine = {k: v for k, v in ann.items() if k.startswith(DOMAIN)}
         key = (str(cluster.root / n.name), container, json.dumps(mine, sort_keys=True),
                *cluster.nri_allowed)
@@ -620,9 +627,9 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
     view = view_from_objects([o for o in cluster.objects if o["kind"] == "Node"],
                              cluster.policy, {"ml": {}},
                              resources=[o for o in cluster.objects if o["kind"] != "Node"])
-    subject = admit.Subject(kind="Pod", group="", operation="CREATE", object=pod,
+    subject = Subject(kind="Pod", group="", operation="CREATE", object=pod,
                             namespace="ml")
-    rv = admit.review(subject, view, cluster.policy)
+    rv = review(subject, view, cluster.policy)
     final = rv.final
     mutated = pod
     if rv.mutation.patch:
@@ -717,7 +724,6 @@ def _misdetected(cluster: Cluster, n: NodeSetup) -> bool:
 
 
 def _without_steering(pod: dict) -> dict:
-    from webhook.engine.affinity import without_steering
     return {**pod, "spec": dict(without_steering(pod["spec"]))}
 
 

@@ -33,7 +33,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def _layer(module: str) -> str:
-    """webhook.engine.cdi -> engine; webhook.snapshot -> shared; webhook.cli.commands.x -> cli"""
+    """webhook.engine.checks.cdi -> engine; webhook.snapshot -> shared; webhook.cli.x -> cli"""
     parts = module.split(".")
     if len(parts) == 1:
         return "shared"
@@ -43,7 +43,7 @@ def _layer(module: str) -> str:
 
 
 def edges() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
-    """(layer -> layer it imports), (engine module -> engine module it imports)."""
+    """(layer -> layer it imports), (engine room.module -> room.module it imports)."""
     layers: set[tuple[str, str]] = set()
     engine: set[tuple[str, str]] = set()
     modules = {_module(p) for p in PKG.rglob("*.py")}
@@ -57,9 +57,28 @@ def edges() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
             a, b = _layer(me), _layer(target)
             if a != b:
                 layers.add((a, b))
-            if a == b == "engine" and target != "webhook.engine" and me != "webhook.engine":
-                engine.add((me.split(".")[2], target.split(".")[2]))
+            if a == b == "engine" and len(me.split(".")) > 3 and len(target.split(".")) > 3:
+                engine.add((".".join(me.split(".")[2:4]), ".".join(target.split(".")[2:4])))
     return layers, engine
+
+
+def _rooms(engine: set[tuple[str, str]]) -> list[str]:
+    """An arrow where a module of one room imports a module of another."""
+    edges = {(a.split(".")[0], b.split(".")[0]) for a, b in engine}
+    return [f"  {a} --> {b}" for a, b in sorted(edges) if a != b]
+
+
+def _modules(engine: set[tuple[str, str]]) -> list[str]:
+    """One subgraph per room; an arrow per import between modules."""
+    modules = sorted({m for e in engine for m in e})
+    out = []
+    for room in sorted({m.split(".")[0] for m in modules}):
+        out.append(f"  subgraph {room}")
+        out += [f"    {m.replace('.', '_')}[{m.split('.')[1]}]"
+                for m in modules if m.split(".")[0] == room]
+        out.append("  end")
+    out += [f"  {a.replace('.', '_')} --> {b.replace('.', '_')}" for a, b in sorted(engine)]
+    return out
 
 
 def render() -> str:
@@ -82,11 +101,21 @@ def render() -> str:
         *(f"  {a} --> {b}" for a, b in sorted(layers)),
         "```",
         "",
-        "## Inside the engine",
+        "## The engine's rooms",
+        "",
+        "Each room is a package under `webhook/engine/` named for the question it answers;",
+        "its `__init__.py` says what it may import, and the test holds it to that.",
         "",
         "```mermaid",
         "flowchart TD",
-        *(f"  {a} --> {b}" for a, b in sorted(engine)),
+        *_rooms(engine),
+        "```",
+        "",
+        "## Inside the rooms",
+        "",
+        "```mermaid",
+        "flowchart TD",
+        *_modules(engine),
         "```",
         "",
     ]

@@ -1,6 +1,6 @@
 """Policies from files: the one place the shells (server, CLI) read a PoolPolicy from disk.
 
-Parsing stays in the engine (``webhook.engine.policy``); reading bytes does not, so the engine
+Parsing stays in the engine (``webhook.engine.core.policy``); reading bytes does not, so the engine
 imports no file I/O and every shell loads a policy the same way.
 """
 

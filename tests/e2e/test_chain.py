@@ -37,7 +37,7 @@ from tests.e2e.hami import HamiScheduler
 from tests.integration.conftest import stop_server
 from tests.layouts import device_plugin_spec, management_spec, per_uuid_spec
 from tests.tools.gobuild import built
-from webhook.engine.policy import load_policy_text
+from webhook.engine import load_policy_text
 
 pytestmark = pytest.mark.e2e
 RESULTS = ROOT / "bench" / "results"

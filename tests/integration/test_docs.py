@@ -22,7 +22,7 @@ from tests.conftest import ROOT
 from tests.docs import Block, Shell, blocks, inline_commands, path_with, workdir
 from webhook.api.inventory import parse_inventory
 from webhook.cli.main import build_parser
-from webhook.engine.policy import PolicyError, load_policy_text
+from webhook.engine import PolicyError, load_policy_text
 from webhook.policyfile import default_policy_text
 
 MODES = ("offline", "cluster", "e2e", "render", "make", "policy")
@@ -111,7 +111,7 @@ def test_the_documented_typo_error_is_what_the_code_prints():
 
 
 def test_the_documented_reason_codes_are_the_codes():
-    from webhook.engine.decision import Reason
+    from webhook.engine import Reason
 
     table = (ROOT / "docs/policy.md").read_text().split("## Reason codes")[1]
     documented = re.findall(r"^\| `(\w+)` \| (?:yes|no) \|", table, re.M)

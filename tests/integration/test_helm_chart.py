@@ -20,7 +20,7 @@ import yaml
 from tests.conftest import ROOT, gpu_pod
 from tests.integration.test_manifests import VERSIONS
 from tests.tools import helm as helmtool
-from webhook.engine.policy import PolicyError, parse_policy
+from webhook.engine import PolicyError, parse_policy
 
 CHART = helmtool.CHART
 CRD_KINDS = {"Certificate", "Issuer"}  # cert-manager's; no upstream schema to check against

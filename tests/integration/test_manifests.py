@@ -179,10 +179,10 @@ def _non_gpu_pods() -> list[dict]:
 def test_cel_selects_exactly_gpu_pods(rendered):
     pod_expr, _ = _conditions(rendered)
     policy = default_policy()
-    from webhook.engine.podfacts import PodFacts
+    from webhook.engine import Stage, decide_pod
 
-    def gpu_resources(spec: dict, policy) -> frozenset[str]:  # as the engine reads a pod
-        return PodFacts.parse({"spec": spec}, None, policy).gpus
+    def gpu_resources(spec: dict, policy) -> bool:  # as the engine reads a pod
+        return decide_pod(Stage.MUTATE, {"spec": spec}, "default", None, policy).gpu
 
     gpu = [p for _, p in upstream_pods()]
     init_gpu = gpu_pod(limits={"cpu": "1"})

@@ -16,12 +16,10 @@ import pytest
 from tests.conftest import gpu_pod
 from tests.layouts import UUIDS
 from tests.runtime_oracle import OracleNode
+from tests.stacknames import MANAGEMENT_KIND as MANAGEMENT
+from tests.stacknames import NRI_DOMAIN as DOMAIN
 from tests.unit.engine.test_nri import cluster_policy, operator_node
-from webhook.engine import admit
-from webhook.engine.cluster import view_from_objects
-from webhook.engine.decision import Reason
-from webhook.engine.nri import DOMAIN, MANAGEMENT
-from webhook.engine.policy import load_policy_text
+from webhook.engine import Reason, Review, Subject, load_policy_text, review, view_from_objects
 from webhook.policyfile import default_policy_text
 
 ALL = f"{MANAGEMENT}=all"
@@ -29,11 +27,11 @@ DP = "k8s.device-plugin.nvidia.com/gpu"
 OPERATOR_NS = "gpu-operator"
 
 
-def decide(node: dict, cp: dict, pod: dict, namespace: str) -> admit.Review:
+def decide(node: dict, cp: dict, pod: dict, namespace: str) -> Review:
     policy = load_policy_text(default_policy_text())
     view = view_from_objects([node], policy, resources=[cp])
     pod["metadata"]["namespace"] = namespace
-    return admit.review(admit.Subject(kind="Pod", object=pod, namespace=namespace), view,
+    return review(Subject(kind="Pod", object=pod, namespace=namespace), view,
                         policy)
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import UPSTREAM, load_docs, review
 from tests.integration.conftest import start_server, stop_server
-from webhook.engine import admit, workloads
+from webhook.engine import Subject, template_pod
 from webhook.policyfile import DATA_DIR, default_policy_text
 
 DEMO = DATA_DIR / "demo-cluster.yaml"
@@ -29,9 +29,9 @@ def _objects() -> list[tuple[str, dict]]:
     out = []
     for path in FILES:
         for doc in load_docs(path):
-            subject = admit.Subject.from_manifest(doc)
+            subject = Subject.from_manifest(doc)
             if subject.is_pod or (subject.is_workload and
-                                  workloads.template_pod(doc, subject.kind, None) is not None):
+                                  template_pod(doc, subject.kind, None) is not None):
                 out.append((f"{path.name}:{doc['kind']}/{doc['metadata']['name']}", doc))
     return out
 
@@ -57,7 +57,7 @@ def mode(request, tmp_path_factory):
 
 def _online(srv, obj: dict) -> dict:
     """What the API server would end up with, stage by stage, through real HTTPS."""
-    subject = admit.Subject.from_manifest(obj)
+    subject = Subject.from_manifest(obj)
     group = subject.group
     out: dict = {"patch": [], "warnings": []}
     if subject.is_pod:
@@ -112,7 +112,7 @@ def test_server_and_check_decide_every_fixture_identically(mode):
         elif offline["patch"]:
             # A workload is never patched online; check shows, at the template's path, the
             # patch /mutate gives each of its pods. Strip the path and compare with /mutate.
-            pod = workloads.template_pod(doc, doc["kind"], "default")
+            pod = template_pod(doc, doc["kind"], "default")
             pod_online = _online(srv, pod)
             prefix = "/spec/template" if doc["kind"] != "CronJob" else \
                 "/spec/jobTemplate/spec/template"

@@ -125,10 +125,16 @@ def test_cdi_repair_sets_a_class_under_which_the_real_runtime_creates_the_contai
     import jsonpatch
 
     from tests.unit.engine.test_steering import agent_node, hami_pod
-    from webhook.engine import admit
-    from webhook.engine.cluster import view_from_objects
-    from webhook.engine.decision import Reason
-    from webhook.engine.policy import load_policy_text
+    from webhook.engine import (
+        Reason,
+        Stage,
+        Subject,
+        decide_pod,
+        load_policy_text,
+        review,
+        review_pod,
+        view_from_objects,
+    )
     from webhook.policyfile import default_policy_text
 
     text = default_policy_text().replace("    cdi:\n      delivery: detect\n",
@@ -139,7 +145,7 @@ def test_cdi_repair_sets_a_class_under_which_the_real_runtime_creates_the_contai
     broken = agent_node(tmp_path / "n", "hami-broken", "hami", "operator-management")
     classes = {h: h for h in ("nvidia", "nvidia-cdi", "nvidia-legacy")}
     view = view_from_objects([broken], policy, runtime_classes=classes)
-    rv = admit.review(admit.Subject(kind="Pod", object=hami_pod(), namespace="default"),
+    rv = review(Subject(kind="Pod", object=hami_pod(), namespace="default"),
                       view, policy)
     final = rv.final
     assert final.allowed and final.reason == Reason.REPAIRED, final.to_json()
@@ -147,7 +153,7 @@ def test_cdi_repair_sets_a_class_under_which_the_real_runtime_creates_the_contai
         final.patch
     assert any("runtimeClassName nvidia-legacy set" in w for w in final.warnings)
     repaired = jsonpatch.apply_patch(hami_pod(), final.patch)
-    again = admit.decide_pod(admit.Stage.MUTATE, repaired, "default", view, policy)
+    again = decide_pod(Stage.MUTATE, repaired, "default", view, policy)
     assert again.allowed and again.patch == [] and again.reason == Reason.ROUTED
     # the real runtime: the default handler fails the pod, the class's handler does not
     oracle, _ = oracle_for(tmp_path / "default", "operator-management")
@@ -158,7 +164,7 @@ def test_cdi_repair_sets_a_class_under_which_the_real_runtime_creates_the_contai
     # no proof, no repair: the cluster's classes unknown, or the class missing
     for known in (None, {"nvidia": "nvidia"}):
         v = view_from_objects([broken], policy, runtime_classes=known)
-        d = admit.review_pod(hami_pod(), "default", v, policy)
+        d = review_pod(hami_pod(), "default", v, policy)
         assert not d.allowed and d.reason == Reason.CDI_DEVICE_MISSING
 
 
@@ -169,7 +175,7 @@ def test_the_real_runtime_ignores_an_unprivileged_envvar_when_told_to(tmp_path):
     (GPUNotDelivered); with the toolkit's default the runtime injects the device and gpupool
     allows it."""
     from tests.unit.engine.test_steering import agent_node, decide, hami_pod
-    from webhook.engine.decision import Reason
+    from webhook.engine import Reason
 
     key = "accept-nvidia-visible-devices-envvar-when-unprivileged"
     oracle, paths = oracle_for(tmp_path / "on", "operator-management", per_uuid=True)
@@ -197,7 +203,7 @@ def test_the_nri_fix_applied_the_pod_runs(tmp_path):
     hands CDI names), gpupool allows the pod and the real CDI library, which containerd runs
     whatever the handler, resolves every GPU it could be handed."""
     from tests.unit.engine.test_steering import agent_node, decide, hami_pod
-    from webhook.engine.decision import Reason
+    from webhook.engine import Reason
 
     before = agent_node(tmp_path / "a", "hami-nri", "hami", "operator-management",
                         default_runtime="runc")
@@ -248,7 +254,7 @@ def test_a_mig_device_hami_creates_at_allocation_is_in_no_spec(tmp_path):
     from tests.corpus import created_mig
     from tests.unit.engine.test_mig import hami_mig_node
     from tests.unit.engine.test_steering import decide, hami_pod
-    from webhook.engine.decision import Reason
+    from webhook.engine import Reason
 
     node = hami_mig_node(tmp_path, "hami-mig")
     paths = tmp_path / "hami-mig"

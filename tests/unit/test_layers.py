@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import ROOT
 
 PKG = ROOT / "webhook"
-ENGINE = sorted((PKG / "engine").glob("*.py"))
+ENGINE = sorted((PKG / "engine").rglob("*.py"))
 
 #: Modules that do I/O or belong to a shell; the engine imports none of them.
 FORBIDDEN = {"flask", "gunicorn", "kubernetes", "requests", "urllib3", "prometheus_client",
@@ -41,17 +41,17 @@ def _hits(name: str) -> bool:
     return any(name == f or name.startswith(f + ".") for f in FORBIDDEN)
 
 
-@pytest.mark.parametrize("path", ENGINE, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ENGINE, ids=lambda p: str(p.relative_to(PKG)))
 def test_engine_imports_no_io_and_no_shell(path):
     bad = sorted(n for n in imports_of(path) if _hits(n))
-    assert not bad, f"webhook/engine/{path.name} imports {bad}"
+    assert not bad, f"{path.relative_to(PKG)} imports {bad}"
 
 
-@pytest.mark.parametrize("path", ENGINE, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ENGINE, ids=lambda p: str(p.relative_to(PKG)))
 def test_engine_calls_no_io_builtins(path):
     calls = {n.func.id for n in ast.walk(ast.parse(path.read_text()))
              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    assert not calls & FORBIDDEN_CALLS, f"webhook/engine/{path.name}: {calls & FORBIDDEN_CALLS}"
+    assert not calls & FORBIDDEN_CALLS, f"{path.relative_to(PKG)}: {calls & FORBIDDEN_CALLS}"
 
 
 def test_contract_package_imports_only_itself():
@@ -77,13 +77,18 @@ def test_the_rule_itself_catches_a_violation(tmp_path):
 
 
 SHELLS = sorted(p for p in PKG.rglob("*.py") if (PKG / "engine") not in p.parents)
-ENGINE_MODULES = {p.stem for p in ENGINE if p.stem != "__init__"}
+#: Outside the engine's own tests, tests and benchmarks keep to the shells' rule.
+OUTSIDERS = sorted(p for d in ("tests", "bench") for p in (ROOT / d).rglob("*.py")
+                   if (ROOT / "tests/unit/engine") not in p.parents)
+
+
+ROOMS = sorted(p.parent.name for p in (PKG / "engine").glob("*/__init__.py"))
 
 
 def engine_modules_imported(path: Path) -> list[str]:
     """Engine modules a shell imports by name, bypassing ``webhook.engine``'s surface."""
-    return sorted(n for n in imports_of(path) if n.startswith("webhook.engine.")
-                  and n.split(".")[2] in ENGINE_MODULES)
+    return sorted(n for n in imports_of(path)
+                  if n.startswith("webhook.engine.") and n.split(".")[2] in ROOMS)
 
 
 @pytest.mark.parametrize("path", SHELLS, ids=lambda p: str(p.relative_to(PKG)))
@@ -91,6 +96,12 @@ def test_shells_use_only_the_engines_declared_surface(path):
     bad = engine_modules_imported(path)
     assert not bad, (f"webhook/{path.relative_to(PKG)} imports {bad}: take what it needs from "
                      "webhook.engine (declare it in webhook/engine/__init__.py)")
+
+
+@pytest.mark.parametrize("path", OUTSIDERS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_tests_and_benchmarks_use_only_the_surface_too(path):
+    bad = engine_modules_imported(path)
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}: use webhook.engine's surface"
 
 
 def test_every_declared_name_resolves_and_nothing_else_does():
@@ -104,11 +115,80 @@ def test_every_declared_name_resolves_and_nothing_else_does():
 
 def test_the_surface_rule_catches_a_shell_reaching_in(tmp_path):
     bad = tmp_path / "shell.py"
-    bad.write_text("from webhook.engine import Policy, cdi\n"
-                   "from webhook.engine.pods import mutate\nimport webhook.engine.steering\n")
-    assert engine_modules_imported(bad) == ["webhook.engine.cdi", "webhook.engine.pods",
-                                            "webhook.engine.pods.mutate",
-                                            "webhook.engine.steering"]
+    bad.write_text("from webhook.engine import Policy, Stage\n"
+                   "from webhook.engine.admission.pods import mutate\n"
+                   "import webhook.engine.checks.cdi\n")
+    assert engine_modules_imported(bad) == ["webhook.engine.admission.pods",
+                                            "webhook.engine.admission.pods.mutate",
+                                            "webhook.engine.checks.cdi"]
+
+
+def declared_imports(room: str) -> set[str]:
+    """The rooms (and ``webhook.api``) a room's docstring says it may import."""
+    doc = ast.get_docstring(ast.parse((PKG / "engine" / room / "__init__.py").read_text())) or ""
+    lines = [ln for ln in doc.splitlines() if ln.startswith("May import:")]
+    assert len(lines) == 1, f"webhook/engine/{room}/__init__.py: say once what it may import"
+    return {n.strip(" .") for n in lines[0].removeprefix("May import:").split(",")}
+
+
+def room_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["webhook", "engine"] else None
+
+
+def room_violations(room: str, path: Path) -> list[str]:
+    """Imports of ``path`` (a module of ``room``) that its room does not declare."""
+    allowed = declared_imports(room)
+    bad = []
+    for name in sorted(imports_of(path)):
+        other = room_of(name)
+        if name.startswith("webhook.api") and "webhook.api" not in allowed:
+            bad.append(name)
+        elif name.startswith("webhook.engine") and (
+                other is None or (other != room and other not in allowed)):
+            bad.append(name)  # a room's module, through its room, or nothing
+    return bad
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_each_room_imports_only_what_it_declares(room):
+    for path in sorted((PKG / "engine" / room).glob("*.py")):
+        bad = room_violations(room, path)
+        assert not bad, (f"{path.relative_to(PKG)} imports {bad}; its room declares only "
+                         f"{sorted(declared_imports(room))}")
+
+
+def test_the_room_rule_catches_an_import_upward(tmp_path):
+    bad = tmp_path / "leaky.py"
+    bad.write_text("from webhook.engine.core import policy\n"
+                   "from webhook.engine.checks.cdi import verdicts\n"
+                   "from webhook.engine import Stage\n")
+    assert room_violations("placement", bad) == [
+        "webhook.engine", "webhook.engine.Stage", "webhook.engine.checks.cdi",
+        "webhook.engine.checks.cdi.verdicts"]
+
+
+def test_the_rooms_declare_no_cycle():
+    """The declarations themselves form layers: a room never may import one that may import
+    it, however indirectly."""
+    graph = {r: declared_imports(r) - {"webhook.api"} for r in ROOMS}
+    assert set().union(*graph.values()) <= set(ROOMS)
+    done: set[str] = set()
+
+    def visit(room: str, path: tuple[str, ...]) -> None:
+        assert room not in path, f"cycle: {' -> '.join((*path, room))}"
+        if room not in done:
+            for other in graph[room]:
+                visit(other, (*path, room))
+            done.add(room)
+
+    for room in ROOMS:
+        visit(room, ())
+
+
+def test_no_module_sits_outside_a_room():
+    loose = sorted(p.name for p in (PKG / "engine").glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"webhook/engine/{loose}: put each module in the room of its question"
 
 
 def test_the_picture_of_the_layers_is_the_codes():

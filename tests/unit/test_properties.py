@@ -20,9 +20,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import IN_CI
-from webhook.engine import Stage, admit, decide_pod
-from webhook.engine.cluster import ClusterView, view_from_objects
-from webhook.engine.decision import WARNING_LIMIT
+from webhook.engine import (
+    WARNING_LIMIT,
+    ClusterView,
+    Stage,
+    decide_pod,
+    review_pod,
+    view_from_objects,
+)
 from webhook.policyfile import default_policy
 from webhook.server.app import Webhook
 from webhook.server.policysource import PolicySource
@@ -164,9 +169,9 @@ def test_engine_invariants(pod):
         assert again.patch == [], again.patch
         assert again.pool == d.pool
     assert mutate(pod, "default", VIEW, POLICY).to_json() == d.to_json()  # determinism
-    v = admit.review_pod(pod, "default", VIEW, POLICY)
+    v = review_pod(pod, "default", VIEW, POLICY)
     _within_limits(v)
-    assert admit.review_pod(pod, "default", VIEW, POLICY).to_json() == v.to_json()
+    assert review_pod(pod, "default", VIEW, POLICY).to_json() == v.to_json()
 
 
 @st.composite

@@ -20,28 +20,38 @@ from typing import TYPE_CHECKING, Any
 #: name -> the engine module that defines it
 _SURFACE = {
     # the one entry into decisions
-    "Stage": "admit", "Subject": "admit", "Review": "admit", "decide": "admit",
-    "decide_pod": "admit", "handles": "admit", "review": "admit", "review_pod": "admit",
+    "Stage": "admission.admit", "Subject": "admission.admit", "Review": "admission.admit",
+    "decide": "admission.admit",
+    "decide_pod": "admission.admit", "handles": "admission.admit", "review": "admission.admit",
+    "review_pod": "admission.admit",
     # what a decision is
-    "Decision": "decision", "NodeFinding": "decision", "Reason": "decision",
-    "allow": "decision", "clean_warning": "decision", "MESSAGE_LIMIT": "decision",
+    "Decision": "core.decision", "NodeFinding": "core.decision", "Reason": "core.decision",
+    "allow": "core.decision", "clean_warning": "core.decision",
+    "MESSAGE_LIMIT": "core.decision",
     # the cluster as the engine sees it
-    "ClusterView": "cluster", "NodeInfo": "cluster", "view_from_objects": "cluster",
-    "runtime_classes_of": "cluster", "DRA_KINDS": "cluster", "RESOURCE_KINDS": "cluster",
-    "load_resources": "cluster", "claims_of": "cluster",
+    "ClusterView": "view.cluster", "NodeInfo": "view.cluster",
+    "view_from_objects": "view.cluster",
+    "runtime_classes_of": "view.cluster", "DRA_KINDS": "view.cluster",
+    "RESOURCE_KINDS": "view.cluster",
+    "load_resources": "view.cluster", "claims_of": "view.cluster",
     # DRA, the GPU Operator's ClusterPolicy and HAMi's device-plugin DaemonSet
-    "DeviceClass": "dra", "Slice": "dra", "mixed_resources": "allocation",
-    "cluster_operator": "clusterpolicy", "hami_plugin_from": "hamiplugin",
-    "HAMI_PLUGIN_SELECTOR": "hamiplugin",
+    "DeviceClass": "stacks.dra", "Slice": "stacks.dra", "mixed_resources": "checks.allocation",
+    "cluster_operator": "stacks.clusterpolicy", "hami_plugin_from": "stacks.hamiplugin",
+    "HAMI_PLUGIN_SELECTOR": "stacks.hamiplugin",
     # the policy
-    "Policy": "policy", "PolicyError": "policy", "load_policy_text": "policy",
+    "Policy": "core.policy", "PolicyError": "core.policy", "load_policy_text": "core.policy",
     # per node, for doctor
-    "NodeState": "cdi", "NodeAssessment": "cdi", "node_verdict": "cdi", "fix_text": "cdi",
+    "NodeState": "checks.cdi", "NodeAssessment": "checks.cdi", "node_verdict": "checks.cdi",
+    "fix_text": "checks.cdi",
     # naming objects in messages and records
-    "clip": "objects", "describe": "objects", "meta_of": "objects", "name_of": "objects",
-    "template_pod": "workloads",
+    "clip": "core.objects", "describe": "core.objects", "meta_of": "core.objects",
+    "name_of": "core.objects",
+    "template_pod": "admission.workloads",
     # JSON patches as the API server takes them
-    "encode_patch": "patch",
+    "encode_patch": "core.patch",
+    # for judges and tests that read a pod as the engine reads it
+    "WARNING_LIMIT": "core.decision", "parse_policy": "core.policy",
+    "annotation_requests": "stacks.nri", "without_steering": "pod.affinity",
 }
 
 __all__ = sorted(_SURFACE)
@@ -57,44 +67,48 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
-    from webhook.engine.admit import Review as Review
-    from webhook.engine.admit import Stage as Stage
-    from webhook.engine.admit import Subject as Subject
-    from webhook.engine.admit import decide as decide
-    from webhook.engine.admit import decide_pod as decide_pod
-    from webhook.engine.admit import handles as handles
-    from webhook.engine.admit import review as review
-    from webhook.engine.admit import review_pod as review_pod
-    from webhook.engine.allocation import mixed_resources as mixed_resources
-    from webhook.engine.cdi import NodeAssessment as NodeAssessment
-    from webhook.engine.cdi import NodeState as NodeState
-    from webhook.engine.cdi import fix_text as fix_text
-    from webhook.engine.cdi import node_verdict as node_verdict
-    from webhook.engine.cluster import DRA_KINDS as DRA_KINDS
-    from webhook.engine.cluster import RESOURCE_KINDS as RESOURCE_KINDS
-    from webhook.engine.cluster import ClusterView as ClusterView
-    from webhook.engine.cluster import NodeInfo as NodeInfo
-    from webhook.engine.cluster import claims_of as claims_of
-    from webhook.engine.cluster import load_resources as load_resources
-    from webhook.engine.cluster import runtime_classes_of as runtime_classes_of
-    from webhook.engine.cluster import view_from_objects as view_from_objects
-    from webhook.engine.clusterpolicy import cluster_operator as cluster_operator
-    from webhook.engine.decision import MESSAGE_LIMIT as MESSAGE_LIMIT
-    from webhook.engine.decision import Decision as Decision
-    from webhook.engine.decision import NodeFinding as NodeFinding
-    from webhook.engine.decision import Reason as Reason
-    from webhook.engine.decision import allow as allow
-    from webhook.engine.decision import clean_warning as clean_warning
-    from webhook.engine.dra import DeviceClass as DeviceClass
-    from webhook.engine.dra import Slice as Slice
-    from webhook.engine.hamiplugin import HAMI_PLUGIN_SELECTOR as HAMI_PLUGIN_SELECTOR
-    from webhook.engine.hamiplugin import hami_plugin_from as hami_plugin_from
-    from webhook.engine.objects import clip as clip
-    from webhook.engine.objects import describe as describe
-    from webhook.engine.objects import meta_of as meta_of
-    from webhook.engine.objects import name_of as name_of
-    from webhook.engine.patch import encode_patch as encode_patch
-    from webhook.engine.policy import Policy as Policy
-    from webhook.engine.policy import PolicyError as PolicyError
-    from webhook.engine.policy import load_policy_text as load_policy_text
-    from webhook.engine.workloads import template_pod as template_pod
+    from webhook.engine.admission.admit import Review as Review
+    from webhook.engine.admission.admit import Stage as Stage
+    from webhook.engine.admission.admit import Subject as Subject
+    from webhook.engine.admission.admit import decide as decide
+    from webhook.engine.admission.admit import decide_pod as decide_pod
+    from webhook.engine.admission.admit import handles as handles
+    from webhook.engine.admission.admit import review as review
+    from webhook.engine.admission.admit import review_pod as review_pod
+    from webhook.engine.admission.workloads import template_pod as template_pod
+    from webhook.engine.checks.allocation import mixed_resources as mixed_resources
+    from webhook.engine.checks.cdi import NodeAssessment as NodeAssessment
+    from webhook.engine.checks.cdi import NodeState as NodeState
+    from webhook.engine.checks.cdi import fix_text as fix_text
+    from webhook.engine.checks.cdi import node_verdict as node_verdict
+    from webhook.engine.core.decision import MESSAGE_LIMIT as MESSAGE_LIMIT
+    from webhook.engine.core.decision import WARNING_LIMIT as WARNING_LIMIT
+    from webhook.engine.core.decision import Decision as Decision
+    from webhook.engine.core.decision import NodeFinding as NodeFinding
+    from webhook.engine.core.decision import Reason as Reason
+    from webhook.engine.core.decision import allow as allow
+    from webhook.engine.core.decision import clean_warning as clean_warning
+    from webhook.engine.core.objects import clip as clip
+    from webhook.engine.core.objects import describe as describe
+    from webhook.engine.core.objects import meta_of as meta_of
+    from webhook.engine.core.objects import name_of as name_of
+    from webhook.engine.core.patch import encode_patch as encode_patch
+    from webhook.engine.core.policy import Policy as Policy
+    from webhook.engine.core.policy import PolicyError as PolicyError
+    from webhook.engine.core.policy import load_policy_text as load_policy_text
+    from webhook.engine.core.policy import parse_policy as parse_policy
+    from webhook.engine.pod.affinity import without_steering as without_steering
+    from webhook.engine.stacks.clusterpolicy import cluster_operator as cluster_operator
+    from webhook.engine.stacks.dra import DeviceClass as DeviceClass
+    from webhook.engine.stacks.dra import Slice as Slice
+    from webhook.engine.stacks.hamiplugin import HAMI_PLUGIN_SELECTOR as HAMI_PLUGIN_SELECTOR
+    from webhook.engine.stacks.hamiplugin import hami_plugin_from as hami_plugin_from
+    from webhook.engine.stacks.nri import annotation_requests as annotation_requests
+    from webhook.engine.view.cluster import DRA_KINDS as DRA_KINDS
+    from webhook.engine.view.cluster import RESOURCE_KINDS as RESOURCE_KINDS
+    from webhook.engine.view.cluster import ClusterView as ClusterView
+    from webhook.engine.view.cluster import NodeInfo as NodeInfo
+    from webhook.engine.view.cluster import claims_of as claims_of
+    from webhook.engine.view.cluster import load_resources as load_resources
+    from webhook.engine.view.cluster import runtime_classes_of as runtime_classes_of
+    from webhook.engine.view.cluster import view_from_objects as view_from_objects

@@ -17,7 +17,7 @@ import yaml
 from tests.conftest import ROOT
 from webhook import __version__
 from webhook.cli.main import build_parser
-from webhook.engine.decision import Reason
+from webhook.engine import Reason
 
 DEMO = ROOT / "webhook/data/demo-cluster.yaml"
 EXAMPLES = ROOT / "docs/examples"

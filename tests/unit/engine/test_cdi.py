@@ -15,10 +15,10 @@ import yaml
 from tests.conftest import UPSTREAM, gpu_pod, load_docs
 from tests.layouts import UUIDS, hami_register, per_uuid_spec, write_layout
 from webhook.cli.doctor import diagnose
-from webhook.engine import admit
-from webhook.engine.cluster import view_from_objects
-from webhook.engine.decision import Reason
-from webhook.engine.policy import load_policy_text
+from webhook.engine.admission import admit
+from webhook.engine.core.decision import Reason
+from webhook.engine.core.policy import load_policy_text
+from webhook.engine.view.cluster import view_from_objects
 from webhook.node.agent import Observer
 from webhook.policyfile import default_policy_text
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 
 from tests.conftest import gpu_pod
-from webhook.engine import labels as labels_mod
-from webhook.engine.admit import review_pod
-from webhook.engine.cluster import ClusterView, NodeInfo, view_from_objects
-from webhook.engine.labels import NodeLabels
+from webhook.engine.admission.admit import review_pod
+from webhook.engine.view import labels as labels_mod
+from webhook.engine.view.cluster import ClusterView, NodeInfo, view_from_objects
+from webhook.engine.view.labels import NodeLabels
 from webhook.policyfile import default_policy
 
 

@@ -9,8 +9,8 @@ import pytest
 from tests.conftest import gpu_pod
 from tests.unit.engine.test_steering import agent_node, decide
 from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES
-from webhook.engine.clusterpolicy import DEPLOY_LABEL, cluster_operator, plugin_way
-from webhook.engine.decision import Reason
+from webhook.engine.core.decision import Reason
+from webhook.engine.stacks.clusterpolicy import DEPLOY_LABEL, cluster_operator, plugin_way
 
 
 def policy(**spec) -> dict:

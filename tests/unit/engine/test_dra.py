@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.engine import admit, cel
-from webhook.engine.cluster import view_from_objects
-from webhook.engine.decision import Reason
-from webhook.engine.policy import PolicyError, load_policy_text
+from webhook.engine.admission import admit
+from webhook.engine.core.decision import Reason
+from webhook.engine.core.policy import PolicyError, load_policy_text
+from webhook.engine.stacks import cel
+from webhook.engine.view.cluster import view_from_objects
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "dra"
 POLICY = """
@@ -266,7 +267,7 @@ def test_kubernetes_cel_libraries(expr, expected):
 def test_decisions_follow_slice_and_class_changes(policy):
     """The per-shape verdicts are kept as slices come and go (node by node), and start over
     when a class changes: each answer equals a fresh view's."""
-    from webhook.engine.dra import DeviceClass, Slice
+    from webhook.engine.stacks.dra import DeviceClass, Slice
 
     view = make_view(policy)
     p = pod("huge-gpu")
@@ -322,7 +323,7 @@ def test_a_pod_hami_dra_rewrote_after_gpupool_routed_it_names_the_rewrite():
     first = admit.decide_pod(admit.Stage.MUTATE, pod(gpus={"nvidia.com/gpu": 1}), "default",
                              view, policy)
     assert first.pool == "operator"
-    from webhook.engine import patch
+    from webhook.engine.core import patch
     routed = patch.apply(pod(gpus={"nvidia.com/gpu": 1}), first.patch)
     rewritten = copy.deepcopy(routed)
     rewritten["metadata"]["labels"]["hami.io/dra"] = "true"

@@ -1,4 +1,4 @@
-"""HAMi's device plugin as its DaemonSet configures it (``webhook.engine.hamiplugin``), and
+"""HAMi's device plugin as its DaemonSet configures it (``webhook.engine.stacks.hamiplugin``), and
 the node ``delivery: detect`` misreads without it: a plugin set to a CDI strategy that has
 not written its spec looks, on disk, like one in envvar."""
 
@@ -12,8 +12,8 @@ import yaml
 from tests.conftest import UPSTREAM
 from tests.unit.engine.test_steering import agent_node, decide, hami_pod, terms
 from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES
-from webhook.engine.decision import Reason
-from webhook.engine.hamiplugin import HamiPlugin, hami_plugin_from, way_on
+from webhook.engine.core.decision import Reason
+from webhook.engine.stacks.hamiplugin import HamiPlugin, hami_plugin_from, way_on
 
 CHART_VALUES = yaml.safe_load((UPSTREAM / "hami-chart/values.yaml").read_text())
 

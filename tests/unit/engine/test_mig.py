@@ -8,7 +8,7 @@ from __future__ import annotations
 from tests.conftest import gpu_pod
 from tests.unit.engine.test_steering import agent_node, decide, terms
 from tests.unit.node.test_kubelet import MIG_RESOURCE, MIGS
-from webhook.engine.decision import Reason
+from webhook.engine.core.decision import Reason
 
 BEFORE = ("MIG-0a1b2c3d-0000-5000-8000-0000000000a1",)  # the layout before reconfiguration
 
@@ -112,7 +112,7 @@ def test_hami_mig_mode_gpus_fail_wherever_cdi_names_are_looked_up(tmp_path):
 
 
 def test_the_register_annotations_mode_in_both_formats():
-    from webhook.engine.hami import parse_register
+    from webhook.engine.stacks.hami import parse_register
 
     assert parse_register('[{"id": "GPU-a", "mode": "mig"}]')[0].mode == "mig"
     csv = "GPU-a,10,40960,100,NVIDIA-A100,0,true,0,mig:GPU-b,10,40960,100,NVIDIA-A100,0,true,1:"

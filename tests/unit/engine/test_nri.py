@@ -1,5 +1,5 @@
 """Devices a pod names in its own ``nvidia.cdi.k8s.io`` annotations, where the GPU Operator
-runs NVIDIA's NRI plugin (``webhook.engine.nri``). What the plugin does with them is checked
+runs NVIDIA's NRI plugin (``webhook.engine.stacks.nri``). What the plugin does with them is checked
 against the plugin itself in tests/integration/test_nri_plugin.py; here, what gpupool decides
 and says."""
 
@@ -9,15 +9,15 @@ import pytest
 
 from tests.conftest import gpu_pod
 from tests.unit.engine.test_steering import agent_node, decide, terms
-from webhook.engine.clusterpolicy import DEPLOY_LABEL, cluster_operator, nri_plugin
-from webhook.engine.decision import Reason
-from webhook.engine.nri import (
+from webhook.engine.core.decision import Reason
+from webhook.engine.stacks.clusterpolicy import DEPLOY_LABEL, cluster_operator, nri_plugin
+from webhook.engine.stacks.nri import (
     DOMAIN,
     MANAGEMENT,
     NAMESPACES_ENV,
     TOOLKIT_LABEL,
     NRIPlugin,
-    requests,
+    annotation_requests,
 )
 
 ALL = f"{MANAGEMENT}=all"
@@ -55,11 +55,12 @@ def annotated(value: str, key: str = f"{DOMAIN}/container.c", **spec) -> dict:
 
 def test_the_effective_annotation_per_container_as_nri_reads_it():
     ann = {f"{DOMAIN}/container.a": "x/y=1", f"{DOMAIN}/pod": "x/y=2", DOMAIN: "x/y=3"}
-    assert requests(ann, ["a", "b"]) == (("a", "x/y=1"), ("b", "x/y=2"))
-    assert requests({DOMAIN: "x/y=3"}, ["a"]) == (("a", "x/y=3"),)
-    assert requests({"cdi.k8s.io/x": "x/y=1"}, ["a"]) == ()  # the device plugin's, not NRI's
-    assert requests({f"{DOMAIN}/container.a": 7}, ["a"]) == ()  # not a string: no value
-    assert requests({}, ["a"]) == ()
+    assert annotation_requests(ann, ["a", "b"]) == (("a", "x/y=1"), ("b", "x/y=2"))
+    assert annotation_requests({DOMAIN: "x/y=3"}, ["a"]) == (("a", "x/y=3"),)
+    # the device plugin's annotation, not NRI's
+    assert annotation_requests({"cdi.k8s.io/x": "x/y=1"}, ["a"]) == ()
+    assert annotation_requests({f"{DOMAIN}/container.a": 7}, ["a"]) == ()  # not a string: no value
+    assert annotation_requests({}, ["a"]) == ()
 
 
 @pytest.mark.parametrize("obj, expected", [

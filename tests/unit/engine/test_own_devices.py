@@ -8,7 +8,7 @@ from tests.conftest import gpu_pod
 from tests.layouts import UUIDS
 from tests.unit.engine.test_steering import agent_node, decide, terms
 from webhook.api import delivery
-from webhook.engine.decision import Reason
+from webhook.engine.core.decision import Reason
 
 
 def own(value: str | None = None, *, value_from: bool = False, second: bool = False) -> dict:

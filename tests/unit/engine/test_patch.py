@@ -11,8 +11,9 @@ import kubernetes_validate
 import pytest
 
 from tests.conftest import gpu_pod, upstream_pods
-from webhook.engine import Stage, decide_pod, patch
-from webhook.engine.affinity import affinity_patch
+from webhook.engine import Stage, decide_pod
+from webhook.engine.core import patch
+from webhook.engine.pod.affinity import affinity_patch
 
 #: The engine's entry, one stage at a time, as a pod's review reaches it.
 mutate, validate = partial(decide_pod, Stage.MUTATE), partial(decide_pod, Stage.VALIDATE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from webhook.engine.policy import PolicyError, load_policy_text
+from webhook.engine.core.policy import PolicyError, load_policy_text
 from webhook.policyfile import default_policy_text, load_policy_file
 
 BASE = yaml.safe_load(default_policy_text())

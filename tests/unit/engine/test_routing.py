@@ -9,10 +9,11 @@ import jsonpatch
 import pytest
 
 from tests.conftest import UPSTREAM, gpu_pod, load_docs, upstream_pods
-from webhook.engine import Stage, admit, decide_pod
-from webhook.engine.cluster import view_from_objects
-from webhook.engine.decision import Reason
-from webhook.engine.policy import load_policy_text
+from webhook.engine import Stage, decide_pod
+from webhook.engine.admission import admit
+from webhook.engine.core.decision import Reason
+from webhook.engine.core.policy import load_policy_text
+from webhook.engine.view.cluster import view_from_objects
 
 #: The engine's entry, one stage at a time, as a pod's review reaches it.
 mutate, validate = partial(decide_pod, Stage.MUTATE), partial(decide_pod, Stage.VALIDATE)
@@ -69,7 +70,7 @@ def test_upstream_pod_routes_where_a_reader_expects(pod_id, policy):
 
 
 def test_upstream_deployment_template_routes_to_hami(policy):
-    from webhook.engine.workloads import template_pod
+    from webhook.engine.admission.workloads import template_pod
 
     (deploy,) = load_docs(UPSTREAM / "pods/hami/nvidia/example.yaml")
     pod = template_pod(deploy, "Deployment", "default")

@@ -14,10 +14,10 @@ from tests.layouts import UUIDS, device_plugin_spec, hami_register, per_uuid_spe
 from tests.unit.node.test_driver import fake_driver
 from webhook.api import delivery
 from webhook.api.inventory import Inventory, RuntimeInfo
-from webhook.engine import admit
-from webhook.engine.cluster import NodeInfo, view_from_objects
-from webhook.engine.decision import Reason
-from webhook.engine.policy import PolicyError, load_policy_text
+from webhook.engine.admission import admit
+from webhook.engine.core.decision import Reason
+from webhook.engine.core.policy import PolicyError, load_policy_text
+from webhook.engine.view.cluster import NodeInfo, view_from_objects
 from webhook.node.agent import Observer, node_labels
 from webhook.policyfile import default_policy_text
 
@@ -414,7 +414,7 @@ def test_a_cordon_on_a_device_plugin_pool_changes_nothing(tmp_path):
 
 
 def test_junk_in_the_cordon_annotation_cordons_nothing():
-    from webhook.engine import hami
+    from webhook.engine.stacks import hami
 
     assert hami.cordoned(None) == frozenset() and hami.cordoned(42) == frozenset()
     assert hami.cordoned(" , ,") == frozenset()

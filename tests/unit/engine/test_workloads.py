@@ -11,8 +11,8 @@ import pytest
 from tests.conftest import body
 from tests.layouts import hami_register
 from tests.unit.engine.test_cdi import inventory, node
-from webhook.engine.cluster import view_from_objects
-from webhook.engine.policy import load_policy_text
+from webhook.engine.core.policy import load_policy_text
+from webhook.engine.view.cluster import view_from_objects
 from webhook.policyfile import default_policy, default_policy_text
 from webhook.server.app import Webhook
 from webhook.server.policysource import PolicySource

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.conftest import body, gpu_pod, review
-from webhook.engine.cluster import ClusterView
+from webhook.engine import ClusterView
 from webhook.server.app import Webhook
 from webhook.server.policysource import PolicySource
 
@@ -134,14 +134,14 @@ def test_kind_a_webhook_does_not_handle_is_let_through_with_a_warning(handler, s
 
 
 def test_engine_crash_still_answers_with_uid(handler, monkeypatch):
-    from webhook.engine import pods as engine
+    from webhook import engine
 
     def boom(*a, **k):
         raise RuntimeError("boom")
 
     from webhook.server import metrics
 
-    monkeypatch.setattr(engine, "mutate", boom)
+    monkeypatch.setattr(engine, "decide", boom)
     counted = metrics.Metrics(handler.policies, handler.view)
     handler.hooks.append(counted.observe)
     before = metrics.UNCHECKED.labels("internal-error", "allowed")._value.get()
@@ -155,7 +155,7 @@ def test_engine_crash_still_answers_with_uid(handler, monkeypatch):
 
 def test_audit_records_denials_and_optionally_mutations(tmp_path):
     from webhook.cli.audit import read_records
-    from webhook.engine.policy import load_policy_text
+    from webhook.engine import load_policy_text
     from webhook.policyfile import default_policy_text
     from webhook.server.audit import AuditLog
 
@@ -230,8 +230,7 @@ def test_a_repaired_pod_is_always_audited(tmp_path):
     audit.mutations says."""
     from tests.unit.engine.test_steering import agent_node, hami_pod
     from webhook.cli.audit import read_records
-    from webhook.engine import view_from_objects
-    from webhook.engine.policy import load_policy_text
+    from webhook.engine import load_policy_text, view_from_objects
     from webhook.policyfile import default_policy_text
     from webhook.server.audit import AuditLog
 

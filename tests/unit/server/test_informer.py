@@ -8,7 +8,7 @@ import json
 import threading
 import time
 
-from webhook.engine.cluster import ClusterView
+from webhook.engine import ClusterView
 from webhook.server.informer import ClusterInformer, KeyedListing
 
 
@@ -169,7 +169,7 @@ def test_dra_objects_list_and_watch_into_the_view():
         "ResourceClaimTemplate": FakeNodeAPI([templates], [[
             {"type": "DELETED", "object": templates[0]}]]),
     }
-    from webhook.engine.dra import Slice
+    from webhook.engine import Slice
 
     reflectors = [Reflector(kind, api, functools.partial(inf._dra_listed, kind),
                             functools.partial(inf._dra_event, kind), None,

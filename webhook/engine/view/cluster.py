@@ -19,10 +19,11 @@ from typing import Any, Generic, TypeVar, cast
 
 from webhook.api.delivery import Way
 from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
-from webhook.engine import clusterpolicy, dra, hami, hamiplugin, nri, objects
-from webhook.engine.labels import NodeLabels
-from webhook.engine.policy import Policy
-from webhook.engine.resources import whole_number
+from webhook.engine.core import objects
+from webhook.engine.core.policy import Policy
+from webhook.engine.core.resources import whole_number
+from webhook.engine.stacks import clusterpolicy, dra, hami, hamiplugin, nri
+from webhook.engine.view.labels import NodeLabels
 
 T = TypeVar("T")
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"

@@ -13,11 +13,12 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from webhook.engine import objects, patch, pods, workloads
-from webhook.engine.cluster import ClusterView
-from webhook.engine.decision import Decision, Reason, allow, deny
-from webhook.engine.podfacts import PodFacts
-from webhook.engine.policy import Policy, WorkloadTemplates
+from webhook.engine.admission import pods, workloads
+from webhook.engine.core import objects, patch
+from webhook.engine.core.decision import Decision, Reason, allow, deny
+from webhook.engine.core.policy import Policy, WorkloadTemplates
+from webhook.engine.pod.podfacts import PodFacts
+from webhook.engine.view.cluster import ClusterView
 
 
 class Stage(StrEnum):

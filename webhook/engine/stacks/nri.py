@@ -60,7 +60,8 @@ class NRIPlugin:
 Requests = tuple[tuple[str, str], ...]
 
 
-def requests(annotations: Mapping[str, object], container_names: Iterable[str]) -> Requests:
+def annotation_requests(annotations: Mapping[str, object], container_names: Iterable[str]
+                        ) -> Requests:
     """Per container, the annotation value the plugin would read, as the plugin reads it."""
     if not any(isinstance(k, str) and k.startswith(DOMAIN) for k in annotations):
         return ()

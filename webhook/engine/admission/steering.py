@@ -16,12 +16,12 @@ nodes that would fail it are excluded by name (``matchFields``).
 from __future__ import annotations
 
 from webhook.api import delivery
-from webhook.engine import candidates as cand
-from webhook.engine.affinity import NAME_FIELD, Requirement
-from webhook.engine.cdi import NodeState, verdicts
-from webhook.engine.cluster import ClusterView
-from webhook.engine.podfacts import PodFacts
-from webhook.engine.policy import Policy
+from webhook.engine.checks.cdi import NodeState, verdicts
+from webhook.engine.core.policy import Policy
+from webhook.engine.placement import candidates as cand
+from webhook.engine.pod.affinity import NAME_FIELD, Requirement
+from webhook.engine.pod.podfacts import PodFacts
+from webhook.engine.view.cluster import ClusterView
 
 #: More nodes than this to exclude by name and the requirement is left off (with a warning):
 #: a pod object is no place for a node list the size of a cluster.

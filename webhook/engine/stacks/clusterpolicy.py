@@ -8,7 +8,7 @@ nodes carry ``false``). As the operator sets it (gpu-operator controllers/object
 ``TransformDevicePlugin``): ``DEVICE_LIST_STRATEGY`` from ``spec.devicePlugin.env`` when set
 there (applied last, so it wins), else ``cdi-annotations,cdi-cri`` when ``spec.cdi.enabled``
 (true when unset), else the plugin's own default, ``envvar``. It also says whether the
-operator runs NVIDIA's NRI plugin, and for which namespaces (``webhook.engine.nri``).
+operator runs NVIDIA's NRI plugin, and for which namespaces (``webhook.engine.stacks.nri``).
 Pure: no I/O.
 """
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES, Way, strategy_way
-from webhook.engine import nri
-from webhook.engine.objects import as_mapping, env_entry, literal_value
+from webhook.engine.core.objects import as_mapping, env_entry, literal_value
+from webhook.engine.stacks import nri
 
 KIND = "ClusterPolicy"
 #: The operator's node label for where it runs its device plugin.

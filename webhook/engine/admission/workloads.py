@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.engine import objects, patch
-from webhook.engine.patch import Op
+from webhook.engine.core import objects, patch
+from webhook.engine.core.patch import Op
 
 #: (group, kind) -> path from the object to its pod template.
 TEMPLATE_PATHS: dict[tuple[str, str], tuple[str, ...]] = {

@@ -16,11 +16,13 @@ from typing import Any
 
 import orjson
 
-from webhook.engine import affinity, hami, objects, taints
-from webhook.engine.cluster import ClusterView, NodeInfo
-from webhook.engine.podfacts import PodFacts
-from webhook.engine.policy import Policy
-from webhook.engine.resources import most_per_container, pod_requests
+from webhook.engine.core import objects, taints
+from webhook.engine.core.policy import Policy
+from webhook.engine.core.resources import most_per_container, pod_requests
+from webhook.engine.pod import affinity
+from webhook.engine.pod.podfacts import PodFacts
+from webhook.engine.stacks import hami
+from webhook.engine.view.cluster import ClusterView, NodeInfo
 
 
 def schedulable(spec: Mapping[str, Any], node: NodeInfo) -> bool:
@@ -132,7 +134,7 @@ def demand_of(facts: PodFacts, hami_pool: bool) -> GPUDemand:
 def eligible_gpus(node: NodeInfo, demand: GPUDemand) -> tuple[str, ...]:
     """The GPUs the device plugin could hand this pod on this node: all the node has, or, for
     HAMi, those its annotations allow (a model HAMi did not register is not filtered out).
-    GPUs HAMi's device cordon names still count: see ``webhook.engine.cdi.assess_node``."""
+    GPUs HAMi's device cordon names still count: see ``webhook.engine.checks.cdi.assess_node``."""
     gpus = node.gpu_uuids()
     if not demand.narrows:
         return gpus

@@ -20,12 +20,13 @@ from functools import cached_property
 
 from webhook.api import delivery
 from webhook.api.inventory import MIG_RESOURCE_PREFIX, Inventory
-from webhook.engine import affinity, clusterpolicy, hami, nri, podclaims
-from webhook.engine import candidates as cand
-from webhook.engine.cluster import ClusterView, NodeInfo
-from webhook.engine.decision import MAX_FINDINGS, Decision, NodeFinding, Reason, allow, deny
-from webhook.engine.podfacts import PodFacts
-from webhook.engine.policy import OnFinding, Policy, Pool
+from webhook.engine.core.decision import MAX_FINDINGS, Decision, NodeFinding, Reason, allow, deny
+from webhook.engine.core.policy import OnFinding, Policy, Pool
+from webhook.engine.placement import candidates as cand
+from webhook.engine.pod import affinity, podclaims
+from webhook.engine.pod.podfacts import PodFacts
+from webhook.engine.stacks import clusterpolicy, hami, nri
+from webhook.engine.view.cluster import ClusterView, NodeInfo
 
 
 class NodeState(StrEnum):
@@ -252,7 +253,7 @@ def worse(a: NodeAssessment, b: NodeAssessment | None) -> NodeAssessment:
 def assess_annotations(node: NodeInfo, facts: PodFacts, plugin: nri.NRIPlugin
                        ) -> NodeAssessment | None:
     """The CDI devices the pod's own ``nvidia.cdi.k8s.io`` annotations name, on a node where
-    the GPU Operator's NRI plugin injects them (``webhook.engine.nri``); None: nothing
+    the GPU Operator's NRI plugin injects them (``webhook.engine.stacks.nri``); None: nothing
     wrong, or nothing the plugin reads there."""
     inv = node.inventory
     if inv is None or not facts.nri_requests or not nri.runs_on(node.labels):

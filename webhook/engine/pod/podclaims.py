@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from webhook.engine import dra
-from webhook.engine.cluster import ClusterView, NodeInfo
-from webhook.engine.podfacts import PodFacts
+from webhook.engine.pod.podfacts import PodFacts
+from webhook.engine.stacks import dra
+from webhook.engine.view.cluster import ClusterView, NodeInfo
 
 
 def demand(facts: PodFacts, view: ClusterView | None) -> dra.ClaimDemand:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.api.delivery import Way, strategy_way
-from webhook.engine.objects import as_list, as_mapping, env_entry, literal_value, meta_of
+from webhook.engine.core.objects import as_list, as_mapping, env_entry, literal_value, meta_of
 
 KIND = "DaemonSet"
 COMPONENT_LABEL = "app.kubernetes.io/component"

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from webhook.engine import affinity, dra, objects, podclaims
-from webhook.engine.cluster import ClusterView
-from webhook.engine.decision import Reason
-from webhook.engine.podfacts import PodFacts
-from webhook.engine.policy import POOL_LABEL, Policy
+from webhook.engine.core import objects
+from webhook.engine.core.decision import Reason
+from webhook.engine.core.policy import POOL_LABEL, Policy
+from webhook.engine.pod import affinity, podclaims
+from webhook.engine.pod.podfacts import PodFacts
+from webhook.engine.stacks import dra
+from webhook.engine.view.cluster import ClusterView
 
 
 @dataclass

@@ -16,13 +16,14 @@ import heapq
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from webhook.engine import candidates as cand
-from webhook.engine import dra, podclaims
-from webhook.engine.cluster import ClusterView, NodeInfo
-from webhook.engine.decision import MAX_FINDINGS, Decision, NodeFinding, Reason, allow, deny
-from webhook.engine.podfacts import PodFacts
-from webhook.engine.policy import OnFinding, Policy
-from webhook.engine.resources import pod_requests
+from webhook.engine.core.decision import MAX_FINDINGS, Decision, NodeFinding, Reason, allow, deny
+from webhook.engine.core.policy import OnFinding, Policy
+from webhook.engine.core.resources import pod_requests
+from webhook.engine.placement import candidates as cand
+from webhook.engine.pod import podclaims
+from webhook.engine.pod.podfacts import PodFacts
+from webhook.engine.stacks import dra
+from webhook.engine.view.cluster import ClusterView, NodeInfo
 
 _SHOW = 3
 

@@ -8,7 +8,7 @@ serves (``spec.extendedResourceName``, or the implicit
 module reads those objects as the API serves them (``resource.k8s.io/v1``) into small
 immutable records, and judges a node as kube-scheduler's allocator would: the devices its
 ResourceSlices publish, filtered by the class's and the request's CEL selectors
-(``webhook.engine.cel``) and by device taints the request does not tolerate, counted against
+(``webhook.engine.stacks.cel``) and by device taints the request does not tolerate, counted against
 what each request asks for.
 
 It over-approximates on purpose, so that it never turns away a pod the scheduler could
@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from webhook.engine import cel, objects, taints
+from webhook.engine.core import objects, taints
+from webhook.engine.stacks import cel
 
 #: The implicit extended resource every DeviceClass serves when DRA-backed extended
 #: resources are on (KEP-5004).

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from webhook.api.delivery import LABEL_PREFIX
-from webhook.engine import patch
-from webhook.engine.patch import Op
-from webhook.engine.policy import Policy
+from webhook.engine.core import patch
+from webhook.engine.core.patch import Op
+from webhook.engine.core.policy import Policy
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 NAME_FIELD = "metadata.name"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from webhook.engine.patch import Op
+from webhook.engine.core.patch import Op
 
 
 class Reason(StrEnum):

@@ -1,4 +1,4 @@
-"""Deciding one Pod, for one admission stage (``webhook.engine.admit`` picks the stage).
+"""Deciding one Pod, for one admission stage (``webhook.engine.admission.admit`` picks the stage).
 
 ``mutate`` routes a GPU pod to its pool (scheduler, node affinity, HAMi opt-out label, pool
 annotation). ``validate`` checks the object as it stands after *every* mutating webhook ran,
@@ -7,18 +7,22 @@ because HAMi's webhook may run after ours and rewrite what we set.
 
 from __future__ import annotations
 
-from webhook.engine import affinity, allocation, objects, patch, podclaims, routing, steering
-from webhook.engine import cdi as cdi_needs
-from webhook.engine.cluster import ClusterView
-from webhook.engine.decision import Decision, Reason, allow, deny
-from webhook.engine.podfacts import DEFAULT_SCHEDULER, PodFacts
-from webhook.engine.policy import (
+from webhook.engine.admission import steering
+from webhook.engine.checks import allocation
+from webhook.engine.checks import cdi as cdi_needs
+from webhook.engine.core import objects, patch
+from webhook.engine.core.decision import Decision, Reason, allow, deny
+from webhook.engine.core.policy import (
     HAMI_IGNORE_LABEL,
     HAMI_IGNORE_VALUE,
     POOL_ANNOTATION,
     OnFinding,
     Policy,
 )
+from webhook.engine.placement import routing
+from webhook.engine.pod import affinity, podclaims
+from webhook.engine.pod.podfacts import DEFAULT_SCHEDULER, PodFacts
+from webhook.engine.view.cluster import ClusterView
 
 #: The label HAMi-DRA's webhook puts on every pod whose GPU resources it turned into claims.
 HAMI_DRA_LABEL = "hami.io/dra"

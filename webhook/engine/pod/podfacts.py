@@ -3,7 +3,7 @@
 Every rule (routing, steering, the CDI check, the decision) reads these facts instead of the
 raw object, so a malformed field (a list where a mapping belongs, a number for a name) is
 judged the same way by all of them, and in one place. The node-affinity evaluators
-(``webhook.engine.affinity``) still walk the placement fields' structure, which is theirs to
+(``webhook.engine.pod.affinity``) still walk the placement fields' structure, which is theirs to
 interpret; they get it from here, already shaped.
 """
 
@@ -14,9 +14,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar, cast
 
 from webhook.api.inventory import MIG_RESOURCE_PREFIX
-from webhook.engine import affinity, hami, nri, objects
-from webhook.engine.policy import Policy
-from webhook.engine.resources import containers, resource_names
+from webhook.engine.core import objects
+from webhook.engine.core.policy import Policy
+from webhook.engine.core.resources import containers, resource_names
+from webhook.engine.pod import affinity
+from webhook.engine.stacks import hami, nri
 
 DEFAULT_SCHEDULER = "default-scheduler"
 #: HAMi's annotations that pick among a node's GPUs.
@@ -138,7 +140,7 @@ class PodFacts(NamedTuple):
         GPU Operator's NRI plugin (empty for nearly every pod)."""
         if not self.annotations:
             return ()
-        return self.once("nri_requests", lambda: nri.requests(
+        return self.once("nri_requests", lambda: nri.annotation_requests(
             self.annotations, (name for _, _, c in containers(self.spec)
                                if isinstance(name := c.get("name"), str))))
 

@@ -1,0 +1,31 @@
+"""The engine as the benchmarks drive it, from this tree or from a reference commit's.
+
+This tree's engine is reached through its declared surface (``webhook.engine``), like any
+shell. ``bench.versus_ref`` also runs the same timings against an older commit's package,
+which predates that surface; there the names are taken from the modules that held them then.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, NamedTuple
+
+
+class Engine(NamedTuple):
+    ClusterView: Any
+    NodeInfo: Any
+    review_pod: Any
+
+
+#: where the names lived before the engine declared a surface (commit 1b74cc1 and older)
+_BEFORE_SURFACE = {"ClusterView": "webhook.engine.cluster", "NodeInfo": "webhook.engine.cluster",
+                   "review_pod": "webhook.engine.admit"}
+
+
+def engine() -> Engine:
+    import webhook.engine as surface
+
+    if hasattr(surface, "__all__") and "review_pod" in surface.__all__:
+        return Engine(surface.ClusterView, surface.NodeInfo, surface.review_pod)
+    return Engine(*(getattr(importlib.import_module(module), name)
+                    for name, module in _BEFORE_SURFACE.items()))

@@ -1,0 +1,6 @@
+"""What each GPU stack declares, read one object at a time, with no cluster around it:
+HAMi's node register annotation and device-plugin DaemonSet, the GPU Operator's ClusterPolicy
+and NRI plugin, and DRA's DeviceClasses, ResourceSlices and claims with their CEL selectors.
+
+May import: webhook.api, core.
+"""
