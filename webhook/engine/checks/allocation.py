@@ -126,12 +126,11 @@ def _summary(facts: PodFacts, d: dra.ClaimDemand, pool: str, view: ClusterView, 
     extra = _extended_claims(d, facts.spec)
 
     def per_node(n: NodeInfo) -> tuple[_NodeCheck, tuple[str, str] | None] | None:
-        if facts.node_name:
-            if n.name != facts.node_name:
-                return None
-        elif policy.pool_for_label_value(n.labels.get(policy.pool_label)) != pool or not (
-                n.is_gpu_node(policy) or view.slices_for(n.name, own=True)) or \
-                not cand.schedulable(facts.spec, n):
+        if not facts.placement.reaches(n):
+            return None
+        if not facts.node_name and (
+                policy.pool_for_label_value(n.labels.get(policy.pool_label)) != pool
+                or not (n.is_gpu_node(policy) or view.slices_for(n.name, own=True))):
             return None
         hits = [(r, c) for r, c in mixed_resources(n, view.device_classes()) if r in asked]
         mixed = hits[0] if hits and view.slices_for(n.name) else None
@@ -144,7 +143,7 @@ def _summary(facts: PodFacts, d: dra.ClaimDemand, pool: str, view: ClusterView, 
         names = {n.name for n in view.pool_nodes(policy, pool)} | view.nodes_with_slices()
         return (n for name in sorted(names) if (n := view.node(name)) is not None)
 
-    key = ("dra", policy.cache_key, pool, cand.shape_key(facts.spec, (facts.demand_key, d)))
+    key = ("dra", policy.cache_key, pool, cand.shape_key(facts.placement, (facts.demand_key, d)))
     summary: _Summary = view.fold(key, per_node, initial, reads_slices=True).derive(_summarise)
     return summary
 

@@ -23,7 +23,7 @@ from webhook.api.inventory import MIG_RESOURCE_PREFIX, Inventory
 from webhook.engine.core.decision import MAX_FINDINGS, Decision, NodeFinding, Reason, allow, deny
 from webhook.engine.core.policy import OnFinding, Policy, Pool
 from webhook.engine.placement import candidates as cand
-from webhook.engine.pod import affinity, podclaims
+from webhook.engine.pod import podclaims
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import clusterpolicy, hami, nri
 from webhook.engine.view.cluster import ClusterView, NodeInfo
@@ -426,18 +426,12 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
         not a device plugin, serves every GPU resource the pod asks for)."""
         if extended and all(podclaims.dra_served(n, r, extended) for r in facts.gpus):
             return None
-        if node_name:
-            if n.name != node_name or not affinity.node_matches(facts.unsteered, n.labels,
-                                                                n.name):
-                return None
-        elif not (n.is_gpu_node(policy) and policy.pool_for_label_value(
-                n.labels.get(policy.pool_label)) == pool_name
-                and cand.schedulable(facts.unsteered, n)):
+        if not facts.unsteered.reaches(n) or not (node_name or cand.in_pool(n, pool_name, policy)):
             return None
         why = cand.unfit_reason(n, demand_of())
         if why:
             return (why, False, None)
-        matches = affinity.node_matches(facts.spec, n.labels, n.name)
+        matches = facts.placement.matches(n.labels, n.name)
         check = assess_node(n, pool, facts.runtime_class, handler, demand_of(), policy,
                             facts.privileged_gpus, declared_way(n, view, hami_pool))
         if own:
@@ -449,7 +443,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
         return (None, matches, check)
 
     key = ("cdi", policy.cache_key, pool_name,
-           cand.shape_key(facts.spec, (facts.runtime_class, facts.demand_key, extended,
+           cand.shape_key(facts.placement, (facts.runtime_class, facts.demand_key, extended,
                                        facts.privileged_gpus, facts.nri_requests,
                                        facts.namespace if facts.nri_requests else None,
                                        facts.own_visible_devices)))

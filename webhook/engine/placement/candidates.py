@@ -10,72 +10,63 @@ one workload cost one scan per cluster change, not one per admission request.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from webhook.engine.core import objects, taints
 from webhook.engine.core.policy import Policy
 from webhook.engine.core.resources import most_per_container, pod_requests
 from webhook.engine.pod import affinity
+from webhook.engine.pod.affinity import Placement
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import hami
 from webhook.engine.view.cluster import ClusterView, NodeInfo
 
 
-def schedulable(spec: Mapping[str, Any], node: NodeInfo) -> bool:
-    """Would the scheduler's node-affinity and taint filters let the pod onto this node?"""
-    if not affinity.node_matches(spec, node.labels, node.name):
-        return False
-    return not taints.keeps_off(node.taints, objects.as_list(spec.get("tolerations")))
-
-
-def shape_key(spec: Mapping[str, Any], extra: Any = None) -> str:
-    """A cache key made of exactly the fields that decide candidacy.
+def shape_key(placement: Placement, extra: Any = None) -> str:
+    """A cache key made of exactly the fields that decide candidacy, and ``extra``.
 
     It is built on every review, so orjson (several times faster); the stdlib takes over for
     what orjson refuses (integers past 64 bits in a hand-written spec)."""
-    fields = [spec.get("nodeName"), spec.get("nodeSelector"), spec.get("affinity"),
-              spec.get("tolerations"), extra]
     try:
-        return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS, default=str).decode()
+        tail = orjson.dumps(extra, option=orjson.OPT_SORT_KEYS, default=str).decode()
     except TypeError:
-        return json.dumps(fields, sort_keys=True, default=str)
+        tail = json.dumps(extra, sort_keys=True, default=str)
+    return f"{placement.key}|{tail}"
 
 
-def candidates(spec: Mapping[str, Any], pool: str, view: ClusterView, policy: Policy
+def in_pool(node: NodeInfo, pool: str, policy: Policy) -> bool:
+    """A GPU node whose pool label puts it in ``pool``."""
+    return node.is_gpu_node(policy) and policy.pool_for_label_value(
+        node.labels.get(policy.pool_label)) == pool
+
+
+def candidates(placement: Placement, pool: str, view: ClusterView, policy: Policy
                ) -> tuple[NodeInfo, ...]:
     def compute() -> tuple[NodeInfo, ...]:
-        node_name = spec.get("nodeName")
-        if isinstance(node_name, str) and node_name:
-            # Bound directly: the scheduler's taint filter never runs, only the kubelet's
-            # node-affinity check does.
-            node = view.node(node_name)
-            if node is None or not affinity.node_matches(spec, node.labels, node.name):
-                return ()
-            return (node,)
-        narrowed = _indexed_names(spec, view)
+        if placement.node_name is not None:
+            node = view.node(placement.node_name)
+            return (node,) if node is not None and placement.reaches(node) else ()
+        narrowed = _indexed_names(placement, view)
         if narrowed is None:
             nodes: Any = view.pool_nodes(policy, pool)
         else:
             found = (view.node(n) for n in sorted(narrowed))
-            nodes = (n for n in found if n is not None and n.is_gpu_node(policy)
-                     and policy.pool_for_label_value(n.labels.get(policy.pool_label)) == pool)
-        return tuple(n for n in nodes if schedulable(spec, n))
-    return view.memo(("candidates", policy.cache_key, pool, shape_key(spec)), compute)
+            nodes = (n for n in found if n is not None and in_pool(n, pool, policy))
+        return tuple(n for n in nodes if placement.reaches(n))
+    return view.memo(("candidates", policy.cache_key, pool, placement.key), compute)
 
 
-def _indexed_names(spec: Mapping[str, Any], view: ClusterView) -> frozenset[str] | None:
+def _indexed_names(placement: Placement, view: ClusterView) -> frozenset[str] | None:
     """Nodes the pod's nodeSelector and ``In`` affinity expressions allow, from the label
     index; None when nothing narrows (then the pool's node list is filtered instead). A
-    superset is fine: every node found is still checked in full by ``schedulable``."""
+    superset is fine: every node found is still checked in full by ``Placement.reaches``."""
     names: frozenset[str] | None = None
-    for key, value in affinity.selector_label_pairs(spec):
+    for key, value in affinity.selector_label_pairs(placement):
         found = view.names_with_label(key, value)
         names = found if names is None else names & found
-    terms = affinity.required_terms(spec)
+    terms = placement.terms
     if terms:
         union: set[str] = set()
         for term in terms:

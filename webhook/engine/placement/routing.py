@@ -62,7 +62,8 @@ def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
 
 
 def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
-    spec, namespace = facts.spec, facts.namespace
+    namespace = facts.namespace
+    placement = facts.placement
     out = Route()
 
     def bind(pool: str, source: str) -> bool:
@@ -100,7 +101,7 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
             if not bind(node_pool, f"spec.nodeName {node_name} (a node of pool {node_pool!r})"):
                 return out
     # DaemonSet pods are pinned by matchFields on metadata.name: as good as a nodeName.
-    named = affinity.pinned_node_names(spec)
+    named = affinity.pinned_node_names(placement)
     if named and view is not None:
         nodes = [view.node(n) for n in named]
         pools = {policy.pool_for_label_value(n.labels.get(policy.pool_label))
@@ -112,10 +113,10 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
             if not bind(node_pool, f"node affinity on metadata.name {shown} "
                                    f"(nodes of pool {node_pool!r})"):
                 return out
-    admitted = out.admitted = affinity.pools_admitted(spec, policy)
+    admitted = out.admitted = affinity.pools_admitted(placement, policy)
     if len(admitted) == 1:
         (pinned,) = admitted
-        if not bind(pinned, affinity.pool_constraint_source(spec, policy)):
+        if not bind(pinned, affinity.pool_constraint_source(placement, policy)):
             return out
     elif not admitted:
         out.denial = (Reason.POOL_CONFLICT,
@@ -125,7 +126,7 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
         return out
     elif out.pool is not None and out.pool not in admitted:
         out.denial = (Reason.POOL_CONFLICT,
-                      f"{affinity.pool_constraint_source(spec, policy)} allows only pools "
+                      f"{affinity.pool_constraint_source(placement, policy)} allows only pools "
                       f"{', '.join(sorted(admitted))} but {out.source} puts the pod in pool "
                       f"{out.pool!r}")
         return out
@@ -162,7 +163,7 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
     if out.pool is None:
         if policy.default_pool not in admitted:
             # Pinned to several pools but none by name: take the first the pod allows.
-            bind(sorted(admitted)[0], affinity.pool_constraint_source(spec, policy))
+            bind(sorted(admitted)[0], affinity.pool_constraint_source(placement, policy))
         else:
             bind(policy.default_pool, "the default pool")
     return out

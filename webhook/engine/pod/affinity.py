@@ -1,5 +1,8 @@
-"""Node selectors and required node affinity: which pools they admit, which nodes they match,
-and the patch that pins a pod to one pool.
+"""A pod's placement (nodeName, nodeSelector, required node affinity, tolerations), parsed
+once; which pools it admits, which nodes it reaches, and the patch that pins it to one pool.
+
+``Placement.reaches`` is the one answer to "can this pod reach this node", read by the
+candidates, the CDI check and the DRA check alike.
 
 Required node-selector terms are ORed and the expressions inside a term ANDed, so a pool
 constraint must be added to *every* term: added to one, the others would still let the pod
@@ -8,13 +11,17 @@ land anywhere.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
+
+import orjson
 
 from webhook.api.delivery import LABEL_PREFIX
-from webhook.engine.core import patch
+from webhook.engine.core import objects, patch, taints
 from webhook.engine.core.patch import Op
 from webhook.engine.core.policy import Policy
+from webhook.engine.view.cluster import NodeInfo
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 NAME_FIELD = "metadata.name"
@@ -28,6 +35,55 @@ def required_terms(spec: Mapping[str, Any]) -> list[Any] | None:
     req = node_aff.get(REQUIRED) if isinstance(node_aff, dict) else None
     terms = req.get("nodeSelectorTerms") if isinstance(req, dict) else None
     return terms if isinstance(terms, list) else None
+
+
+class Placement(NamedTuple):
+    """The fields that decide where a pod may run, as the scheduler and kubelet read them."""
+
+    node_name: str | None  # a non-empty string, or None
+    selector: Mapping[str, Any] | None  # nodeSelector, when a mapping
+    terms: list[Any] | None  # required nodeSelectorTerms, when a list
+    tolerations: tuple[Any, ...]
+    #: exactly these fields as sent: a cache key for whatever they decide
+    key: str
+
+    @classmethod
+    def parse(cls, spec: Mapping[str, Any]) -> Placement:
+        node_name, selector = spec.get("nodeName"), spec.get("nodeSelector")
+        return cls(node_name if isinstance(node_name, str) and node_name else None,
+                   selector if isinstance(selector, dict) else None, required_terms(spec),
+                   tuple(objects.as_list(spec.get("tolerations"))), _key(spec))
+
+    def matches(self, labels: Mapping[str, str], name: str) -> bool:
+        """Do its nodeName, nodeSelector and required node affinity allow this node?"""
+        if self.node_name is not None and self.node_name != name:
+            return False
+        if self.selector is not None:
+            for k, v in self.selector.items():
+                if labels.get(k) != v:
+                    return False
+        if self.terms:
+            return any(term_matches(t, labels, name) for t in self.terms)
+        return True
+
+    def reaches(self, node: NodeInfo) -> bool:
+        """Could the pod run on this node? The scheduler's node-affinity and taint filters;
+        a pod bound by nodeName skips the scheduler, and only the kubelet's node-affinity
+        check applies (its taint filter never runs)."""
+        if not self.matches(node.labels, node.name):
+            return False
+        return self.node_name is not None or not taints.keeps_off(node.taints, self.tolerations)
+
+
+def _key(spec: Mapping[str, Any]) -> str:
+    """Built once per pod, so orjson (several times faster); the stdlib takes over for what
+    orjson refuses (integers past 64 bits in a hand-written spec)."""
+    fields = [spec.get("nodeName"), spec.get("nodeSelector"), spec.get("affinity"),
+              spec.get("tolerations")]
+    try:
+        return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS, default=str).decode()
+    except TypeError:
+        return json.dumps(fields, sort_keys=True, default=str)
 
 
 def expressions(term: Any, field: str = "matchExpressions") -> list[Mapping[str, Any]]:
@@ -66,7 +122,7 @@ def _pools_for_expression(expr: Mapping[str, Any], policy: Policy,
     return everything  # Exists, Gt, Lt, or anything unknown: no narrowing we can prove.
 
 
-def pools_admitted(spec: Mapping[str, Any], policy: Policy) -> frozenset[str]:
+def pools_admitted(placement: Placement, policy: Policy) -> frozenset[str]:
     """The pools whose nodes the pod's nodeSelector and required node affinity allow.
 
     Only constraints on the pool label count; everything else may or may not match a node of
@@ -74,10 +130,10 @@ def pools_admitted(spec: Mapping[str, Any], policy: Policy) -> frozenset[str]:
     """
     everything = frozenset(policy.by_name)
     admitted = everything
-    selector = spec.get("nodeSelector")
-    if isinstance(selector, dict) and isinstance(selector.get(policy.pool_label), str):
+    selector = placement.selector
+    if selector is not None and isinstance(selector.get(policy.pool_label), str):
         admitted = frozenset({policy.pool_for_label_value(selector[policy.pool_label])})
-    terms = required_terms(spec)
+    terms = placement.terms
     if terms:
         union: set[str] = set()
         for term in terms:
@@ -90,10 +146,10 @@ def pools_admitted(spec: Mapping[str, Any], policy: Policy) -> frozenset[str]:
     return admitted
 
 
-def pinned_node_names(spec: Mapping[str, Any]) -> list[str]:
+def pinned_node_names(placement: Placement) -> list[str]:
     """Node names the pod is limited to when every required term names nodes through
     ``matchFields metadata.name In`` (how the DaemonSet controller pins its pods); else []."""
-    terms = required_terms(spec)
+    terms = placement.terms
     if not terms:
         return []
     names: list[str] = []
@@ -106,10 +162,10 @@ def pinned_node_names(spec: Mapping[str, Any]) -> list[str]:
     return names
 
 
-def pool_constraint_source(spec: Mapping[str, Any], policy: Policy) -> str:
+def pool_constraint_source(placement: Placement, policy: Policy) -> str:
     """Human words for where a pod's pool constraint comes from, for denial messages."""
-    selector = spec.get("nodeSelector")
-    if isinstance(selector, dict) and policy.pool_label in selector:
+    selector = placement.selector
+    if selector is not None and policy.pool_label in selector:
         return f"nodeSelector {policy.pool_label}={selector[policy.pool_label]}"
     return f"required node affinity on {policy.pool_label}"
 
@@ -271,26 +327,9 @@ def term_matches(term: Any, labels: Mapping[str, str], name: str) -> bool:
     return all(expression_matches(f, {"metadata.name": name}) for f in fields)
 
 
-def node_matches(spec: Mapping[str, Any], labels: Mapping[str, str], name: str) -> bool:
-    """Does the pod's nodeName, nodeSelector and required node affinity allow this node?"""
-    node_name = spec.get("nodeName")
-    if isinstance(node_name, str) and node_name and node_name != name:
-        return False
-    selector = spec.get("nodeSelector")
-    if isinstance(selector, dict):
-        for k, v in selector.items():
-            if labels.get(k) != v:
-                return False
-    terms = required_terms(spec)
-    if terms:
-        return any(term_matches(t, labels, name) for t in terms)
-    return True
-
-
-def selector_label_pairs(spec: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
+def selector_label_pairs(placement: Placement) -> Iterable[tuple[str, str]]:
     """(key, value) pairs every matching node must carry: used to narrow by label index."""
-    selector = spec.get("nodeSelector")
-    if isinstance(selector, dict):
-        for k, v in selector.items():
+    if placement.selector is not None:
+        for k, v in placement.selector.items():
             if isinstance(k, str) and isinstance(v, str):
                 yield k, v

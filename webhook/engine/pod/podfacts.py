@@ -44,7 +44,6 @@ class PodFacts(NamedTuple):
     #: spec.schedulerName as sent (any JSON value); ``scheduler`` is what it means
     scheduler_field: object
     scheduler: str
-    node_name: str | None  # a non-empty string, or None
     runtime_class: str | None
     resources: frozenset[str]  # the extended resources it asks for (a non-zero quantity)
     gpus: frozenset[str]  # those of them the policy counts as GPUs
@@ -59,7 +58,6 @@ class PodFacts(NamedTuple):
             spec = {}
         kind = obj.get("kind")
         scheduler = spec.get("schedulerName")
-        node_name = spec.get("nodeName")
         runtime_class = spec.get("runtimeClassName")
         labels, annotations = meta.get("labels"), meta.get("annotations")
         names = frozenset(resource_names(spec))
@@ -72,7 +70,6 @@ class PodFacts(NamedTuple):
             annotations if isinstance(annotations, dict) else {},
             spec, scheduler,
             scheduler if isinstance(scheduler, str) and scheduler else DEFAULT_SCHEDULER,
-            node_name if isinstance(node_name, str) and node_name else None,
             runtime_class if isinstance(runtime_class, str) else None,
             names, frozenset(r for r in names if policy.is_gpu_resource(r)), {})
 
@@ -92,10 +89,22 @@ class PodFacts(NamedTuple):
         return cast(T, self.memo[key])
 
     @property
-    def unsteered(self) -> Mapping[str, Any]:
-        """The placement fields without gpupool's own steering requirements: the nodes the
-        pod could reach had gpupool not kept it off the failing ones."""
-        return self.once("unsteered", lambda: affinity.without_steering(self.spec))
+    def placement(self) -> affinity.Placement:
+        """Where its own fields let it run, steering included (as it will be scheduled)."""
+        return self.once("placement", lambda: affinity.Placement.parse(self.spec))
+
+    @property
+    def unsteered(self) -> affinity.Placement:
+        """Its placement without gpupool's own steering requirements: the nodes the pod
+        could reach had gpupool not kept it off the failing ones."""
+        def compute() -> affinity.Placement:
+            spec = affinity.without_steering(self.spec)
+            return self.placement if spec is self.spec else affinity.Placement.parse(spec)
+        return self.once("unsteered", compute)
+
+    @property
+    def node_name(self) -> str | None:
+        return self.placement.node_name
 
     @property
     def narrowing(self) -> tuple[object, ...]:
