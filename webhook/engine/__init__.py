@@ -21,18 +21,16 @@ from typing import TYPE_CHECKING, Any
 _SURFACE = {
     # the one entry into decisions
     "Stage": "admission.admit", "Subject": "admission.admit", "Review": "admission.admit",
-    "decide": "admission.admit",
-    "decide_pod": "admission.admit", "handles": "admission.admit", "review": "admission.admit",
-    "review_pod": "admission.admit",
+    "decide": "admission.admit", "decide_pod": "admission.admit",
+    "handles": "admission.admit", "review": "admission.admit", "review_pod": "admission.admit",
     # what a decision is
     "Decision": "core.decision", "NodeFinding": "core.decision", "Reason": "core.decision",
     "allow": "core.decision", "clean_warning": "core.decision",
-    "MESSAGE_LIMIT": "core.decision",
+    "MESSAGE_LIMIT": "core.decision", "WARNING_LIMIT": "core.decision",
     # the cluster as the engine sees it
     "ClusterView": "view.cluster", "NodeInfo": "view.cluster",
-    "view_from_objects": "view.cluster",
-    "runtime_classes_of": "view.cluster", "DRA_KINDS": "view.cluster",
-    "RESOURCE_KINDS": "view.cluster",
+    "view_from_objects": "view.cluster", "runtime_classes_of": "view.cluster",
+    "DRA_KINDS": "view.cluster", "RESOURCE_KINDS": "view.cluster",
     "load_resources": "view.cluster", "claims_of": "view.cluster",
     # DRA, the GPU Operator's ClusterPolicy and HAMi's device-plugin DaemonSet
     "DeviceClass": "stacks.dra", "Slice": "stacks.dra", "mixed_resources": "checks.allocation",
@@ -40,17 +38,16 @@ _SURFACE = {
     "HAMI_PLUGIN_SELECTOR": "stacks.hamiplugin",
     # the policy
     "Policy": "core.policy", "PolicyError": "core.policy", "load_policy_text": "core.policy",
+    "parse_policy": "core.policy",
     # per node, for doctor
-    "NodeState": "checks.cdi", "NodeAssessment": "checks.cdi", "node_verdict": "checks.cdi",
-    "fix_text": "checks.cdi",
+    "NodeState": "checks.assessment", "NodeAssessment": "checks.assessment",
+    "node_verdict": "checks.cdi", "fix_text": "checks.cdi",
     # naming objects in messages and records
     "clip": "core.objects", "describe": "core.objects", "meta_of": "core.objects",
-    "name_of": "core.objects",
-    "template_pod": "admission.workloads",
+    "name_of": "core.objects", "template_pod": "admission.workloads",
     # JSON patches as the API server takes them
     "encode_patch": "core.patch",
-    # for judges and tests that read a pod as the engine reads it
-    "WARNING_LIMIT": "core.decision", "parse_policy": "core.policy",
+    # a pod read as the engine reads it, for judges that compare it with the real stack
     "annotation_requests": "stacks.nri", "without_steering": "pod.affinity",
 }
 
@@ -77,8 +74,8 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.admission.admit import review_pod as review_pod
     from webhook.engine.admission.workloads import template_pod as template_pod
     from webhook.engine.checks.allocation import mixed_resources as mixed_resources
-    from webhook.engine.checks.cdi import NodeAssessment as NodeAssessment
-    from webhook.engine.checks.cdi import NodeState as NodeState
+    from webhook.engine.checks.assessment import NodeAssessment as NodeAssessment
+    from webhook.engine.checks.assessment import NodeState as NodeState
     from webhook.engine.checks.cdi import fix_text as fix_text
     from webhook.engine.checks.cdi import node_verdict as node_verdict
     from webhook.engine.core.decision import MESSAGE_LIMIT as MESSAGE_LIMIT

@@ -8,15 +8,14 @@ because HAMi's webhook may run after ours and rewrite what we set.
 from __future__ import annotations
 
 from webhook.engine.admission import steering
-from webhook.engine.checks import allocation
 from webhook.engine.checks import cdi as cdi_needs
+from webhook.engine.checks import registry
 from webhook.engine.core import objects, patch
 from webhook.engine.core.decision import Decision, Reason, allow, deny
 from webhook.engine.core.policy import (
     HAMI_IGNORE_LABEL,
     HAMI_IGNORE_VALUE,
     POOL_ANNOTATION,
-    OnFinding,
     Policy,
 )
 from webhook.engine.placement import routing
@@ -142,45 +141,16 @@ def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decis
               message=f"{who} stays in pool {pool.name}")
     for w in r.warnings:
         d.warn(w)
-    if facts.spec.get("hostUsers") is False:
-        userns = _user_namespace(facts, pool.name, policy)
-        if not userns.allowed:
-            userns.scheduler_name = scheduler
-            return userns
-        for w in userns.warnings:
-            d.warn(w)
-    if view is not None:
-        for check in (cdi_needs.pod_decision, allocation.pod_decision):
-            found = check(facts, pool.name, view, policy)
-            if found is None:
-                continue
-            if not found.allowed:
-                found.scheduler_name = scheduler
-                return found
-            d.nodes += found.nodes
-            d.message = found.message or d.message
-            d.unchecked = found.unchecked or d.unchecked
-            for w in found.warnings:
-                d.warn(w)
-    return d
-
-
-def _user_namespace(facts: PodFacts, pool: str, policy: Policy) -> Decision:
-    """A GPU pod in its own user namespace (``hostUsers: false``, GA in Kubernetes 1.36).
-    The NVIDIA Container Toolkit's createContainer hooks (``nvidia-cdi-hook``, which every
-    NVIDIA CDI spec and the legacy hook carry) run as the remapped user and cannot do their
-    work: the container does not start on any GPU node (NVIDIA/nvidia-container-toolkit#648;
-    the GPU Operator's 26.3 release notes). ``onUserNamespace: warn`` admits it, for a
-    toolkit that has lifted this."""
-    message = (f"{facts.who} sets hostUsers: false (a user namespace): the NVIDIA Container "
-               "Toolkit's hooks (nvidia-cdi-hook) run as the remapped user and fail, so its "
-               "containers would not start on any GPU node (NVIDIA/nvidia-container-toolkit#648). "
-               "Fix: drop hostUsers: false from GPU pods; set the policy's onUserNamespace: warn "
-               "once your toolkit supports user namespaces")
-    if policy.on_user_namespace is OnFinding.DENY:
-        return deny(Reason.USER_NAMESPACE_UNSUPPORTED, message, gpu=True, pool=pool)
-    d = allow(Reason.ROUTED, gpu=True, pool=pool, message=message)
-    d.warn("gpupool: hostUsers: false GPU pods fail under the NVIDIA toolkit's hooks (#648)")
+    for check in registry.POD_CHECKS:
+        if check.needs_view and view is None:
+            continue
+        found = check.decide(facts, pool.name, view, policy)
+        if found is None:
+            continue
+        if not found.allowed:  # a denial ends validation
+            found.scheduler_name = scheduler
+            return found
+        check.merge(d, found)
     return d
 
 

@@ -16,7 +16,8 @@ nodes that would fail it are excluded by name (``matchFields``).
 from __future__ import annotations
 
 from webhook.api import delivery
-from webhook.engine.checks.cdi import NodeState, verdicts
+from webhook.engine.checks.assessment import NodeState
+from webhook.engine.checks.cdi import verdicts
 from webhook.engine.core.policy import Policy
 from webhook.engine.placement import candidates as cand
 from webhook.engine.pod.affinity import NAME_FIELD, Requirement

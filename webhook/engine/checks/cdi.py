@@ -19,45 +19,23 @@ from enum import StrEnum
 from functools import cached_property
 
 from webhook.api import delivery
-from webhook.api.inventory import MIG_RESOURCE_PREFIX, Inventory
+from webhook.engine.checks import nodechecks
+from webhook.engine.checks.assessment import SHOW_DEVICES, Ask, NodeAssessment, NodeState
 from webhook.engine.core.decision import MAX_FINDINGS, Decision, NodeFinding, Reason, allow, deny
 from webhook.engine.core.policy import OnFinding, Policy, Pool
 from webhook.engine.placement import candidates as cand
 from webhook.engine.pod import podclaims
 from webhook.engine.pod.podfacts import PodFacts
-from webhook.engine.stacks import clusterpolicy, hami, nri
+from webhook.engine.stacks import nri
 from webhook.engine.view.cluster import ClusterView, NodeInfo
 
-
-class NodeState(StrEnum):
-    """Whether every GPU the device plugin could hand a pod resolves on a node."""
-
-    OK = "ok"
-    MISSING = "missing"  # some spec lacks a device the pod would get
-    UNKNOWN = "unknown"  # gpupool cannot tell (no inventory, unknown mode or GPUs)
-
+#: failing nodes quoted in a message (the decision lists up to MAX_FINDINGS; messages give
+#: the totals)
 _SHOW_NODES = 3
-#: Nodes listed in a decision (and so in its audit record); messages give the totals.
-_SHOW_DEVICES = 3
 #: Why no CDI check ran when the view holds no node at all.
 NO_NODES = "gpupool knows no nodes"
 #: Why no CDI check ran while the server's node watch has not listed nodes and namespaces.
 NOT_SYNCED = "gpupool's node view has not synced yet"
-
-
-@dataclass(frozen=True)
-class NodeAssessment:
-    node: str
-    state: NodeState
-    missing: tuple[str, ...] = ()
-    note: str = ""
-    kind: str = ""
-    mode: str | None = None
-    way: str = ""
-    #: the GPUs would not reach the container at all (see ``delivery.Resolution``)
-    undelivered: bool = False
-    #: the fix, where the finding itself knows it (``fix_text`` works out the others)
-    fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,184 +73,12 @@ class Verdicts:
         return _summary(self.missing + self.unknown)
 
 
-def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: str | None,
-                demand: cand.GPUDemand, policy: Policy, privileged: bool = False,
-                declared_way: delivery.Way | None = None) -> NodeAssessment:
-    """Will every GPU the device plugin could hand this pod resolve on this node?
-    ``handler``: the containerd handler the pod's RuntimeClass names
-    (``ClusterView.handler_of``); ``privileged``: every GPU container is privileged;
-    ``declared_way``: how the node's device plugin hands GPUs as the cluster's own
-    configuration says (``declared_way``)."""
-    req = pool.cdi
-    if not req.checked:
-        return NodeAssessment(node.name, NodeState.OK)
-    inv = node.inventory
-    if inv is None:
-        note = node.inventory_error or "no CDI inventory published (is gpupool's agent running?)"
-        return NodeAssessment(node.name, NodeState.UNKNOWN, note=note)
-    way = req.delivery
-    if way is delivery.Way.DETECT:
-        # The plugin's configuration beats what it left on disk (a plugin in a CDI
-        # strategy that wrote no spec looks like an envvar one).
-        way = declared_way if declared_way is not None \
-            else delivery.Way(delivery.detected_way(inv, req.device_kind))
-    if way == delivery.VISIBLE_DEVICES and runtime_class in policy.non_cdi_runtime_classes \
-            and not delivery.envvar_ignored(inv, privileged):
-        return NodeAssessment(node.name, NodeState.OK, way=way,
-                              note=f"RuntimeClass {runtime_class} uses no CDI")
-    mig = [name for name, _ in demand.requests if name.startswith(MIG_RESOURCE_PREFIX)]
-    if mig:
-        return _assess_mig(node, inv, mig, way, handler, req.device_kind, privileged)
-    gpus = cand.eligible_gpus(node, demand)
-    if not gpus:
-        return NodeAssessment(node.name, NodeState.UNKNOWN, way=way,
-                              note="no GPU UUIDs known (no driver list in the inventory, no "
-                                   "hami.io/node-nvidia-register annotation)")
-    r = delivery.resolve(inv, way, gpus, handler, req.device_kind, privileged)
-    if r.ok is None:
-        return NodeAssessment(node.name, NodeState.UNKNOWN, note=r.note, mode=r.mode,
-                              way=way)
-    created = sorted(node.hami_mig_gpus().intersection(gpus)) if demand.hami else []
-    if created and r.kind and r.kind != delivery.JIT_KIND:
-        return _hami_mig_failure(node, r, created, way)
-    if r.ok is False and demand.hami and node.cordoned:
-        # HAMi's scheduler reads hami.io/device-cordon from the Node it stored when it last
-        # registered the node's GPUs (HAMi v2.10 pkg/scheduler/scheduler.go, register: only
-        # when the register annotation or the GPU count changes), not when the annotation
-        # changes: a GPU cordoned since may still be handed out. Failing only through such
-        # GPUs is doubt, not proof.
-        rest = tuple(u for u in gpus if u not in node.cordoned)
-        if not rest or delivery.resolve(inv, way, rest, handler, req.device_kind,
-                                        privileged).ok:
-            shown = ", ".join(sorted(set(gpus) - set(rest))[:_SHOW_DEVICES])
-            return NodeAssessment(
-                node.name, NodeState.UNKNOWN, kind=r.kind, mode=r.mode, way=way,
-                note=f"only GPUs cordoned by {hami.CORDON_ANNOTATION} lack their CDI devices "
-                     f"({shown}); HAMi's scheduler may still hand them out until it next "
-                     "re-registers the node's GPUs")
-    return NodeAssessment(node.name, NodeState.OK if r.ok else NodeState.MISSING,
-                          missing=r.missing, note=r.note, kind=r.kind, mode=r.mode, way=way,
-                          undelivered=r.undelivered)
-
-
-def declared_way(node: NodeInfo, view: ClusterView, hami_pool: bool) -> delivery.Way | None:
-    """How the node's device plugin hands GPUs, as the cluster's own configuration says: the
-    GPU Operator's ClusterPolicy on the nodes it runs its plugin on, HAMi's device-plugin
-    DaemonSet on HAMi's pool (``hamiplugin``). None: it does not say."""
-    operator = view.operator_way()
-    if operator is not None and clusterpolicy.runs_operator_plugin(node.labels):
-        return operator
-    return view.hami_way(node.labels) if hami_pool else None
-
-
-def _assess_mig(node: NodeInfo, inv: Inventory, resources: list[str], way: delivery.Way,
-                handler: str | None, device_kind: str, privileged: bool) -> NodeAssessment:
-    """A pod asking for MIG devices: the device plugin hands it ids of the MIG devices it
-    registered for those resources (``MIG-<uuid>``), which the driver's GPU list does not
-    name. They are judged like GPUs where the agent read them from the kubelet
-    (``Inventory.mig``); otherwise only where no name can be missing."""
-    devices = sorted({d for r in resources for d in (inv.mig or {}).get(r, ())})
-    r = delivery.resolve(inv, way, devices, handler, device_kind, privileged)
-    if r.ok is False and (r.undelivered or devices):  # a name is missing, or none arrive
-        return NodeAssessment(node.name, NodeState.MISSING, missing=r.missing, note=r.note,
-                              kind=r.kind, mode=r.mode, way=way, undelivered=r.undelivered)
-    if r.ok is True and (devices or not r.kind or r.kind == delivery.JIT_KIND):
-        return NodeAssessment(node.name, NodeState.OK, note=r.note, mode=r.mode, way=way)
-    if r.ok is True and not any(_mig_name(d) for d in inv.kinds.get(r.kind, ())):
-        # The plugin's id for a MIG device is its MIG-<uuid> (or <gpu>:<mig> with the index
-        # strategy): a kind that defines neither resolves none, whichever it hands out.
-        return NodeAssessment(node.name, NodeState.MISSING, kind=r.kind, mode=r.mode, way=way,
-                              note=f"no CDI spec there defines any MIG device of kind "
-                                   f"{r.kind} (MIG-<uuid> or <gpu>:<mig>)")
-    why = ("gpupool's agent does not read the kubelet's device checkpoint there"
-           if inv.mig is None else f"the kubelet lists no {', '.join(resources)} device there")
-    return NodeAssessment(node.name, NodeState.UNKNOWN, mode=r.mode, way=way, kind=r.kind,
-                          note=f"the pod asks for MIG devices, whose CDI names cannot be "
-                               f"checked: {why}")
-
-
-def _hami_mig_failure(node: NodeInfo, r: delivery.Resolution, created: list[str],
-                      way: delivery.Way) -> NodeAssessment:
-    """HAMi's MIG mode: its device plugin creates a MIG instance when it allocates a GPU and
-    hands the container that instance's UUID (HAMi v2.10 ``GetContainerDeviceStrArray`` ->
-    ``migMgr.EnsureAllocation``), while its CDI spec is written once, when the plugin
-    starts (``plugin-manager.go``: ``CreateSpecFile``). No spec can name such a device in
-    advance: wherever names are looked up in spec files, the container fails."""
-    shown = ", ".join(created[:_SHOW_DEVICES])
-    fix = (f"run HAMi's GPUs on {node.name} in hami-core mode, or hand GPUs through "
-           f"NVIDIA_VISIBLE_DEVICES to a runtime that generates MIG devices just in time "
-           f"(mode auto, or default kind {delivery.JIT_KIND})")
-    return NodeAssessment(node.name, NodeState.MISSING, missing=r.missing, kind=r.kind,
-                          mode=r.mode, way=way, fix=fix,
-                          note=f"HAMi runs GPU(s) {shown} in MIG mode: it creates a MIG device "
-                               f"when it allocates one, which no {r.kind} CDI spec on the node "
-                               "can define")
-
-
-def _mig_name(device: str) -> bool:
-    return device.startswith("MIG-") or ":" in device
-
-
-def assess_own_devices(node: NodeInfo, facts: PodFacts, handler: str | None,
-                       check: NodeAssessment) -> NodeAssessment:
-    """GPU containers that set NVIDIA_VISIBLE_DEVICES themselves: the NVIDIA runtime
-    resolves their value instead of the device plugin's (``delivery.resolve_own``).
-    ``check`` is the node judged by the plugin's devices; where every GPU container sets its
-    own value and the plugin hands UUIDs that way, the plugin's UUIDs reach none of them."""
-    inv = node.inventory
-    if inv is None:
-        return check
-    own = [delivery.resolve_own(inv, v, handler, node.gpu_uuids(), facts.privileged_gpus)
-           for v in facts.own_visible_devices]
-    for r in own:
-        if r is None or r.ok is True or (r.undelivered and check.way == delivery.CDI_DEVICES):
-            continue  # (containerd still injects a CDI strategy's devices)
-        state = NodeState.UNKNOWN if r.ok is None else NodeState.MISSING
-        return worse(check, NodeAssessment(
-            node.name, state, missing=r.missing, note=r.note, kind=r.kind, mode=r.mode,
-            way=delivery.VISIBLE_DEVICES, undelivered=r.undelivered,
-            fix="remove NVIDIA_VISIBLE_DEVICES from the pod's GPU containers: the device "
-                "plugin sets it"))
-    if check.state is not NodeState.OK and facts.only_own_visible_devices \
-            and check.way == delivery.VISIBLE_DEVICES and not check.undelivered \
-            and all(r is not None and r.ok for r in own):
-        return NodeAssessment(node.name, NodeState.OK, way=delivery.VISIBLE_DEVICES,
-                              note="every GPU container's own NVIDIA_VISIBLE_DEVICES resolves")
-    return check
-
-
-_SEVERITY = {NodeState.OK: 0, NodeState.UNKNOWN: 1, NodeState.MISSING: 2}
-
-
-def worse(a: NodeAssessment, b: NodeAssessment | None) -> NodeAssessment:
-    """Of two findings on one node, the one that says more: a missing device beats doubt,
-    doubt beats fine (``a`` on a tie)."""
-    return b if b is not None and _SEVERITY[b.state] > _SEVERITY[a.state] else a
-
-
-def assess_annotations(node: NodeInfo, facts: PodFacts, plugin: nri.NRIPlugin
-                       ) -> NodeAssessment | None:
-    """The CDI devices the pod's own ``nvidia.cdi.k8s.io`` annotations name, on a node where
-    the GPU Operator's NRI plugin injects them (``webhook.engine.stacks.nri``); None: nothing
-    wrong, or nothing the plugin reads there."""
-    inv = node.inventory
-    if inv is None or not facts.nri_requests or not nri.runs_on(node.labels):
-        return None
-    s = nri.judge(facts.nri_requests, facts.namespace, plugin, inv.kinds,
-                  inv.runtime.containerd_nri)
-    if s is None:
-        return None
-    return NodeAssessment(node.name, NodeState.UNKNOWN if s.unknown else NodeState.MISSING,
-                          missing=s.missing, note=s.note, way=nri.WAY,
-                          undelivered=s.undelivered, fix=s.fix)
-
-
 def _summary(checks: list[NodeAssessment]) -> str:
     parts = []
     for c in checks[:_SHOW_NODES]:
         if c.missing and not c.missing[0].endswith("<any device>"):
-            devs = ", ".join(c.missing[:_SHOW_DEVICES])
-            more = len(c.missing) - _SHOW_DEVICES
+            devs = ", ".join(c.missing[:SHOW_DEVICES])
+            more = len(c.missing) - SHOW_DEVICES
             parts.append(f"{c.node} lacks {devs}{f' (+{more} more)' if more > 0 else ''}")
         else:
             parts.append(f"{c.node}: {c.note}")
@@ -405,10 +211,8 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
     decision, steering and ``doctor`` share. Kept per pod shape as nodes change
     (``ClusterView.fold``): the pods of one workload pay for the scan of their candidates
     once, and a node change costs that node alone."""
-    pool = policy.by_name[pool_name]
     node_name = facts.node_name
     hami_pool = policy.is_hami_pool(pool_name)
-    handler = view.handler_of(facts.runtime_class)
     demand: list[cand.GPUDemand] = []  # worked out on the first node that needs it
 
     def demand_of() -> cand.GPUDemand:
@@ -416,37 +220,29 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
             demand.append(cand.demand_of(facts, hami_pool))
         return demand[0]
 
+    ask = Ask(facts, policy.by_name[pool_name], view, policy,
+              view.handler_of(facts.runtime_class), hami_pool, demand_of)
+    active = nodechecks.prepared(ask)
     extended = podclaims.demand(facts, view).extended
-    # The devices a pod names itself (only where its pool's devices are checked at all).
-    own = bool(facts.own_visible_devices) and pool.cdi.checked
-    nri_plugin = view.operator_nri() if facts.nri_requests and pool.cdi.checked else None
 
     def per_node(n: NodeInfo) -> _NodeVerdict | None:
         """This node's part in the verdicts (None: not a candidate at all, or one where DRA,
         not a device plugin, serves every GPU resource the pod asks for)."""
         if extended and all(podclaims.dra_served(n, r, extended) for r in facts.gpus):
             return None
-        if not facts.unsteered.reaches(n) or not (node_name or cand.in_pool(n, pool_name, policy)):
+        if not facts.unsteered.reaches(n) or not (
+                node_name or cand.in_pool(n, pool_name, policy)):
             return None
         why = cand.unfit_reason(n, demand_of())
         if why:
             return (why, False, None)
         matches = facts.placement.matches(n.labels, n.name)
-        check = assess_node(n, pool, facts.runtime_class, handler, demand_of(), policy,
-                            facts.privileged_gpus, declared_way(n, view, hami_pool))
-        if own:
-            check = assess_own_devices(n, facts, handler, check)
-        if nri_plugin is not None:
-            check = worse(check, assess_annotations(n, facts, nri_plugin))
+        check = nodechecks.judge(n, ask, active)
         if check.state is NodeState.OK:
             return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
         return (None, matches, check)
 
-    key = ("cdi", policy.cache_key, pool_name,
-           cand.shape_key(facts.placement, (facts.runtime_class, facts.demand_key, extended,
-                                       facts.privileged_gpus, facts.nri_requests,
-                                       facts.namespace if facts.nri_requests else None,
-                                       facts.own_visible_devices)))
+    key = ("cdi", policy.cache_key, pool_name, nodechecks.shape_key(facts, view))
     fold = view.fold(key, per_node,
                      lambda: cand.candidates(facts.unsteered, pool_name, view, policy))
     summary: Verdicts = fold.derive(_summarise)

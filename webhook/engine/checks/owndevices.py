@@ -1,0 +1,63 @@
+"""GPU containers that set NVIDIA_VISIBLE_DEVICES themselves: the NVIDIA runtime resolves
+their value instead of the device plugin's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.api import delivery
+from webhook.engine.checks.assessment import (
+    Ask,
+    Combine,
+    NodeAssessment,
+    NodeCheck,
+    NodeState,
+    worse,
+)
+from webhook.engine.pod.podfacts import PodFacts
+from webhook.engine.view.cluster import NodeInfo
+
+
+def assess_own_devices(node: NodeInfo, facts: PodFacts, handler: str | None,
+                       check: NodeAssessment) -> NodeAssessment:
+    """GPU containers that set NVIDIA_VISIBLE_DEVICES themselves: the NVIDIA runtime
+    resolves their value instead of the device plugin's (``delivery.resolve_own``).
+    ``check`` is the node judged by the plugin's devices; where every GPU container sets its
+    own value and the plugin hands UUIDs that way, the plugin's UUIDs reach none of them."""
+    inv = node.inventory
+    if inv is None:
+        return check
+    own = [delivery.resolve_own(inv, v, handler, node.gpu_uuids(), facts.privileged_gpus)
+           for v in facts.own_visible_devices]
+    for r in own:
+        if r is None or r.ok is True or (r.undelivered and check.way == delivery.CDI_DEVICES):
+            continue  # (containerd still injects a CDI strategy's devices)
+        state = NodeState.UNKNOWN if r.ok is None else NodeState.MISSING
+        return worse(check, NodeAssessment(
+            node.name, state, missing=r.missing, note=r.note, kind=r.kind, mode=r.mode,
+            way=delivery.VISIBLE_DEVICES, undelivered=r.undelivered,
+            fix="remove NVIDIA_VISIBLE_DEVICES from the pod's GPU containers: the device "
+                "plugin sets it"))
+    if check.state is not NodeState.OK and facts.only_own_visible_devices \
+            and check.way == delivery.VISIBLE_DEVICES and not check.undelivered \
+            and all(r is not None and r.ok for r in own):
+        return NodeAssessment(node.name, NodeState.OK, way=delivery.VISIBLE_DEVICES,
+                              note="every GPU container's own NVIDIA_VISIBLE_DEVICES resolves")
+    return check
+
+
+def _prepare(ask: Ask) -> Any:
+    # only where its pool's devices are checked at all
+    return True if ask.facts.own_visible_devices and ask.pool.cdi.checked else None
+
+
+def _assess(node: NodeInfo, ask: Ask, prepared: Any, so_far: NodeAssessment | None
+            ) -> NodeAssessment | None:
+    assert so_far is not None  # it refines the device plugin's finding
+    return assess_own_devices(node, ask.facts, ask.handler, so_far)
+
+
+CHECK = NodeCheck("own NVIDIA_VISIBLE_DEVICES", reads=("own NVIDIA_VISIBLE_DEVICES",),
+                  node_reads=("inventory", "registered GPUs"), combine=Combine.REFINE,
+                  prepare=_prepare, assess=_assess)

@@ -1,0 +1,163 @@
+"""The GPUs a device plugin could hand a pod, resolved on a node as its runtime would.
+
+How a GPU reaches a container is the pool's device plugin's choice (``webhook.api.delivery``):
+UUIDs in ``NVIDIA_VISIBLE_DEVICES``, which a runtime in CDI mode turns into
+``<default-kind>=GPU-<uuid>``, or the plugin's own CDI names, which containerd resolves
+whatever the runtime's mode. Either way some spec on the node must define every GPU the
+plugin could hand the pod. MIG devices and HAMi's device cordon are judged here too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.api import delivery
+from webhook.api.inventory import MIG_RESOURCE_PREFIX, Inventory
+from webhook.engine.checks.assessment import (
+    SHOW_DEVICES,
+    Ask,
+    Combine,
+    NodeAssessment,
+    NodeCheck,
+    NodeState,
+)
+from webhook.engine.core.policy import Policy, Pool
+from webhook.engine.placement import candidates as cand
+from webhook.engine.stacks import clusterpolicy, hami
+from webhook.engine.view.cluster import ClusterView, NodeInfo
+
+
+def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: str | None,
+                demand: cand.GPUDemand, policy: Policy, privileged: bool = False,
+                declared_way: delivery.Way | None = None) -> NodeAssessment:
+    """Will every GPU the device plugin could hand this pod resolve on this node?
+    ``handler``: the containerd handler the pod's RuntimeClass names
+    (``ClusterView.handler_of``); ``privileged``: every GPU container is privileged;
+    ``declared_way``: how the node's device plugin hands GPUs as the cluster's own
+    configuration says (``declared_way``)."""
+    req = pool.cdi
+    if not req.checked:
+        return NodeAssessment(node.name, NodeState.OK)
+    inv = node.inventory
+    if inv is None:
+        note = node.inventory_error or "no CDI inventory published (is gpupool's agent running?)"
+        return NodeAssessment(node.name, NodeState.UNKNOWN, note=note)
+    way = req.delivery
+    if way is delivery.Way.DETECT:
+        # The plugin's configuration beats what it left on disk (a plugin in a CDI
+        # strategy that wrote no spec looks like an envvar one).
+        way = declared_way if declared_way is not None \
+            else delivery.Way(delivery.detected_way(inv, req.device_kind))
+    if way == delivery.VISIBLE_DEVICES and runtime_class in policy.non_cdi_runtime_classes \
+            and not delivery.envvar_ignored(inv, privileged):
+        return NodeAssessment(node.name, NodeState.OK, way=way,
+                              note=f"RuntimeClass {runtime_class} uses no CDI")
+    mig = [name for name, _ in demand.requests if name.startswith(MIG_RESOURCE_PREFIX)]
+    if mig:
+        return _assess_mig(node, inv, mig, way, handler, req.device_kind, privileged)
+    gpus = cand.eligible_gpus(node, demand)
+    if not gpus:
+        return NodeAssessment(node.name, NodeState.UNKNOWN, way=way,
+                              note="no GPU UUIDs known (no driver list in the inventory, no "
+                                   "hami.io/node-nvidia-register annotation)")
+    r = delivery.resolve(inv, way, gpus, handler, req.device_kind, privileged)
+    if r.ok is None:
+        return NodeAssessment(node.name, NodeState.UNKNOWN, note=r.note, mode=r.mode,
+                              way=way)
+    created = sorted(node.hami_mig_gpus().intersection(gpus)) if demand.hami else []
+    if created and r.kind and r.kind != delivery.JIT_KIND:
+        return _hami_mig_failure(node, r, created, way)
+    if r.ok is False and demand.hami and node.cordoned:
+        # HAMi's scheduler reads hami.io/device-cordon from the Node it stored when it last
+        # registered the node's GPUs (HAMi v2.10 pkg/scheduler/scheduler.go, register: only
+        # when the register annotation or the GPU count changes), not when the annotation
+        # changes: a GPU cordoned since may still be handed out. Failing only through such
+        # GPUs is doubt, not proof.
+        rest = tuple(u for u in gpus if u not in node.cordoned)
+        if not rest or delivery.resolve(inv, way, rest, handler, req.device_kind,
+                                        privileged).ok:
+            shown = ", ".join(sorted(set(gpus) - set(rest))[:SHOW_DEVICES])
+            return NodeAssessment(
+                node.name, NodeState.UNKNOWN, kind=r.kind, mode=r.mode, way=way,
+                note=f"only GPUs cordoned by {hami.CORDON_ANNOTATION} lack their CDI devices "
+                     f"({shown}); HAMi's scheduler may still hand them out until it next "
+                     "re-registers the node's GPUs")
+    return NodeAssessment(node.name, NodeState.OK if r.ok else NodeState.MISSING,
+                          missing=r.missing, note=r.note, kind=r.kind, mode=r.mode, way=way,
+                          undelivered=r.undelivered)
+
+
+def declared_way(node: NodeInfo, view: ClusterView, hami_pool: bool) -> delivery.Way | None:
+    """How the node's device plugin hands GPUs, as the cluster's own configuration says: the
+    GPU Operator's ClusterPolicy on the nodes it runs its plugin on, HAMi's device-plugin
+    DaemonSet on HAMi's pool (``hamiplugin``). None: it does not say."""
+    operator = view.operator_way()
+    if operator is not None and clusterpolicy.runs_operator_plugin(node.labels):
+        return operator
+    return view.hami_way(node.labels) if hami_pool else None
+
+
+def _assess_mig(node: NodeInfo, inv: Inventory, resources: list[str], way: delivery.Way,
+                handler: str | None, device_kind: str, privileged: bool) -> NodeAssessment:
+    """A pod asking for MIG devices: the device plugin hands it ids of the MIG devices it
+    registered for those resources (``MIG-<uuid>``), which the driver's GPU list does not
+    name. They are judged like GPUs where the agent read them from the kubelet
+    (``Inventory.mig``); otherwise only where no name can be missing."""
+    devices = sorted({d for r in resources for d in (inv.mig or {}).get(r, ())})
+    r = delivery.resolve(inv, way, devices, handler, device_kind, privileged)
+    if r.ok is False and (r.undelivered or devices):  # a name is missing, or none arrive
+        return NodeAssessment(node.name, NodeState.MISSING, missing=r.missing, note=r.note,
+                              kind=r.kind, mode=r.mode, way=way, undelivered=r.undelivered)
+    if r.ok is True and (devices or not r.kind or r.kind == delivery.JIT_KIND):
+        return NodeAssessment(node.name, NodeState.OK, note=r.note, mode=r.mode, way=way)
+    if r.ok is True and not any(_mig_name(d) for d in inv.kinds.get(r.kind, ())):
+        # The plugin's id for a MIG device is its MIG-<uuid> (or <gpu>:<mig> with the index
+        # strategy): a kind that defines neither resolves none, whichever it hands out.
+        return NodeAssessment(node.name, NodeState.MISSING, kind=r.kind, mode=r.mode, way=way,
+                              note=f"no CDI spec there defines any MIG device of kind "
+                                   f"{r.kind} (MIG-<uuid> or <gpu>:<mig>)")
+    why = ("gpupool's agent does not read the kubelet's device checkpoint there"
+           if inv.mig is None else f"the kubelet lists no {', '.join(resources)} device there")
+    return NodeAssessment(node.name, NodeState.UNKNOWN, mode=r.mode, way=way, kind=r.kind,
+                          note=f"the pod asks for MIG devices, whose CDI names cannot be "
+                               f"checked: {why}")
+
+
+def _hami_mig_failure(node: NodeInfo, r: delivery.Resolution, created: list[str],
+                      way: delivery.Way) -> NodeAssessment:
+    """HAMi's MIG mode: its device plugin creates a MIG instance when it allocates a GPU and
+    hands the container that instance's UUID (HAMi v2.10 ``GetContainerDeviceStrArray`` ->
+    ``migMgr.EnsureAllocation``), while its CDI spec is written once, when the plugin
+    starts (``plugin-manager.go``: ``CreateSpecFile``). No spec can name such a device in
+    advance: wherever names are looked up in spec files, the container fails."""
+    shown = ", ".join(created[:SHOW_DEVICES])
+    fix = (f"run HAMi's GPUs on {node.name} in hami-core mode, or hand GPUs through "
+           f"NVIDIA_VISIBLE_DEVICES to a runtime that generates MIG devices just in time "
+           f"(mode auto, or default kind {delivery.JIT_KIND})")
+    return NodeAssessment(node.name, NodeState.MISSING, missing=r.missing, kind=r.kind,
+                          mode=r.mode, way=way, fix=fix,
+                          note=f"HAMi runs GPU(s) {shown} in MIG mode: it creates a MIG device "
+                               f"when it allocates one, which no {r.kind} CDI spec on the node "
+                               "can define")
+
+
+def _mig_name(device: str) -> bool:
+    return device.startswith("MIG-") or ":" in device
+
+
+def _prepare(ask: Ask) -> Any:
+    return True
+
+
+def _assess(node: NodeInfo, ask: Ask, prepared: Any, so_far: NodeAssessment | None
+            ) -> NodeAssessment:
+    return assess_node(node, ask.pool, ask.facts.runtime_class, ask.handler, ask.demand(),
+                       ask.policy, ask.facts.privileged_gpus,
+                       declared_way(node, ask.view, ask.hami_pool))
+
+
+CHECK = NodeCheck("device plugin's GPUs",
+                  reads=("GPU demand", "runtime class", "privileged GPU containers"),
+                  node_reads=("inventory", "registered GPUs", "cordoned GPUs", "labels",
+                              "the cluster's ClusterPolicy and HAMi DaemonSet"),
+                  combine=Combine.FIRST, prepare=_prepare, assess=_assess)
