@@ -28,7 +28,7 @@ _SURFACE = {
     "allow": "core.decision", "clean_warning": "core.decision",
     "MESSAGE_LIMIT": "core.decision", "WARNING_LIMIT": "core.decision",
     # the cluster as the engine sees it
-    "ClusterView": "view.cluster", "NodeInfo": "view.cluster",
+    "ClusterView": "view.cluster", "NodeInfo": "view.nodes",
     "view_from_objects": "view.cluster", "runtime_classes_of": "view.cluster",
     "DRA_KINDS": "view.cluster", "RESOURCE_KINDS": "view.cluster",
     "load_resources": "view.cluster", "claims_of": "view.cluster",
@@ -104,8 +104,8 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.view.cluster import DRA_KINDS as DRA_KINDS
     from webhook.engine.view.cluster import RESOURCE_KINDS as RESOURCE_KINDS
     from webhook.engine.view.cluster import ClusterView as ClusterView
-    from webhook.engine.view.cluster import NodeInfo as NodeInfo
     from webhook.engine.view.cluster import claims_of as claims_of
     from webhook.engine.view.cluster import load_resources as load_resources
     from webhook.engine.view.cluster import runtime_classes_of as runtime_classes_of
     from webhook.engine.view.cluster import view_from_objects as view_from_objects
+    from webhook.engine.view.nodes import NodeInfo as NodeInfo

@@ -9,8 +9,9 @@ import dataclasses
 from tests.conftest import gpu_pod
 from webhook.engine.admission.admit import review_pod
 from webhook.engine.view import labels as labels_mod
-from webhook.engine.view.cluster import ClusterView, NodeInfo, view_from_objects
+from webhook.engine.view.cluster import ClusterView, view_from_objects
 from webhook.engine.view.labels import NodeLabels
+from webhook.engine.view.nodes import NodeInfo
 from webhook.policyfile import default_policy
 
 
@@ -97,3 +98,12 @@ def test_kept_decisions_follow_runtime_class_changes(tmp_path):
         assert kept.to_json() == fresh.to_json(), classes
     assert review_pod(pod, "default", view_from_objects(
         nodes, policy, runtime_classes={"gpu-legacy": "nvidia-legacy"}), policy).allowed
+
+
+def test_every_kind_of_change_says_what_it_takes_away():
+    """Invalidation is decided from the kind of change, in one table: a new kind of change
+    without an entry fails here, not as a stale verdict in production."""
+    from webhook.engine.view.caches import EFFECTS, Change
+
+    assert set(EFFECTS) == set(Change)
+    assert {e.folds for e in EFFECTS.values()} <= {"update", "remove", "clear", "slices", "keep"}

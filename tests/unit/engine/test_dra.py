@@ -281,7 +281,7 @@ def test_decisions_follow_slice_and_class_changes(policy):
                              for s in view.slices_for(n, own=True))
         for kind in ("ResourceClaimTemplate",):
             again.replace_claims(kind, {(ns, name): spec for (k, ns, name), spec
-                                        in view._claims.items() if k == kind})
+                                        in view._dra.claims.items() if k == kind})
         assert review(p, again, policy).to_json() == review(p, view, policy).to_json()
 
     assert any("DRA devices" in w for w in review(p, view, policy).warnings)

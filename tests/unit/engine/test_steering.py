@@ -17,7 +17,8 @@ from webhook.api.inventory import Inventory, RuntimeInfo
 from webhook.engine.admission import admit
 from webhook.engine.core.decision import Reason
 from webhook.engine.core.policy import PolicyError, load_policy_text
-from webhook.engine.view.cluster import NodeInfo, view_from_objects
+from webhook.engine.view.cluster import view_from_objects
+from webhook.engine.view.nodes import NodeInfo
 from webhook.node.agent import Observer, node_labels
 from webhook.policyfile import default_policy_text
 

@@ -23,7 +23,8 @@ from webhook.engine.placement import candidates as cand
 from webhook.engine.pod import podclaims
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import dra
-from webhook.engine.view.cluster import ClusterView, NodeInfo
+from webhook.engine.view.cluster import ClusterView
+from webhook.engine.view.nodes import NodeInfo
 
 _SHOW = 3
 

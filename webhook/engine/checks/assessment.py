@@ -19,7 +19,8 @@ from webhook.engine.core.policy import Policy, Pool
 from webhook.engine.placement.candidates import GPUDemand
 from webhook.engine.pod import podclaims
 from webhook.engine.pod.podfacts import PodFacts
-from webhook.engine.view.cluster import ClusterView, NodeInfo
+from webhook.engine.view.cluster import ClusterView
+from webhook.engine.view.nodes import NodeInfo
 
 #: devices quoted per node in a message
 SHOW_DEVICES = 3

@@ -27,7 +27,8 @@ from webhook.engine.placement import candidates as cand
 from webhook.engine.pod import podclaims
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import nri
-from webhook.engine.view.cluster import ClusterView, NodeInfo
+from webhook.engine.view.cluster import ClusterView
+from webhook.engine.view.nodes import NodeInfo
 
 #: failing nodes quoted in a message (the decision lists up to MAX_FINDINGS; messages give
 #: the totals)

@@ -21,7 +21,8 @@ from webhook.engine.checks.assessment import (
 )
 from webhook.engine.placement import candidates as cand
 from webhook.engine.pod.podfacts import PodFacts
-from webhook.engine.view.cluster import ClusterView, NodeInfo
+from webhook.engine.view.cluster import ClusterView
+from webhook.engine.view.nodes import NodeInfo
 
 NODE_CHECKS: tuple[NodeCheck, ...] = (plugindevices.CHECK, owndevices.CHECK,
                                          nriannotations.CHECK)

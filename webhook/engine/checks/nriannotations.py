@@ -9,7 +9,7 @@ from typing import Any
 from webhook.engine.checks.assessment import Ask, Combine, NodeAssessment, NodeCheck, NodeState
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import nri
-from webhook.engine.view.cluster import NodeInfo
+from webhook.engine.view.nodes import NodeInfo
 
 
 def assess_annotations(node: NodeInfo, facts: PodFacts, plugin: nri.NRIPlugin

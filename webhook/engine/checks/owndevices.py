@@ -16,7 +16,7 @@ from webhook.engine.checks.assessment import (
     worse,
 )
 from webhook.engine.pod.podfacts import PodFacts
-from webhook.engine.view.cluster import NodeInfo
+from webhook.engine.view.nodes import NodeInfo
 
 
 def assess_own_devices(node: NodeInfo, facts: PodFacts, handler: str | None,

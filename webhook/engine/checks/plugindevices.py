@@ -24,7 +24,8 @@ from webhook.engine.checks.assessment import (
 from webhook.engine.core.policy import Policy, Pool
 from webhook.engine.placement import candidates as cand
 from webhook.engine.stacks import clusterpolicy, hami
-from webhook.engine.view.cluster import ClusterView, NodeInfo
+from webhook.engine.view.cluster import ClusterView
+from webhook.engine.view.nodes import NodeInfo
 
 
 def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: str | None,

@@ -21,7 +21,8 @@ from webhook.engine.pod import affinity
 from webhook.engine.pod.affinity import Placement
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import hami
-from webhook.engine.view.cluster import ClusterView, NodeInfo
+from webhook.engine.view.cluster import ClusterView
+from webhook.engine.view.nodes import NodeInfo
 
 
 def shape_key(placement: Placement, extra: Any = None) -> str:

@@ -21,7 +21,7 @@ from webhook.api.delivery import LABEL_PREFIX
 from webhook.engine.core import objects, patch, taints
 from webhook.engine.core.patch import Op
 from webhook.engine.core.policy import Policy
-from webhook.engine.view.cluster import NodeInfo
+from webhook.engine.view.nodes import NodeInfo
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 NAME_FIELD = "metadata.name"

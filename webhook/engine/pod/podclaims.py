@@ -12,7 +12,8 @@ from collections.abc import Iterable
 
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import dra
-from webhook.engine.view.cluster import ClusterView, NodeInfo
+from webhook.engine.view.cluster import ClusterView
+from webhook.engine.view.nodes import NodeInfo
 
 
 def demand(facts: PodFacts, view: ClusterView | None) -> dra.ClaimDemand:

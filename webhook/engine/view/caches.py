@@ -1,0 +1,180 @@
+"""What the view keeps between decisions, and what each kind of change takes away.
+
+Two caches: the memo (any value, per key, until the view next changes) and the folds (a value
+per node over a pod shape's candidate nodes, kept current node by node). Which of them a
+change clears or updates is decided here once, from the kind of change (``EFFECTS``); the
+view's writes only say what changed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Generic, TypeVar, cast
+
+from webhook.engine.view.nodes import NodeInfo
+
+T = TypeVar("T")
+_MEMO_SIZE = 4096
+#: Folds kept (per pod shape): each holds one small entry per node of its candidate set.
+_FOLDS = 16
+
+
+class NodeFold(Generic[T]):
+    """A value per node over a set of nodes, kept current node by node as the view changes.
+
+    The memo is wiped by any change; a fold is not: a node that changes is re-evaluated alone,
+    so the first decision after a node change costs that node rather than a rescan of its
+    pool. ``fn`` returns None for a node outside the set.
+    """
+
+    def __init__(self, fn: Callable[[NodeInfo], T | None], nodes: Iterable[NodeInfo],
+                 lock: threading.RLock | None = None, *, reads_slices: bool = False) -> None:
+        self.fn = fn
+        #: ``fn`` reads the node's ResourceSlices too: a slice change re-judges the node
+        self.reads_slices = reads_slices
+        #: the view's lock: updates come from the watch while requests derive
+        self.lock = lock or threading.RLock()
+        self.values: dict[str, T] = {}
+        for n in nodes:
+            v = fn(n)
+            if v is not None:
+                self.values[n.name] = v
+        self.generation = 0
+        #: what the caller derived from ``values``, and the generation it was derived at
+        self.derived: tuple[int, Any] | None = None
+
+    def update(self, node: NodeInfo) -> None:
+        v = self.fn(node)
+        if v is None:
+            if self.values.pop(node.name, None) is None:
+                return
+        else:
+            self.values[node.name] = v
+        self.generation += 1
+
+    def remove(self, name: str) -> None:
+        if self.values.pop(name, None) is not None:
+            self.generation += 1
+
+    def derive(self, compute: Callable[[dict[str, T]], Any]) -> Any:
+        """``compute(values)``, recomputed only after the values changed."""
+        with self.lock:
+            got = self.derived
+            if got is not None and got[0] == self.generation:
+                return got[1]
+            value = compute(self.values)
+            self.derived = (self.generation, value)
+            return value
+
+
+class Change(Enum):
+    """What changed in the view."""
+
+    NODE = "a node stored"
+    NODE_GONE = "a node deleted"
+    NODES = "every node replaced (a listing)"
+    NAMESPACES = "namespace labels"
+    SETTING = "a cluster-wide setting node verdicts read (RuntimeClasses, DeviceClasses, " \
+              "ClusterPolicy, HAMi's DaemonSets, the pool label)"
+    SLICES = "ResourceSlices of some nodes"
+    ALL_SLICES = "a ResourceSlice every node reaches"
+    SLICE_LISTING = "every ResourceSlice replaced (a listing)"
+    SYNCED = "whether the watch has synced"
+
+
+@dataclass(frozen=True)
+class Effect:
+    memo: bool  # the memo is cleared (and the version bumped)
+    #: what the folds do: re-judge the changed nodes, drop a node, start over, re-judge the
+    #: changed nodes in the folds that read slices, or nothing
+    folds: str  # "update" | "remove" | "clear" | "slices" | "keep"
+
+
+EFFECTS: dict[Change, Effect] = {
+    Change.NODE: Effect(memo=True, folds="update"),
+    Change.NODE_GONE: Effect(memo=True, folds="remove"),
+    Change.NODES: Effect(memo=True, folds="clear"),
+    Change.NAMESPACES: Effect(memo=True, folds="keep"),
+    Change.SETTING: Effect(memo=True, folds="clear"),
+    # Nothing memoised reads slices (DRA verdicts are folds): the memo stays, and a fold
+    # being built meanwhile is not kept (``slice_changes``).
+    Change.SLICES: Effect(memo=False, folds="slices"),
+    Change.ALL_SLICES: Effect(memo=False, folds="clear"),
+    Change.SLICE_LISTING: Effect(memo=True, folds="clear"),
+    Change.SYNCED: Effect(memo=True, folds="keep"),
+}
+
+
+class Caches:
+    """The memo and the folds, guarded by the view's lock."""
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self.lock = lock
+        self.memo_store: OrderedDict[Any, Any] = OrderedDict()
+        self.folds: OrderedDict[Any, NodeFold[Any]] = OrderedDict()
+        #: bumped by every change the memo depends on
+        self.version = 0
+        self.slice_changes = 0
+
+    def changed(self, change: Change, nodes: Iterable[NodeInfo] = (),
+                names: Iterable[str] = ()) -> None:
+        """Apply what ``change`` takes away; ``nodes`` are the nodes stored or re-judged,
+        ``names`` the nodes deleted. Call with the lock held."""
+        effect = EFFECTS[change]
+        if effect.folds == "clear":
+            self.folds.clear()
+        elif effect.folds == "update":
+            for node in nodes:
+                for fold in self.folds.values():
+                    fold.update(node)
+        elif effect.folds == "remove":
+            for name in names:
+                for fold in self.folds.values():
+                    fold.remove(name)
+        elif effect.folds == "slices":
+            for node in nodes:
+                for fold in self.folds.values():
+                    if fold.reads_slices:
+                        fold.update(node)
+        if change in (Change.SLICES, Change.ALL_SLICES, Change.SLICE_LISTING):
+            self.slice_changes += 1
+        if effect.memo:
+            self.version += 1
+            self.memo_store.clear()
+
+    def fold(self, key: Any, fn: Callable[[NodeInfo], T | None],
+             initial: Callable[[], Iterable[NodeInfo]], *, reads_slices: bool = False
+             ) -> NodeFold[T]:
+        with self.lock:
+            fold = self.folds.get(key)
+            if fold is not None:
+                self.folds.move_to_end(key)
+                return fold
+            version = (self.version, self.slice_changes if reads_slices else 0)
+        fold = NodeFold(fn, initial(), self.lock, reads_slices=reads_slices)
+        with self.lock:
+            if (self.version, self.slice_changes if reads_slices else 0) == version:
+                # no node or slice changed meanwhile: keep it current
+                self.folds[key] = fold
+                if len(self.folds) > _FOLDS:
+                    self.folds.popitem(last=False)
+        return fold
+
+    def memo(self, key: Any, compute: Callable[[], T]) -> T:
+        with self.lock:
+            version = self.version
+            hit = self.memo_store.get(key)
+            if hit is not None:
+                self.memo_store.move_to_end(key)
+                return cast(T, hit)  # stored by this method under this key: a T
+        value = compute()
+        with self.lock:
+            if self.version == version:
+                self.memo_store[key] = value
+                if len(self.memo_store) > _MEMO_SIZE:
+                    self.memo_store.popitem(last=False)
+        return value

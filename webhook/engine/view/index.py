@@ -1,0 +1,95 @@
+"""The nodes, indexed so a pool's nodes and a label's nodes are found without a scan.
+
+Per-node labels are indexed pair by pair; label dicts shared by many nodes (``NodeLabels``)
+by the nodes that share them. Not locked itself: the view holds its lock around every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from webhook.engine.view.labels import NodeLabels
+from webhook.engine.view.nodes import NodeInfo
+
+
+class NodeIndex:
+    def __init__(self, pool_label: str) -> None:
+        self.pool_label = pool_label
+        self._clear()
+
+    def _clear(self) -> None:
+        self.nodes: dict[str, NodeInfo] = {}
+        self.by_pool_value: dict[str | None, set[str]] = {}
+        self._by_own_label: dict[tuple[str, str], set[str]] = {}
+        self._by_shared: dict[int, tuple[Mapping[str, str], set[str]]] = {}
+        #: nodes where HAMi runs a GPU in MIG mode (its steering label cannot tell)
+        self.hami_mig: set[str] = set()
+
+    def put(self, node: NodeInfo) -> None:
+        old = self.nodes.get(node.name)
+        if old is not None:
+            self._unindex(old)
+        self.nodes[node.name] = node
+        self._index(node)
+
+    def pop(self, name: str) -> NodeInfo | None:
+        old = self.nodes.pop(name, None)
+        if old is not None:
+            self._unindex(old)
+        return old
+
+    def replace(self, nodes: Iterable[NodeInfo]) -> None:
+        self._clear()
+        for n in nodes:
+            self.nodes[n.name] = n
+            self._index(n)
+
+    def rekey(self, pool_label: str) -> None:
+        """Index by another pool label."""
+        self.pool_label = pool_label
+        self.by_pool_value = {}
+        for n in self.nodes.values():
+            self.by_pool_value.setdefault(n.labels.get(pool_label), set()).add(n.name)
+
+    def names_with_label(self, key: str, value: str) -> frozenset[str]:
+        found = set(self._by_own_label.get((key, value), ()))
+        for shared, members in self._by_shared.values():
+            if shared.get(key) == value:
+                found |= members
+        return frozenset(found)
+
+    def _index(self, node: NodeInfo) -> None:
+        self.by_pool_value.setdefault(node.labels.get(self.pool_label), set()).add(node.name)
+        own, shared = _split(node.labels)
+        for pair in own.items():
+            self._by_own_label.setdefault(pair, set()).add(node.name)
+        self._by_shared.setdefault(id(shared), (shared, set()))[1].add(node.name)
+        if node.hami_mig_gpus():
+            self.hami_mig.add(node.name)
+
+    def _unindex(self, node: NodeInfo) -> None:
+        key = node.labels.get(self.pool_label)
+        bucket = self.by_pool_value.get(key)
+        if bucket is not None:
+            bucket.discard(node.name)
+            if not bucket:
+                del self.by_pool_value[key]
+        own, shared = _split(node.labels)
+        for pair in own.items():
+            names = self._by_own_label.get(pair)
+            if names is not None:
+                names.discard(node.name)
+                if not names:
+                    del self._by_own_label[pair]
+        entry = self._by_shared.get(id(shared))
+        if entry is not None:
+            entry[1].discard(node.name)
+            if not entry[1]:
+                del self._by_shared[id(shared)]
+        self.hami_mig.discard(node.name)
+
+
+def _split(labels: Mapping[str, str]) -> tuple[Mapping[str, str], Mapping[str, str]]:
+    if isinstance(labels, NodeLabels):
+        return labels.own, labels.shared
+    return labels, {}
