@@ -54,7 +54,7 @@ endef
 
 # Lint and the strict type check (webhook/).
 lint: $(VENV)/.installed
-	$(PY) -m ruff check webhook tests bench
+	$(PY) -m ruff check webhook tests bench harness
 	$(PY) -m mypy
 
 # The fast loop: the unit layer alone, on every core (well under a minute here).

@@ -8,184 +8,39 @@ Prints a table and writes JSON. Nothing here asserts: targets are compared and r
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-import jsonpatch
-import requests
+from typing import Any
 
 from bench import agent as agent_bench
+from bench import dra as dra_bench
 from bench import (
-    cluster,
     e2e_load,
     load,
     machine,
     slowclients,
-    soak,
     startup,
     versus_hami,
 )
-from bench import dra as dra_bench
 from bench.publish import publish
-from tests.integration.conftest import free_port
+from bench.servers import bodies, certs, start, stop
+from bench.throughput import http_bench
+from harness.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (100, 1000, 5000, 50000)
 
 
-def review(obj: dict, uid: str) -> bytes:
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                       "request": {"uid": uid, "kind": {"group": "", "version": "v1",
-                                                        "kind": "Pod"},
-                                   "resource": {"group": "", "version": "v1",
-                                                "resource": "pods"},
-                                   "operation": "CREATE", "namespace": "ml", "object": obj,
-                                   "dryRun": False,
-                                   "userInfo": {"username": "system:serviceaccount:ml:ci"}}}
-                      ).encode()
-
-
-def bodies() -> dict[str, bytes]:
-    from webhook.engine import Stage, decide_pod
-    from webhook.policyfile import default_policy
-
-    pod = cluster.pods()["unpinned"]
-    mutated = jsonpatch.apply_patch(copy.deepcopy(pod),
-                                    decide_pod(Stage.MUTATE, pod, "ml", None,
-                                               default_policy()).patch)
-    return {"mutate": review(pod, "bench-m"), "validate": review(mutated, "bench-v")}
-
-
-def start(cmd: list[str], url: str, ca: str, log: Path,
-          cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
-                            start_new_session=True, cwd=cwd, env=env)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{cmd[:4]} exited: {log.read_text()[-2000:]}")
-        try:
-            if requests.get(f"{url}/readyz", verify=ca, timeout=2).ok:
-                return proc
-        except requests.RequestException:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError(f"not ready: {log.read_text()[-2000:]}")
-
-
-def server_cmd(server: str, port: int, certs: Path, *extra: str,
-               view: tuple[str, ...] = ()) -> list[str]:
-    """How the bench starts ``server`` ("gpupool" or "baseline") on ``127.0.0.1:port`` with the
-    certificates in ``certs``: gpupool on the node view the ``view`` flags give, with no audit
-    on stdout and warnings only; ``extra`` holds the serving settings both take."""
-    tls = ["--bind", f"127.0.0.1:{port}", "--cert", str(certs / "tls.crt"), "--key",
-           str(certs / "tls.key")]
-    if server == "gpupool":
-        return [sys.executable, "-m", "webhook", "serve", *tls, *view, "--no-audit-stdout",
-                "--log-level", "warning", *extra]
-    return [sys.executable, "-m", "bench.baseline", *tls, *extra]
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-def _median_run(runs: list[dict]) -> dict:
-    """Field-wise median of numeric results, plus every round's throughput for the record."""
-    out = {k: statistics.median(r[k] for r in runs) for k, v in runs[0].items()
-           if isinstance(v, int | float)}
-    out["each"] = [round(r.get("rps", r.get("p99_ms", 0)), 2) for r in runs]
-    return out
-
-
-def _certs(tmp: Path) -> Path:
-    certs = tmp / "certs"
-    if not (certs / "ca.crt").exists():
-        subprocess.run([sys.executable, "-m", "webhook", "certs", "generate", "--out",
-                        str(certs), "--ip", "127.0.0.1", "--dns", "localhost"],
-                       check=True, capture_output=True)
-    return certs
-
-
-def http_bench(tmp: Path, seconds: int, rate: float, rounds: int,
-               worker_class: str = "gevent") -> dict:
-    certs = _certs(tmp)
-    nodes_file = cluster.write(tmp / "cluster-5000.json", 5000)
-    ca = str(certs / "ca.crt")
-    common = ("--workers", "2", "--threads", "4", "--worker-class", worker_class)
-    servers = {}
-    for name in ("gpupool", "baseline"):
-        port = free_port()
-        servers[name] = (start(server_cmd(name, port, certs, *common,
-                                          view=("--cluster", str(nodes_file))),
-                               f"https://127.0.0.1:{port}", ca, tmp / f"{name}.log"), port)
-    out: dict = {"cluster_nodes": 5000, "seconds": seconds, "connections": 8, "workers": 2,
-                 "threads": 4, "worker_class": worker_class, "fixed_rate": rate, "runs": {}}
-    try:
-        b = bodies()
-        # Servers alternate, round after round, and medians are kept: this machine is shared
-        # and noisy, and noise must hit the baseline and gpupool alike.
-        raw: dict[str, dict[str, list[dict]]] = {}
-        for rnd in range(rounds):
-            for endpoint in ("mutate", "validate"):
-                order = list(servers.items())
-                if rnd % 2:
-                    order.reverse()
-                for name, (_, port) in order:
-                    url = f"https://127.0.0.1:{port}/{endpoint}"
-                    runs = raw.setdefault(f"{name}/{endpoint}", {})
-                    runs.setdefault("keepalive", []).append(
-                        load.wrk(url, b[endpoint], seconds=seconds, connections=8))
-                    runs.setdefault("no_keepalive", []).append(
-                        load.wrk(url, b[endpoint], seconds=max(2, seconds // 2),
-                                 connections=8, close=True))
-                    runs.setdefault("fixed_rate", []).append(
-                        load.fixed_rate("127.0.0.1", port, f"/{endpoint}", b[endpoint], ca,
-                                        rate=rate, seconds=seconds))
-        for key, runs in raw.items():
-            out["runs"][key] = {kind: _median_run(rs) for kind, rs in runs.items()}
-        # Ratios are taken round by round (gpupool and the baseline ran back to back) and
-        # the median of those is reported: slow drift in the machine's load cancels out.
-        out["ratios"] = {}
-        for ep in ("mutate", "validate"):
-            gp, base = raw[f"gpupool/{ep}"], raw[f"baseline/{ep}"]
-            out["ratios"][ep] = {
-                "keepalive_rps": statistics.median(
-                    g["rps"] / b["rps"] for g, b in zip(gp["keepalive"], base["keepalive"],
-                                                         strict=True)),
-                "no_keepalive_rps": statistics.median(
-                    g["rps"] / b["rps"] for g, b in zip(gp["no_keepalive"],
-                                                         base["no_keepalive"], strict=True)),
-                "fixed_rate_p99": statistics.median(
-                    g["p99_ms"] / b["p99_ms"] for g, b in zip(gp["fixed_rate"],
-                                                               base["fixed_rate"], strict=True)),
-            }
-        out["rounds"] = rounds
-        out["worker_rss_mib"] = {name: list(soak.worker_rss(proc.pid).values())
-                                 for name, (proc, _) in servers.items()}
-    finally:
-        for proc, _ in servers.values():
-            stop(proc)
-    return out
-
-
-def slow_client_bench(tmp: Path, per_kind: int) -> dict:
+def slow_client_bench(tmp: Path, per_kind: int) -> dict[str, Any]:
     """Good requests' latency without and with slow clients (bench/slowclients.py), for each
     worker class: gthread shows what a stream of slow clients did before, gevent what it does
     now."""
-    certs = _certs(tmp)
-    ca = str(certs / "ca.crt")
+    certs_dir = certs(tmp)
+    ca = str(certs_dir / "ca.crt")
     out = {}
     # gevent first: the gthread server collapses under the same load, and what it leaves
     # behind (connections draining, a busy CPU) must not count against gevent.
@@ -194,7 +49,7 @@ def slow_client_bench(tmp: Path, per_kind: int) -> dict:
         url = f"https://127.0.0.1:{port}"
         proc = start([sys.executable, "-m", "webhook", "serve", "--bind", f"127.0.0.1:{port}",
                       "--demo", "--no-audit-stdout", "--log-level", "error",
-                      "--cert", str(certs / "tls.crt"), "--key", str(certs / "tls.key"),
+                      "--cert", str(certs_dir / "tls.crt"), "--key", str(certs_dir / "tls.key"),
                       "--workers", "2", "--threads", "4", "--worker-class", worker_class],
                      url, ca, tmp / f"slow-{worker_class}.log")
         try:
@@ -205,20 +60,21 @@ def slow_client_bench(tmp: Path, per_kind: int) -> dict:
     return out
 
 
-def _run_json(*args: str) -> dict:
+def _run_json(*args: str) -> dict[str, Any]:
     r = subprocess.run([sys.executable, "-m", "bench.decision", *args], capture_output=True,
                        text=True, timeout=3600, cwd=ROOT)
     if r.returncode != 0:
         raise RuntimeError(r.stderr)
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    found: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    return found
 
 
-def decision_bench(sizes: tuple[int, ...]) -> list[dict]:
+def decision_bench(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
     times = _run_json("time", *map(str, sizes))
     return [{**_run_json("memory", str(n)), "shapes": times[str(n)]} for n in sizes]
 
 
-def report(res: dict) -> str:
+def report(res: dict[str, Any]) -> str:
     lines = [f"gpupool benchmarks ({machine.line(res['machine'])}, {res['when']})", ""]
     if res.get("startup"):
         lines += [startup.report(res["startup"]), ""]
@@ -302,7 +158,7 @@ def main() -> int:
     p.add_argument("--worker-class", default="gevent", choices=("gevent", "gthread"),
                    help="worker class for the HTTPS throughput part")
     a = p.parse_args()
-    res: dict = {"machine": machine.describe(),
+    res: dict[str, Any] = {"machine": machine.describe(),
                  "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     parts = set(a.only or ("http", "slow", "decision", "dra", "agent", "startup", "hami",
                            "e2e"))

@@ -7,7 +7,9 @@ import json
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from webhook.node.agent import Observer, Publisher
 
@@ -25,9 +27,9 @@ class CountingNodeClient:
         self.reads += 1
         return self.value, {k: v for k, v in self.labels.items() if v is not None}
 
-    def set_state(self, value: str, labels: dict[str, str | None]) -> None:
+    def set_state(self, annotation: str, labels: Mapping[str, str | None]) -> None:
         self.writes += 1
-        self.value = value
+        self.value = annotation
         self.labels.update(labels)
 
 
@@ -51,7 +53,7 @@ def layout(root: Path, gpus: int) -> list[str]:
     return [str(root / "etc/cdi"), str(run)]
 
 
-def measure(gpus: int, steady_cycles: int = 20) -> dict:
+def measure(gpus: int, steady_cycles: int = 20) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         dirs = layout(Path(tmp), gpus)
         client = CountingNodeClient()

@@ -31,7 +31,7 @@ def _imports() -> None:
     import prometheus_client  # noqa: F401
 
 
-def memory(n: int) -> dict:
+def memory(n: int) -> dict[str, Any]:
     """RSS of a fresh process holding an n-node view (run in its own interpreter)."""
     e = engine()
     _imports()
@@ -46,7 +46,7 @@ def memory(n: int) -> dict:
             "view_mib": round(held - base, 1), "build_s": round(build_s, 2)}
 
 
-def warm_us(pod: dict, view: Any, policy: Any, per_round: int) -> float:
+def warm_us(pod: dict[str, Any], view: Any, policy: Any, per_round: int) -> float:
     """Microseconds per review of a pod whose shape the view already knows (mutate and
     validate, as a user's create runs them)."""
     review_pod = engine().review_pod
@@ -57,7 +57,7 @@ def warm_us(pod: dict, view: Any, policy: Any, per_round: int) -> float:
     return (time.perf_counter() - t) / per_round * 1e6
 
 
-def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict:
+def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict[str, Any]:
     """Warm and cold decision time for every size and shape, measured in interleaved rounds
     in one process so machine noise hits every size alike; medians reported."""
     from webhook.policyfile import default_policy
@@ -70,9 +70,9 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict:
         v.replace_nodes(e.NodeInfo.from_object(node(i)) for i in range(n))
         views[n] = v
     shapes = pods()
-    warm: dict = {(n, s): [] for n in sizes for s in shapes}
-    cold: dict = {(n, s): [] for n in sizes for s in shapes}
-    update: dict = {(n, s): [] for n in sizes for s in shapes}
+    warm: dict[tuple[int, str], list[float]] = {(n, s): [] for n in sizes for s in shapes}
+    cold: dict[tuple[int, str], list[float]] = {(n, s): [] for n in sizes for s in shapes}
+    update: dict[tuple[int, str], list[float]] = {(n, s): [] for n in sizes for s in shapes}
     for r in range(rounds):
         for n in sizes:
             for s, pod in shapes.items():

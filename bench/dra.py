@@ -89,10 +89,11 @@ def build(n: int, slices: bool = True) -> Any:
     view = ClusterView()
     view.replace_nodes(NodeInfo.from_object(node(i)) for i in range(n))
     if slices:
-        view.replace_device_classes(DeviceClass.from_object(device_class(name, kind))
-                                    for name, kind in (("gpu.nvidia.com", "gpu"),
-                                                       ("mig.nvidia.com", "mig")))
-        view.replace_slices(Slice.from_object(resource_slice(i)) for i in range(n))
+        classes = (DeviceClass.from_object(device_class(name, kind))
+                   for name, kind in (("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig")))
+        view.replace_device_classes(c for c in classes if c is not None)
+        published = (Slice.from_object(resource_slice(i)) for i in range(n))
+        view.replace_slices(s for s in published if s is not None)
         view.replace_claims("ResourceClaimTemplate", claims_of(
             "ResourceClaimTemplate", [template(t) for t in TEMPLATES]))
     return view

@@ -71,7 +71,7 @@ from bench import machine
 from bench.publish import publish
 
 if TYPE_CHECKING:
-    from tests.e2e.hami import TlsProgram
+    from harness.hami import TlsProgram
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ("none", "hami", "gpupool", "gpupool+hami")
@@ -137,17 +137,17 @@ class Rig:
         self.baselines: list[subprocess.Popen[bytes]] = []
         self.profiling = profiling
         self.kube_bin = kube_bin
-        self.replicas: list[subprocess.Popen] = []
+        self.replicas: list[subprocess.Popen[bytes]] = []
         self.cores: set[int] = set()
 
     # ------------------------------------------------------------------ start
     def start(self) -> Rig:
-        from tests.controlplane import ControlPlane, binaries
-        from tests.e2e import install
-        from tests.e2e.hami import HamiWebhook
-        from tests.integration.conftest import free_port
-        from tests.tools import helm as helmtool
-        from tests.tools.gobuild import built
+        from harness import helm as helmtool
+        from harness import install
+        from harness.controlplane import ControlPlane, binaries
+        from harness.gobuild import built
+        from harness.hami import HamiWebhook
+        from harness.servers import free_port
 
         k8s = _component("the Kubernetes control plane build", binaries)
         if self.kube_bin is not None:
@@ -180,10 +180,10 @@ class Rig:
 
     def _stand_ins(self, certs: Path) -> None:
         """The stand-in servers this run needs, and their registrations."""
-        from tests.e2e.hami import TlsProgram
-        from tests.e2e.install import WEBHOOK_KINDS
-        from tests.integration.conftest import free_port
-        from tests.tools.gobuild import built
+        from harness.gobuild import built
+        from harness.hami import TlsProgram
+        from harness.install import WEBHOOK_KINDS
+        from harness.servers import free_port
 
         urls = {}
         if "floor" in self.stand_ins:
@@ -210,9 +210,8 @@ class Rig:
             for config, (server, like) in STAND_INS.items() if server in urls}
 
     def _nodes(self) -> None:
-        from tests.e2e import install
-        from tests.layouts import hami_register, per_uuid_spec, write_layout
-        from tests.unit.node.test_driver import fake_driver
+        from harness import install
+        from harness.layouts import fake_driver, hami_register, per_uuid_spec, write_layout
 
         driver = fake_driver(self.tmp / "driver")
         fixed = write_layout(self.tmp / "layouts/fixed", "operator-management")
@@ -235,10 +234,10 @@ class Rig:
                                 "-p", json.dumps({"status": status}))
                 install.agent(self.cp, name, {**layout, "driver": driver})
 
-    def _replica(self, port: int, i: int) -> subprocess.Popen:
+    def _replica(self, port: int, i: int) -> subprocess.Popen[bytes]:
         """One gpupool replica as the Deployment runs it, sharing the port with the other."""
-        from tests.e2e.install import webhook_token_kubeconfig
-        from tests.integration.conftest import wait_ready
+        from harness.install import webhook_token_kubeconfig
+        from harness.servers import wait_ready
 
         kubeconfig = webhook_token_kubeconfig(self.cp, self.tmp / "webhook.kubeconfig")
         certs = self.tmp / "certs"
@@ -261,7 +260,7 @@ class Rig:
     def use(self, config: str) -> None:
         """Register what ``config`` needs, remove the rest, and wait until the API server
         applies it (a server-side dry run shows the expected mutation)."""
-        from tests.e2e import install
+        from harness import install
 
         class _Url:
             url = self.url
@@ -317,11 +316,12 @@ class Rig:
         s.verify = str(pki / "ca.crt")
         return s
 
-    def create(self, pods: list[dict], writers: int) -> tuple[list[float], list[str], float]:
+    def create(self, pods: list[dict[str, Any]], writers: int
+               ) -> tuple[list[float], list[str], float]:
         base = f"https://127.0.0.1:{self.cp.port}/api/v1/namespaces/{NAMESPACE}/pods"
         local = threading.local()
 
-        def one(p: dict) -> tuple[float, str]:
+        def one(p: dict[str, Any]) -> tuple[float, str]:
             s = getattr(local, "s", None) or self.session()
             local.s = s
             t0 = time.perf_counter()
@@ -341,7 +341,7 @@ class Rig:
     def clear(self) -> None:
         """Remove the batch's pods. They were never scheduled, so a forced delete is
         immediate; one list confirms it (kubectl's --wait polls each pod, a minute a batch)."""
-        from tests.e2e import install
+        from harness import install
 
         self.cp.kubectl("delete", "pods", "--all", "-n", NAMESPACE, "--grace-period=0",
                         "--force", "--wait=false")
@@ -381,7 +381,7 @@ class Rig:
     # ------------------------------------------------------------------ stop
     def stop(self) -> list[str]:
         """Stop everything; returns the command lines of any process still alive after."""
-        from tests.integration.conftest import stop_group
+        from harness.servers import stop_group
 
         for p in [*self.replicas, *self.baselines]:
             stop_group(p)
@@ -397,7 +397,7 @@ class Rig:
 def serve_baseline(port: int, certs: Path, log: Path, workers: int = 2) -> subprocess.Popen[bytes]:
     """One replica of bench/baseline.py as a stand-in: gpupool's serving stack, started as
     gpupool's replicas are (sharing ``port``), its mutation adding STAND_IN_ANNOTATION."""
-    from bench.__main__ import server_cmd, start
+    from bench.servers import server_cmd, start
 
     return start(server_cmd("baseline", port, certs, "--workers", str(workers), "--mark",
                             STAND_IN_ANNOTATION, "--reuse-port"),
@@ -535,7 +535,7 @@ def pod(name: str, kind: str) -> dict[str, Any]:
                                      "resources": {"limits": limits}}]}}
 
 
-def batch(n: int) -> list[dict]:
+def batch(n: int) -> list[dict[str, Any]]:
     tag = uuid.uuid4().hex[:6]
     kinds = ("hami", "operator", "plain")
     return [pod(f"p-{tag}-{i}", kinds[i % 3]) for i in range(n)]
@@ -659,7 +659,7 @@ def run(tmp: Path, *, writers: tuple[int, ...], pods: int, rounds: int, burst: i
             rig.use(config)
             rig.create(batch(60), writers[0])
             rig.clear()
-        raw: dict[str, dict[int, dict[str, list[dict]]]] = {
+        raw: dict[str, dict[int, dict[str, list[dict[str, Any]]]]] = {
             pl: {n: {c: [] for c in configs} for n in writers} for pl in placements}
         for n in writers:
             for _ in range(rounds):
@@ -692,7 +692,7 @@ def run(tmp: Path, *, writers: tuple[int, ...], pods: int, rounds: int, burst: i
     return res
 
 
-def measure(rig: Rig, pods: list[dict], writers: int) -> dict[str, Any]:
+def measure(rig: Rig, pods: list[dict[str, Any]], writers: int) -> dict[str, Any]:
     """One batch: the client's latencies and rate, the API server's histograms, and what
     each component spent on it."""
     cpu0, conns0, before = rig.cpu(), accepted_connections(), rig.cp.metrics()
@@ -776,7 +776,7 @@ def profile_apiserver(rig: Rig, config: str, writers: int, seconds: int,
             "cpu_ms_per_pod": {"all": total / pods, **{k: v / pods for k, v in parts.items()}}}
 
 
-def summarise(raw: dict[str, list[dict]]) -> dict[str, Any]:
+def summarise(raw: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for config, runs in raw.items():
         row: dict[str, Any] = {

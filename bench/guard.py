@@ -6,7 +6,7 @@ slower than the limits, against the reference commit recorded in `bench/referenc
 Decision: this tree's warm decision, cold decision and node update over the reference's
 (`bench.versus_ref`, paired rounds alternating which runs first). HTTPS: `/mutate` and
 `/validate` requests per second over a do-nothing baseline on the same serving stack, and
-the fixed-rate p99 over the baseline's, in the same run (`bench.__main__.http_bench`). Every
+the fixed-rate p99 over the baseline's, in the same run (`bench.throughput.http_bench`). Every
 figure is a ratio taken in this run, so a shared, noisy machine moves both sides alike. It
 is a benchmark, not a test: `make test` never runs it. Exit 1 when a ratio is beyond its
 limit, 2 when it cannot run (no `wrk`, no git history for the reference).
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.guard: cannot compare with {ref}: {exc}", file=sys.stderr)
         return 2
     if not a.skip_http:
-        from bench.__main__ import http_bench
+        from bench.throughput import http_bench
 
         with tempfile.TemporaryDirectory(prefix="gpupool-guard-") as tmp:
             res = http_bench(Path(tmp), a.seconds, rate=100.0, rounds=a.rounds)

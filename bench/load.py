@@ -43,7 +43,10 @@ def wrk(url: str, body: bytes, *, seconds: int, connections: int, threads: int =
     finally:
         Path(script).unlink()
     out = r.stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    found = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if found is None:
+        raise RuntimeError(f"wrk printed no Requests/sec: {out[-500:]} {r.stderr[-500:]}")
+    rps = float(found.group(1))
     pct = {}
     for p, value, unit in re.findall(r"^\s+(50|75|90|99)%\s+([\d.]+)(us|ms|s)\s*$", out, re.M):
         pct[f"p{p}_ms"] = float(value) * _UNITS[unit] * 1000

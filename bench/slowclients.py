@@ -48,24 +48,25 @@ async def _one(kind: str, host: str, port: int, ctx: ssl.SSLContext, stop: async
                stats: Counter[str], ramp: float) -> None:
     await asyncio.sleep(random.uniform(0, ramp))  # they do not all arrive in the same instant
     while not stop.is_set():
-        writer = None
+        writer: asyncio.StreamWriter | None = None
         try:
             if kind == "handshake":
                 _, writer = await asyncio.open_connection(host, port)
                 stats["opened"] += 1
                 await _trickle(writer, _HELLO, stop)
             else:
-                _, writer = await asyncio.wait_for(asyncio.open_connection(
+                _, tls = await asyncio.wait_for(asyncio.open_connection(
                     host, port, ssl=ctx, server_hostname=host), 30)
+                writer = tls
                 stats["opened"] += 1
                 head = b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n"
                 if kind == "headers":
-                    writer.write(head)
-                    await _trickle(writer, b"X-Slow: " + b"a" * 4000, stop)
+                    tls.write(head)
+                    await _trickle(tls, b"X-Slow: " + b"a" * 4000, stop)
                 else:
-                    writer.write(head + b"Content-Type: application/json\r\n"
+                    tls.write(head + b"Content-Type: application/json\r\n"
                                         b"Content-Length: 100000\r\n\r\n")
-                    await _trickle(writer, b"{" + b" " * 99999, stop)
+                    await _trickle(tls, b"{" + b" " * 99999, stop)
         except (OSError, ConnectionError, TimeoutError, ssl.SSLError):
             stats["cut"] += 1
             await asyncio.sleep(0.05)
@@ -80,7 +81,7 @@ async def run(host: str, port: int, ca: str, per_kind: int, seconds: float,
         raise SystemExit("slow clients only target loopback")
     ctx = ssl.create_default_context(cafile=ca)
     stop = asyncio.Event()
-    stats = {k: Counter() for k in kinds}
+    stats: dict[str, Counter[str]] = {k: Counter() for k in kinds}
     tasks = [asyncio.create_task(_one(k, host, port, ctx, stop, stats[k], ramp))
              for k in kinds for _ in range(per_kind)]
     deadline = time.monotonic() + seconds

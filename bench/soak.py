@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -34,7 +35,7 @@ def worker_rss(master_pid: int) -> dict[int, float]:
 
 
 def run(url: str, ca: str, master_pid: int, bodies: dict[str, bytes], *, seconds: float,
-        warmup: float, rate: float, connections: int = 6) -> dict:
+        warmup: float, rate: float, connections: int = 6) -> dict[str, Any]:
     """Send `rate` req/s for `seconds`, alternating allowed and denied reviews (each denial
     with its own uid); sample worker RSS after `warmup` and at the end."""
     stop_at = time.monotonic() + seconds
@@ -90,7 +91,7 @@ def run(url: str, ca: str, master_pid: int, bodies: dict[str, bytes], *, seconds
             "max_rss_growth": round(max(growth.values()), 4) if growth else None}
 
 
-def audit_count(audit: Path, uids: list[str]) -> dict:
+def audit_count(audit: Path, uids: list[str]) -> dict[str, Any]:
     seen: dict[str, int] = {}
     for f in [audit, *sorted(audit.parent.glob(audit.name + ".*"))]:
         if f.suffix == ".lock" or not f.exists():
@@ -105,7 +106,7 @@ def audit_count(audit: Path, uids: list[str]) -> dict:
 
 def bodies() -> dict[str, bytes]:
     sys.path.insert(0, str(ROOT))
-    from tests.conftest import gpu_pod, review
+    from harness.kit import gpu_pod, review
 
     allow = review(gpu_pod(), uid="__UID__")
     deny_pod = gpu_pod()
@@ -120,7 +121,7 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=150)
     a = p.parse_args()
     sys.path.insert(0, str(ROOT))
-    from tests.integration.conftest import start_server, stop_server
+    from harness.servers import start_server, stop_server
 
     with tempfile.TemporaryDirectory() as tmp:
         srv = start_server(Path(tmp))

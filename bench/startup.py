@@ -13,10 +13,11 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import requests
 
-from tests.integration.conftest import free_port, generate_certs, stop_group
+from harness.servers import free_port, generate_certs, stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,8 +43,8 @@ def _time_to_ready(cmd: list[str], url: str, ca: Path, log: Path, env: dict[str,
         stop_group(proc)
 
 
-def measure(tmp: Path, rounds: int = 5) -> dict:
-    from bench.__main__ import server_cmd
+def measure(tmp: Path, rounds: int = 5) -> dict[str, Any]:
+    from bench.servers import server_cmd
 
     certs = tmp / "certs"
     generate_certs(certs)
@@ -65,7 +66,7 @@ def measure(tmp: Path, rounds: int = 5) -> dict:
             "make_run_all_s": make_run, "baseline_all_s": baseline}
 
 
-def report(r: dict) -> str:
+def report(r: dict[str, Any]) -> str:
     return (f"startup (warm, median of {r['rounds']}): make run {r['make_run_s']:.2f} s, "
             f"plain gunicorn {r['baseline_s']:.2f} s, ratio {r['ratio']:.2f} "
             f"(target: make run under 2 s)")

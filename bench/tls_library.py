@@ -28,7 +28,7 @@ from typing import Any
 from bench import cluster, load, machine
 from bench.e2e_load import cpu_seconds
 from bench.publish import publish
-from tests.integration.conftest import free_port, stop_group
+from harness.servers import free_port, stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = ("gpupool", "baseline")
@@ -76,19 +76,19 @@ def ratios(rounds: list[dict[str, dict[str, float]]]) -> dict[str, float]:
 
 
 def measure(tmp: Path, lib: Path, *, rounds: int, seconds: int) -> dict[str, Any]:
-    from bench.__main__ import _certs, bodies, server_cmd, start
+    from bench.servers import bodies, certs, server_cmd, start
 
-    certs = _certs(tmp)
-    ca = str(certs / "ca.crt")
+    certs_dir = certs(tmp)
+    ca = str(certs_dir / "ca.crt")
     nodes = cluster.write(tmp / "cluster-5000.json", 5000)
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    procs: dict[tuple[str, str], tuple[subprocess.Popen, int]] = {}
+    procs: dict[tuple[str, str], tuple[subprocess.Popen[bytes], int]] = {}
     raw: dict[str, list[dict[str, dict[str, float]]]] = {}
     try:
         for server in SERVERS:
             for side, extra in (("system", {}), ("other", {"LD_LIBRARY_PATH": str(lib)})):
                 port = free_port()
-                procs[server, side] = (start(server_cmd(server, port, certs, "--workers", "2",
+                procs[server, side] = (start(server_cmd(server, port, certs_dir, "--workers", "2",
                                                         view=("--cluster", str(nodes))),
                                              f"https://127.0.0.1:{port}", ca,
                                              tmp / f"{server}-{side}.log", cwd=ROOT,

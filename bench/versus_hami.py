@@ -16,16 +16,17 @@ import copy
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 from bench import cluster, load, machine
 from bench.publish import publish
-from tests.integration.conftest import free_port, generate_certs, stop_group
+from harness.servers import free_port, generate_certs, stop_group
 
 PATHS = {"hami": "/webhook", "gpupool": "/mutate"}
 
 
 def bodies() -> dict[str, bytes]:
-    from bench.__main__ import review
+    from bench.servers import review
 
     pod = cluster.pods()["unpinned"]
     plain = copy.deepcopy(pod)
@@ -35,9 +36,9 @@ def bodies() -> dict[str, bytes]:
 
 
 def measure(tmp: Path, *, seconds: int = 5, rounds: int = 5, connections: int = 8,
-            rate: float = 100) -> dict:
-    from bench.__main__ import server_cmd, start
-    from tests.e2e.hami import HamiWebhook
+            rate: float = 100) -> dict[str, Any]:
+    from bench.servers import server_cmd, start
+    from harness.hami import HamiWebhook
 
     certs = tmp / "certs"
     generate_certs(certs)
@@ -49,7 +50,7 @@ def measure(tmp: Path, *, seconds: int = 5, rounds: int = 5, connections: int = 
                           view=("--cluster", str(nodes))),
                f"https://127.0.0.1:{port}", ca, tmp / "gpupool.log")
     urls = {"hami": f"https://127.0.0.1:{hami.port}", "gpupool": f"https://127.0.0.1:{port}"}
-    runs: dict[str, list[dict]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {}
     try:
         for kind, body in bodies().items():
             for name in urls:  # warm both
@@ -67,7 +68,7 @@ def measure(tmp: Path, *, seconds: int = 5, rounds: int = 5, connections: int = 
     finally:
         hami.stop()
         stop_group(gp)
-    out: dict = {"machine": machine.describe(), "seconds": seconds, "rounds": rounds,
+    out: dict[str, Any] = {"machine": machine.describe(), "seconds": seconds, "rounds": rounds,
                  "connections": connections, "rate": rate,
                  "gpupool_workers": 2, "gpupool_view_nodes": 5000, "rows": {}}
     for kind in bodies():
@@ -86,7 +87,7 @@ def measure(tmp: Path, *, seconds: int = 5, rounds: int = 5, connections: int = 
     return out
 
 
-def report(r: dict) -> str:
+def report(r: dict[str, Any]) -> str:
     lines = [f"Webhook throughput beside HAMi's ({machine.line(r['machine'])}; wrk, "
              f"{r['connections']} keep-alive "
              f"connections; p99 at a fixed {r['rate']:.0f} req/s; median of {r['rounds']} "

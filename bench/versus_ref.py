@@ -17,6 +17,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,7 +32,7 @@ def extract(ref: str, into: Path) -> None:
             tar.extractall(into, filter="data")
 
 
-def timings(package_root: Path, sizes: list[int]) -> dict:
+def timings(package_root: Path, sizes: list[int]) -> dict[str, Any]:
     """This tree's benchmark, deciding with the ``webhook`` package under ``package_root``."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import webhook\n"
             "assert webhook.__file__.startswith(sys.argv[1]), webhook.__file__\n"
@@ -42,7 +43,8 @@ def timings(package_root: Path, sizes: list[int]) -> dict:
     if r.returncode:
         raise SystemExit(f"bench.versus_ref: the run against {package_root} failed:\n"
                          f"{r.stderr[-2000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    found: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    return found
 
 
 METRICS = ("warm_us", "cold_us", "node_update_us")
@@ -54,7 +56,7 @@ def compare(ref: str, sizes: list[int], rounds: int) -> dict[tuple[str, str], di
     with tempfile.TemporaryDirectory(prefix="gpupool-ref-") as tmp:
         base = Path(tmp)
         extract(ref, base)
-        runs: dict[str, list[dict]] = {"head": [], "ref": []}
+        runs: dict[str, list[dict[str, Any]]] = {"head": [], "ref": []}
         for r in range(rounds):
             order = [("head", ROOT), ("ref", base)]
             for name, tree in order if r % 2 == 0 else order[::-1]:

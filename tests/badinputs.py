@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from tests.conftest import gpu_pod, review
+from harness.kit import gpu_pod, review
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,10 @@ from typing import Any
 
 import jsonpatch
 
-from tests.layouts import (
+from harness.layouts import (
     CONTAINERD_SRC,
     device_plugin_spec,
+    fake_driver,
     management_spec,
     nvidia_config,
     nvidia_ctk_spec,
@@ -44,7 +45,6 @@ from tests.stacknames import DEVICE_PLUGIN_DEPLOY_LABEL as DEPLOY_LABEL
 from tests.stacknames import NRI_DOMAIN as DOMAIN
 from tests.stacknames import NRI_NAMESPACES_ENV as NAMESPACES_ENV
 from tests.stacknames import TOOLKIT_DEPLOY_LABEL as TOOLKIT_LABEL
-from tests.unit.node.test_driver import fake_driver
 from webhook.engine import (
     Policy,
     Reason,

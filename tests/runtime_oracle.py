@@ -41,8 +41,8 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import ROOT
-from tests.tools.gobuild import built
+from harness.gobuild import built
+from harness.kit import ROOT
 
 BUILD = ROOT / "tests" / "oracle" / "build.sh"
 _bin: Path | None = None

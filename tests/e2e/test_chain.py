@@ -29,14 +29,15 @@ from typing import Any
 
 import pytest
 
+from harness import install
+from harness.controlplane import ControlPlane
+from harness.gobuild import built
+from harness.hami import HamiScheduler
+from harness.kit import ROOT
+from harness.layouts import device_plugin_spec, management_spec, per_uuid_spec
+from harness.servers import stop_server
 from tests import corpus, runtime_oracle
-from tests.conftest import ROOT, report
-from tests.controlplane import ControlPlane
-from tests.e2e import install
-from tests.e2e.hami import HamiScheduler
-from tests.integration.conftest import stop_server
-from tests.layouts import device_plugin_spec, management_spec, per_uuid_spec
-from tests.tools.gobuild import built
+from tests.conftest import report
 from webhook.engine import load_policy_text
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.controlplane import ControlPlane
+from harness.controlplane import ControlPlane
 from tests.docs import Block, Shell, blocks, path_with, workdir
 
 pytestmark = pytest.mark.e2e

@@ -35,11 +35,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT
-from tests.controlplane import ControlPlane
-from tests.e2e import install
-from tests.integration.conftest import stop_server
-from tests.tools.gobuild import built
+from harness import install
+from harness.controlplane import ControlPlane
+from harness.gobuild import built
+from harness.kit import ROOT
+from harness.servers import stop_server
 
 pytestmark = pytest.mark.e2e
 FIXTURES = ROOT / "tests" / "fixtures" / "dra"

@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, UPSTREAM
-from tests.controlplane import ControlPlane
-from tests.e2e import install
-from tests.e2e.hami import HamiWebhook
-from tests.integration.conftest import stop_server
-from tests.layouts import UUIDS, hami_register, per_uuid_spec, write_layout
-from tests.unit.node.test_driver import fake_driver
+from harness import install
+from harness.controlplane import ControlPlane
+from harness.hami import HamiWebhook
+from harness.kit import ROOT, UPSTREAM
+from harness.layouts import UUIDS, fake_driver, hami_register, per_uuid_spec, write_layout
+from harness.servers import stop_server
 
 pytestmark = pytest.mark.e2e
 RESULTS = ROOT / "bench" / "results"
@@ -504,7 +503,7 @@ def _direct(env: Env, pod: dict) -> dict:
     """Ask gpupool directly (the API server may be down): what would it decide now?"""
     import requests
 
-    from tests.conftest import review
+    from harness.kit import review
 
     r = requests.post(f"{env.server.url}/validate", verify=env.server.ca, timeout=10,
                       data=json.dumps(review(pod, namespace="ml")),

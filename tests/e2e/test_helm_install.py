@@ -18,13 +18,13 @@ import time
 import pytest
 import yaml
 
-from tests.controlplane import ControlPlane
-from tests.e2e import install
-from tests.e2e.install import webhook_token_kubeconfig
+from harness import helm as helmtool
+from harness import install
+from harness.controlplane import ControlPlane
+from harness.install import webhook_token_kubeconfig
+from harness.layouts import hami_register, write_layout
+from harness.servers import free_port, generate_certs, start_server, stop_server
 from tests.e2e.test_e2e import _pod
-from tests.integration.conftest import free_port, generate_certs, start_server, stop_server
-from tests.layouts import hami_register, write_layout
-from tests.tools import helm as helmtool
 
 pytestmark = pytest.mark.e2e
 NS = "gpupool-system"

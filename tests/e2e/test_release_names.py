@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.controlplane import ControlPlane
-from tests.e2e import install
-from tests.integration.conftest import free_port, start_server, stop_server
-from tests.tools import helm as helmtool
+from harness import helm as helmtool
+from harness import install
+from harness.controlplane import ControlPlane
+from harness.servers import free_port, start_server, stop_server
 
 pytestmark = pytest.mark.e2e
 RELEASE, NS = "edge", "gpu-admission"

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import IN_CI, body, gpu_pod, wait_until
-from tests.integration.conftest import start_server, stop_server
+from harness.kit import IN_CI, body, gpu_pod, wait_until
+from harness.servers import start_server, stop_server
 from webhook.server.audit import RETRY_SECONDS
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import ROOT
-from tests.integration.conftest import start_server, stop_server
+from harness.kit import ROOT
+from harness.servers import start_server, stop_server
 
 VALIDATE = json.loads((ROOT / "docs/examples/review-hami-pod-validate.json").read_text())
 

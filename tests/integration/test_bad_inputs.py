@@ -11,9 +11,9 @@ import pytest
 import requests
 import yaml
 
+from harness.kit import ROOT
+from harness.layouts import write_layout
 from tests.badinputs import CASES, GOOD
-from tests.conftest import ROOT
-from tests.layouts import write_layout
 
 #: Cases whose error is found after the uid was read: the reply still carries it.
 UID_KEPT = {"kind-is-string", "operation-is-number", "object-is-list", "create-without-object",

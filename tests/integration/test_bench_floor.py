@@ -15,10 +15,10 @@ import pytest
 import requests
 
 from bench.e2e_load import STAND_IN_ANNOTATION, serve_baseline
-from tests.conftest import body, gpu_pod
-from tests.e2e.hami import TlsProgram
-from tests.integration.conftest import free_port, generate_certs, stop_group
-from tests.tools.gobuild import built
+from harness.gobuild import built
+from harness.hami import TlsProgram
+from harness.kit import body, gpu_pod
+from harness.servers import free_port, generate_certs, stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,8 +19,8 @@ import pytest
 import requests
 from cryptography import x509
 
-from tests.conftest import body, gpu_pod, wait_until
-from tests.integration.conftest import generate_certs, start_server, stop_server
+from harness.kit import body, gpu_pod, wait_until
+from harness.servers import generate_certs, start_server, stop_server
 
 
 def gpupool(*args: str) -> subprocess.CompletedProcess:
@@ -182,7 +182,7 @@ def _reissue_expired(certs: Path) -> None:
 
 def start_server_unready(tmp_path: Path, certs: Path):
     """Start a server that is expected never to turn ready; wait for it to answer."""
-    from tests.integration.conftest import Server, free_port, gpupool_cmd
+    from harness.servers import Server, free_port, gpupool_cmd
 
     port = free_port()
     log = tmp_path / "unready.log"

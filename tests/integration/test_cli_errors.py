@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT
-from tests.integration.conftest import free_port, generate_certs, kubeconfig_for
+from harness.kit import ROOT
+from harness.servers import free_port, generate_certs, kubeconfig_for
 
 DEMO = ROOT / "webhook/data/demo-cluster.yaml"
 POD = ROOT / "docs/examples/pod-hami.yaml"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from harness.kit import ROOT
 from tests.docs import Block, Shell, blocks, inline_commands, path_with, workdir
 from webhook.api.inventory import parse_inventory
 from webhook.cli.main import build_parser
@@ -209,7 +209,7 @@ def test_examples_are_what_the_docs_say(tmp_path):
 def test_make_run_serves_and_the_commands_it_prints_work(tmp_path):
     """README's first command, warm: it serves the demo, and the curl lines it prints answer
     as they say (the HAMi pod routed on /mutate, denied on /validate)."""
-    from tests.integration.conftest import free_port, stop_group, wait_ready
+    from harness.servers import free_port, stop_group, wait_ready
 
     port, run = free_port(), tmp_path / "run"
     log = tmp_path / "make-run.log"
@@ -264,7 +264,7 @@ def test_make_run_from_nothing_and_after_a_half_made_venv(tmp_path):
     one line (exit 2) and leaves nothing half made; a virtualenv an interrupted try left
     behind is made again; the run installs what serving needs (not the test tools) and says
     what it is doing, a line per step."""
-    from tests.integration.conftest import free_port, stop_group, wait_ready
+    from harness.servers import free_port, stop_group, wait_ready
 
     repo = workdir(tmp_path, ("Makefile", "pyproject.toml", "constraints.txt", "README.md",
                               "webhook", "docs/examples"))

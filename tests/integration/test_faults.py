@@ -14,8 +14,8 @@ import pytest
 import requests
 
 from bench import slowclients, soak
-from tests.conftest import ROOT, body, gpu_pod, wait_until
-from tests.integration.conftest import start_server, stop_server
+from harness.kit import ROOT, body, gpu_pod, wait_until
+from harness.servers import start_server, stop_server
 
 RESULTS = ROOT / "bench" / "results" / "faults.json"
 

@@ -17,9 +17,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.conftest import ROOT, gpu_pod
+from harness import helm as helmtool
+from harness.kit import ROOT, gpu_pod
 from tests.integration.test_manifests import VERSIONS
-from tests.tools import helm as helmtool
 from webhook.engine import PolicyError, parse_policy
 
 CHART = helmtool.CHART

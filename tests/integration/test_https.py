@@ -12,7 +12,7 @@ import jsonpatch
 import pytest
 import requests
 
-from tests.conftest import body, gpu_pod
+from harness.kit import body, gpu_pod
 
 
 def test_mutate_over_https_keepalive(server):

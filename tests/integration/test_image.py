@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import IN_CI, ROOT
-from tests.integration.conftest import free_port, generate_certs, stop_group, wait_ready
+from harness.kit import IN_CI, ROOT
+from harness.servers import free_port, generate_certs, stop_group, wait_ready
 
 pytestmark = pytest.mark.slow
 CACHE = Path(os.environ.get("GPUPOOL_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or

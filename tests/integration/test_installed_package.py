@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import ROOT
-from tests.integration.conftest import free_port, stop_group, wait_ready
-from tests.layouts import write_layout
+from harness.kit import ROOT
+from harness.layouts import write_layout
+from harness.servers import free_port, stop_group, wait_ready
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import UPSTREAM
+from harness.kit import UPSTREAM
 
 
 def test_kubectl_finds_and_runs_the_plugin(kubectl):

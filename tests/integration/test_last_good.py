@@ -14,8 +14,8 @@ from pathlib import Path
 
 import requests
 
-from tests.conftest import wait_until
-from tests.integration.conftest import gpupool_cmd, start_server, stop_server
+from harness.kit import wait_until
+from harness.servers import gpupool_cmd, start_server, stop_server
 from webhook.policyfile import DATA_DIR, default_policy_text
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"

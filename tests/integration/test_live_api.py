@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import generate_certs, kubeconfig_for
+from harness.servers import generate_certs, kubeconfig_for
 
 FORBIDDEN = ('nodes is forbidden: User "system:serviceaccount:ci:reader" cannot list resource '
              '"nodes" in API group "" at the cluster scope')

@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.conftest import ROOT, UPSTREAM, gpu_pod, load_docs, upstream_pods
+from harness.kit import ROOT, UPSTREAM, gpu_pod, load_docs, upstream_pods
 from tests.unit.engine.test_workloads import KINDS, workload
 from webhook.policyfile import default_policy, default_policy_text
 

@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from tests.conftest import gpu_pod
-from tests.layouts import UUIDS
+from harness.kit import gpu_pod
+from harness.layouts import UUIDS
 from tests.runtime_oracle import OracleNode
 from tests.stacknames import MANAGEMENT_KIND as MANAGEMENT
 from tests.stacknames import NRI_DOMAIN as DOMAIN

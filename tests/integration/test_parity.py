@@ -14,8 +14,8 @@ import sys
 import jsonpatch
 import pytest
 
-from tests.conftest import UPSTREAM, load_docs, review
-from tests.integration.conftest import start_server, stop_server
+from harness.kit import UPSTREAM, load_docs, review
+from harness.servers import start_server, stop_server
 from webhook.engine import Subject, template_pod
 from webhook.policyfile import DATA_DIR, default_policy_text
 

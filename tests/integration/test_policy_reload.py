@@ -11,8 +11,8 @@ from pathlib import Path
 
 import requests
 
-from tests.conftest import body, gpu_pod
-from tests.integration.conftest import start_server, stop_server
+from harness.kit import body, gpu_pod
+from harness.servers import start_server, stop_server
 from webhook.policyfile import default_policy_text
 
 

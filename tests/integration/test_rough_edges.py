@@ -14,8 +14,8 @@ import tomllib
 import pytest
 import requests
 
-from tests.conftest import ROOT, body, gpu_pod, review
-from tests.integration.conftest import start_server, stop_server
+from harness.kit import ROOT, body, gpu_pod, review
+from harness.servers import start_server, stop_server
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +132,7 @@ def test_no_cluster_is_explicit_and_says_so_everywhere(tmp_path):
 
 
 def test_plain_http_is_said_out_loud(tmp_path):
-    from tests.integration.conftest import free_port, gpupool_cmd, stop_group
+    from harness.servers import free_port, gpupool_cmd, stop_group
 
     port = free_port()
     log = tmp_path / "serve.log"

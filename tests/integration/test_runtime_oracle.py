@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.layouts import UUIDS, hami_register, nvidia_config, per_uuid_spec, write_layout
+from harness.layouts import UUIDS, hami_register, nvidia_config, per_uuid_spec, write_layout
 from tests.runtime_oracle import OracleNode
 from tests.unit.engine.test_cdi import HAMI_POD, OPERATOR_POD, check, inventory, node
 
@@ -94,7 +94,7 @@ def test_stale_per_uuid_spec_is_caught_with_the_driver_gpus(tmp_path):
     """The spec names GPUs this node no longer has (a board was swapped) and HAMi's register
     annotation is absent. Without the driver's list gpupool could only trust the spec's own
     names and admitted the pod; the real runtime fails for every GPU the node really has."""
-    from tests.unit.node.test_driver import fake_driver
+    from harness.layouts import fake_driver
     from webhook.node.agent import Observer
 
     stale = ("GPU-11111111-2222-3333-4444-555555555555",

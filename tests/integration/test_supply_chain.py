@@ -10,7 +10,7 @@ import tomllib
 
 import pytest
 
-from tests.conftest import ROOT
+from harness.kit import ROOT
 
 
 def _pins() -> dict[str, str]:

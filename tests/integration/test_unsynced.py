@@ -16,8 +16,8 @@ import jsonpatch
 import pytest
 import requests
 
-from tests.conftest import body, gpu_pod
-from tests.integration.conftest import kubeconfig_for, start_server, stop_server
+from harness.kit import body, gpu_pod
+from harness.servers import kubeconfig_for, start_server, stop_server
 from webhook.policyfile import default_policy_text
 
 

@@ -225,7 +225,7 @@ def test_stand_ins_are_registered_as_gpupool_and_as_hami_are():
     in all the API server evaluates (rules, matchConditions, policies), with only the names
     and the address changed."""
     from bench.e2e_load import CALLS, STAND_INS, stand_in
-    from tests.conftest import load_docs
+    from harness.kit import load_docs
 
     assert STAND_INS == {"floor:gpupool": ("floor", "gpupool"),
                          "floor:hami": ("floor", "hami"),

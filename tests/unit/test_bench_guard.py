@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from bench import guard
-from tests.conftest import ROOT
+from harness.kit import ROOT
 
 
 def test_limits_judge_each_ratio_the_way_it_points():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from harness.kit import ROOT
 
 PKG = ROOT / "webhook"
 ENGINE = sorted((PKG / "engine").rglob("*.py"))
@@ -78,7 +78,7 @@ def test_the_rule_itself_catches_a_violation(tmp_path):
 
 SHELLS = sorted(p for p in PKG.rglob("*.py") if (PKG / "engine") not in p.parents)
 #: Outside the engine's own tests, tests and benchmarks keep to the shells' rule.
-OUTSIDERS = sorted(p for d in ("tests", "bench") for p in (ROOT / d).rglob("*.py")
+OUTSIDERS = sorted(p for d in ("tests", "bench", "harness") for p in (ROOT / d).rglob("*.py")
                    if (ROOT / "tests/unit/engine") not in p.parents)
 
 
@@ -197,3 +197,36 @@ def test_the_picture_of_the_layers_is_the_codes():
 
     assert (ROOT / "docs/layers.md").read_text() == layers_graph.render(), (
         "docs/layers.md is out of date: python -m tests.layers_graph > docs/layers.md")
+
+
+def _top(name: str) -> str:
+    return name.split(".")[0]
+
+
+@pytest.mark.parametrize("folder,never", [("bench", {"tests"}), ("harness", {"tests", "bench"})])
+def test_bench_and_the_harness_import_no_test(folder, never):
+    """bench/ and tests/ share what both need through harness/, which needs neither."""
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        bad = sorted(n for n in imports_of(path) if _top(n) in never)
+        assert not bad, f"{path.relative_to(ROOT)} imports {bad}: move it to harness/"
+
+
+def test_bench_imports_form_no_circle():
+    """The benchmarks' entry points share modules (servers, baselines, publishing); none of
+    them imports another's entry point back."""
+    graph = {p.stem: {n.split(".")[1] for n in imports_of(p)
+                      if n.startswith("bench.") and len(n.split(".")) > 1}
+             for p in (ROOT / "bench").glob("*.py")}
+    graph = {k: {v for v in vs if v in graph and v != k} for k, vs in graph.items()}
+    done: set[str] = set()
+
+    def visit(mod: str, path: tuple[str, ...]) -> None:
+        assert mod not in path, f"bench imports in a circle: {' -> '.join((*path, mod))}"
+        if mod not in done:
+            for other in sorted(graph[mod]):
+                visit(other, (*path, mod))
+            done.add(mod)
+
+    for mod in sorted(graph):
+        visit(mod, ())
+

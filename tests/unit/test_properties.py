@@ -19,7 +19,7 @@ import kubernetes_validate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import IN_CI
+from harness.kit import IN_CI
 from webhook.engine import (
     WARNING_LIMIT,
     ClusterView,

@@ -9,7 +9,7 @@ import sys
 import jsonpatch
 import yaml
 
-from tests.conftest import UPSTREAM
+from harness.kit import UPSTREAM
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from harness.kit import ROOT
 from webhook import __version__
 from webhook.cli.main import build_parser
 from webhook.engine import Reason

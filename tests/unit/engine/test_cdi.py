@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import UPSTREAM, gpu_pod, load_docs
-from tests.layouts import UUIDS, hami_register, per_uuid_spec, write_layout
+from harness.kit import UPSTREAM, gpu_pod, load_docs
+from harness.layouts import UUIDS, hami_register, per_uuid_spec, write_layout
 from webhook.cli.doctor import diagnose
 from webhook.engine.admission import admit
 from webhook.engine.core.decision import Reason

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tests.conftest import gpu_pod
+from harness.kit import gpu_pod
 from webhook.engine.admission.admit import review_pod
 from webhook.engine.view import labels as labels_mod
 from webhook.engine.view.cluster import ClusterView, view_from_objects

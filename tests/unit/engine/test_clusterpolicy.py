@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import gpu_pod
+from harness.kit import gpu_pod
 from tests.unit.engine.test_steering import agent_node, decide
 from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES
 from webhook.engine.core.decision import Reason

@@ -9,7 +9,7 @@ import copy
 import pytest
 import yaml
 
-from tests.conftest import UPSTREAM
+from harness.kit import UPSTREAM
 from tests.unit.engine.test_steering import agent_node, decide, hami_pod, terms
 from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES
 from webhook.engine.core.decision import Reason

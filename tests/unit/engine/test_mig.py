@@ -5,7 +5,7 @@ follow it) names devices that no longer exist and lacks the new ones."""
 
 from __future__ import annotations
 
-from tests.conftest import gpu_pod
+from harness.kit import gpu_pod
 from tests.unit.engine.test_steering import agent_node, decide, terms
 from tests.unit.node.test_kubelet import MIG_RESOURCE, MIGS
 from webhook.engine.core.decision import Reason
@@ -81,7 +81,7 @@ def hami_mig_node(tmp_path, name: str, **kw) -> dict:
     device (so in hami-core mode every pod would run)."""
     import json
 
-    from tests.layouts import UUIDS
+    from harness.layouts import UUIDS
 
     node = agent_node(tmp_path, name, "hami", "operator-management", per_uuid=True, **kw)
     reg = json.loads(node["metadata"]["annotations"]["hami.io/node-nvidia-register"])
@@ -92,7 +92,7 @@ def hami_mig_node(tmp_path, name: str, **kw) -> dict:
 
 
 def test_hami_mig_mode_gpus_fail_wherever_cdi_names_are_looked_up(tmp_path):
-    from tests.layouts import UUIDS
+    from harness.layouts import UUIDS
     from tests.unit.engine.test_steering import hami_pod
     from webhook.api import delivery
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import gpu_pod
+from harness.kit import gpu_pod
 from tests.unit.engine.test_steering import agent_node, decide, terms
 from webhook.engine.core.decision import Reason
 from webhook.engine.stacks.clusterpolicy import DEPLOY_LABEL, cluster_operator, nri_plugin

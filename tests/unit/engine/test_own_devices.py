@@ -4,8 +4,8 @@ are in tests/integration/test_runtime_oracle.py; here, the cases around them."""
 
 from __future__ import annotations
 
-from tests.conftest import gpu_pod
-from tests.layouts import UUIDS
+from harness.kit import gpu_pod
+from harness.layouts import UUIDS
 from tests.unit.engine.test_steering import agent_node, decide, terms
 from webhook.api import delivery
 from webhook.engine.core.decision import Reason

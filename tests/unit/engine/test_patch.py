@@ -10,7 +10,7 @@ import jsonpatch
 import kubernetes_validate
 import pytest
 
-from tests.conftest import gpu_pod, upstream_pods
+from harness.kit import gpu_pod, upstream_pods
 from webhook.engine import Stage, decide_pod
 from webhook.engine.core import patch
 from webhook.engine.pod.affinity import affinity_patch

@@ -8,7 +8,7 @@ from functools import partial
 import jsonpatch
 import pytest
 
-from tests.conftest import UPSTREAM, gpu_pod, load_docs, upstream_pods
+from harness.kit import UPSTREAM, gpu_pod, load_docs, upstream_pods
 from webhook.engine import Stage, decide_pod
 from webhook.engine.admission import admit
 from webhook.engine.core.decision import Reason

@@ -9,9 +9,15 @@ import json
 import jsonpatch
 import pytest
 
-from tests.conftest import gpu_pod
-from tests.layouts import UUIDS, device_plugin_spec, hami_register, per_uuid_spec, write_layout
-from tests.unit.node.test_driver import fake_driver
+from harness.kit import gpu_pod
+from harness.layouts import (
+    UUIDS,
+    device_plugin_spec,
+    fake_driver,
+    hami_register,
+    per_uuid_spec,
+    write_layout,
+)
 from webhook.api import delivery
 from webhook.api.inventory import Inventory, RuntimeInfo
 from webhook.engine.admission import admit

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from tests.conftest import body
-from tests.layouts import hami_register
+from harness.kit import body
+from harness.layouts import hami_register
 from tests.unit.engine.test_cdi import inventory, node
 from webhook.engine.core.policy import load_policy_text
 from webhook.engine.view.cluster import view_from_objects

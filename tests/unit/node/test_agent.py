@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.layouts import UUIDS, per_uuid_spec, write_layout
+from harness.layouts import UUIDS, per_uuid_spec, write_layout
 from webhook.api.inventory import parse_inventory
 from webhook.node.agent import Observer, Publisher, run
 
@@ -124,7 +124,7 @@ def test_publish_only_on_change_and_retry_with_backoff(tmp_path):
 
 
 def test_steering_labels_published_with_the_inventory_and_flip_when_fixed(tmp_path):
-    from tests.unit.node.test_driver import fake_driver
+    from harness.layouts import fake_driver
 
     paths = write_layout(tmp_path, "operator-management")
     client = RecordingNodeClient()

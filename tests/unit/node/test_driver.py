@@ -3,34 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from tests.layouts import UUIDS, write_layout
+from harness.layouts import UUIDS, fake_driver, write_layout
 from webhook.api.inventory import parse_inventory
 from webhook.node.agent import Observer
 from webhook.node.driver import driver_gpus
-
-# The shape of /proc/driver/nvidia/gpus/<bus id>/information (driver 5xx).
-INFORMATION = """Model: \t\t NVIDIA H100 80GB HBM3
-IRQ:   \t\t 142
-GPU UUID: \t {uuid}
-Video BIOS: \t 96.00.5e.00.01
-Bus Type: \t PCIe
-DMA Size: \t 52 bits
-DMA Mask: \t 0xfffffffffffff
-Bus Location: \t {bus}
-Device Minor: \t {minor}
-GPU Excluded:\t No
-"""
-
-
-def fake_driver(root: Path, uuids=UUIDS) -> Path:
-    gpus = root / "proc/driver/nvidia/gpus"
-    for i, uuid in enumerate(uuids):
-        bus = f"0000:{0x17 + i:02x}:00.0"
-        (gpus / bus).mkdir(parents=True)
-        (gpus / bus / "information").write_text(INFORMATION.format(uuid=uuid, bus=bus, minor=i))
-    return gpus
 
 
 def test_reads_every_gpu_uuid(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.layouts import UUIDS
+from harness.layouts import UUIDS
 from webhook.api.inventory import parse_inventory
 from webhook.node.agent import Observer
 from webhook.node.kubelet import CheckpointError, mig_devices, registered_devices

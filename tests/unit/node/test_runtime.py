@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.conftest import UPSTREAM
-from tests.layouts import nvidia_config
+from harness.kit import UPSTREAM
+from harness.layouts import nvidia_config
 from webhook.node.runtime import read_containerd_config, read_nvidia_config, runtime_info
 
 RC = UPSTREAM / "runtime-config"

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.conftest import UPSTREAM
+from harness.kit import UPSTREAM
 from webhook.node.spec import CDIError, parse_qualified, parse_spec
 
 SPECS = UPSTREAM / "cdi-specs"

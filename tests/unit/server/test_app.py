@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import body, gpu_pod, review
+from harness.kit import body, gpu_pod, review
 from webhook.engine import ClusterView
 from webhook.server.app import Webhook
 from webhook.server.policysource import PolicySource

@@ -95,7 +95,7 @@ def _exchange(server_ctx: ssl.SSLContext, ca: Path) -> ssl.SSLSession | None:
 
 def test_no_session_tickets_are_made_for_a_client_that_never_resumes(tmp_path):
     # The API server's webhook client keeps no TLS session cache: a ticket is work for nothing.
-    from tests.integration.conftest import generate_certs
+    from harness.servers import generate_certs
 
     generate_certs(tmp_path)
     cert, key, ca = tmp_path / "tls.crt", tmp_path / "tls.key", tmp_path / "ca.crt"

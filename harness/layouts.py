@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from tests.conftest import UPSTREAM
+from harness.kit import UPSTREAM
 
 UUIDS = ("GPU-59ab2c0d-7c4e-4d4a-9f1e-1a2b3c4d5e6f", "GPU-8e1f0a3b-2d4c-4e5f-8a9b-0c1d2e3f4a5b")
 RUNTIME_CONFIG_SRC = (UPSTREAM / "runtime-config/from-go-literals/"
@@ -25,7 +26,7 @@ CONTAINERD_SRC = (UPSTREAM / "runtime-config/from-go-literals/"
                   "nvidia-ctk-installer-containerd-dropin.cdi-enabled.toml")
 
 
-def _device_edits(i: int) -> dict:
+def _device_edits(i: int) -> dict[str, Any]:
     return {"deviceNodes": [{"path": f"/dev/nvidia{i}", "hostPath": f"/dev/nvidia{i}"}]}
 
 
@@ -52,14 +53,14 @@ containerEdits:
 """
 
 
-def device_plugin_spec(uuids=UUIDS) -> str:
+def device_plugin_spec(uuids: tuple[str, ...] = UUIDS) -> str:
     return json.dumps({
         "cdiVersion": "0.5.0", "kind": "k8s.device-plugin.nvidia.com/gpu",
         "devices": [{"name": u, "containerEdits": _device_edits(i)} for i, u in enumerate(uuids)],
         "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}})
 
 
-def per_uuid_spec(kind: str = "management.nvidia.com/gpu", uuids=UUIDS) -> str:
+def per_uuid_spec(kind: str = "management.nvidia.com/gpu", uuids: tuple[str, ...] = UUIDS) -> str:
     lines = ["cdiVersion: 0.5.0", f"kind: {kind}", "devices:"]
     for i, u in enumerate(uuids):
         lines += [f"  - name: {u}", "    containerEdits:", "      deviceNodes:",
@@ -67,7 +68,7 @@ def per_uuid_spec(kind: str = "management.nvidia.com/gpu", uuids=UUIDS) -> str:
     return "\n".join(lines) + "\n"
 
 
-def nvidia_ctk_spec(uuids=UUIDS) -> str:
+def nvidia_ctk_spec(uuids: tuple[str, ...] = UUIDS) -> str:
     lines = ["cdiVersion: 0.5.0", "kind: nvidia.com/gpu", "devices:"]
     for i, u in enumerate(uuids):
         for name in (f'"{i}"', u):
@@ -110,7 +111,30 @@ def write_layout(root: Path, name: str) -> dict[str, Path]:
             "containerd": cfg_dir / "containerd.toml"}
 
 
-def hami_register(uuids=UUIDS) -> str:
+def hami_register(uuids: tuple[str, ...] = UUIDS) -> str:
     return json.dumps([{"id": u, "count": 10, "devmem": 15360, "devcore": 100,
                         "type": "NVIDIA-Tesla T4", "numa": 0, "health": True, "index": i,
                         "mode": "hami-core"} for i, u in enumerate(uuids)])
+
+
+# The shape of /proc/driver/nvidia/gpus/<bus id>/information (driver 5xx).
+INFORMATION = """Model: \t\t NVIDIA H100 80GB HBM3
+IRQ:   \t\t 142
+GPU UUID: \t {uuid}
+Video BIOS: \t 96.00.5e.00.01
+Bus Type: \t PCIe
+DMA Size: \t 52 bits
+DMA Mask: \t 0xfffffffffffff
+Bus Location: \t {bus}
+Device Minor: \t {minor}
+GPU Excluded:\t No
+"""
+
+
+def fake_driver(root: Path, uuids: tuple[str, ...] = UUIDS) -> Path:
+    gpus = root / "proc/driver/nvidia/gpus"
+    for i, uuid in enumerate(uuids):
+        bus = f"0000:{0x17 + i:02x}:00.0"
+        (gpus / bus).mkdir(parents=True)
+        (gpus / bus / "information").write_text(INFORMATION.format(uuid=uuid, bus=bus, minor=i))
+    return gpus

@@ -30,9 +30,9 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import ROOT, UPSTREAM
-from tests.integration.conftest import free_port
-from tests.tools.gobuild import built
+from harness.gobuild import built
+from harness.kit import ROOT, UPSTREAM
+from harness.servers import free_port
 
 BUILD = ROOT / "tests" / "hami" / "build.sh"
 CHART = UPSTREAM / "hami-chart"
@@ -65,7 +65,8 @@ def render(helm: Path, work: Path, template: str, *sets: str) -> dict[str, Any]:
     r = subprocess.run([str(helm), "template", "hami", str(chart), "--namespace", "kube-system",
                         "--show-only", f"templates/{template}", *args],
                        capture_output=True, text=True, check=True, timeout=120)
-    return yaml.safe_load(r.stdout)
+    found: dict[str, Any] = yaml.safe_load(r.stdout)
+    return found
 
 
 class TlsProgram:
@@ -75,7 +76,7 @@ class TlsProgram:
     def __init__(self, cert: Path, key: Path, log: Path) -> None:
         self.cert, self.key, self.log = cert, key, log
         self.port = free_port()
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     def launch(self, cmd: list[str], env: dict[str, str] | None = None) -> None:
         out = self.log.open("wb")
@@ -182,7 +183,9 @@ class HamiScheduler(HamiProgram):
         while not self._stop.wait(0.2):
             try:
                 for node in api.list_node().items:
-                    lock = (node.metadata.annotations or {}).get(LOCK)
+                    meta = node.metadata
+                    assert meta is not None and meta.name is not None  # the API sets both
+                    lock = (meta.annotations or {}).get(LOCK)
                     if not lock or lock.count(",") != 2:
                         continue
                     _, ns, name = lock.split(",")
@@ -192,10 +195,10 @@ class HamiScheduler(HamiProgram):
                         if exc.status != 404:
                             raise
                         continue  # HAMi releases a dangling lock itself
-                    if pod.spec.node_name:
+                    if pod.spec is not None and pod.spec.node_name:
                         api.patch_namespaced_pod(name, ns, {"metadata": {"annotations": {
                             "hami.io/bind-phase": "success"}}})
-                        api.patch_node(node.metadata.name,
+                        api.patch_node(meta.name,
                                        {"metadata": {"annotations": {LOCK: None}}})
             except Exception as exc:  # the API server may be going away at teardown
                 if self._stop.is_set():
@@ -209,7 +212,7 @@ class HamiScheduler(HamiProgram):
         `hami-scheduler`, with this process as its extender (filter, bind)."""
         cm = render(helm, work, "scheduler/configmap.yaml",
                     "scheduler.leaderElect=false")
-        cfg = yaml.safe_load(cm["data"]["config.yaml"])
+        cfg: dict[str, Any] = yaml.safe_load(cm["data"]["config.yaml"])
         for ext in cfg["extenders"]:
             ext["urlPrefix"] = f"https://127.0.0.1:{self.port}"
         cfg["clientConnection"] = {"kubeconfig": str(kubeconfig)}

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
-from tests.conftest import ROOT
-from tests.tools.gobuild import built
+from harness.gobuild import built
+from harness.kit import ROOT
 
 BUILD = ROOT / "tests" / "tools" / "build-helm.sh"
 CHART = ROOT / "manifests" / "helm" / "gpupool"
@@ -20,7 +21,8 @@ def binary() -> Path:
     return _bin
 
 
-def run(*args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+def run(*args: str, check: bool = True, env: dict[str, Any] | None = None
+        ) -> subprocess.CompletedProcess[str]:
     import os
 
     home = Path(os.environ.get("TMPDIR", "/tmp")) / "gpupool-helm-home"

@@ -13,10 +13,10 @@ from typing import Any
 
 import yaml
 
-from tests import conftest
-from tests.conftest import ROOT
-from tests.controlplane import ControlPlane
-from tests.integration.conftest import Server, generate_certs, start_server
+from harness import kit
+from harness.controlplane import ControlPlane
+from harness.kit import ROOT
+from harness.servers import Server, generate_certs, start_server
 
 # No kubelet runs the Deployment and DaemonSet here: gpupool runs on loopback instead.
 KEEP = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap",
@@ -24,8 +24,8 @@ KEEP = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Con
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
-def apply(cp: ControlPlane, objs: list[dict] | dict, *extra: str
-          ) -> subprocess.CompletedProcess:
+def apply(cp: ControlPlane, objs: list[dict[str, Any]] | dict[str, Any], *extra: str
+          ) -> subprocess.CompletedProcess[str]:
     docs = objs if isinstance(objs, list) else [objs]
     return cp.kubectl("apply", "-f", "-", *extra,
                       input="\n---\n".join(yaml.safe_dump(d) for d in docs), check=False)
@@ -101,7 +101,7 @@ def agent(cp: ControlPlane, node: str, paths: dict[str, Path]) -> None:
 
 
 def wait_until(probe: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    conftest.wait_until(probe, what, timeout, every=0.5)
+    kit.wait_until(probe, what, timeout, every=0.5)
 
 
 def wait_for_webhooks(cp: ControlPlane, server: Server, namespace: str) -> None:

@@ -11,8 +11,10 @@ import datetime as dt
 import os
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import requests
 import yaml
@@ -21,9 +23,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from tests.conftest import ROOT
-from tests.integration.conftest import free_port
-from tests.tools.gobuild import built
+from harness.gobuild import built
+from harness.kit import ROOT
+from harness.servers import free_port
 
 BUILD = ROOT / "tests" / "e2e" / "controlplane" / "build.sh"
 _bin_dir: Path | None = None
@@ -37,13 +39,15 @@ def binaries() -> Path:
     return _bin_dir
 
 
-def _pem_key(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+def _pem_key(key: Any) -> bytes:
+    pem: bytes = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
+    return pem
 
 
-def _cert(subject: x509.Name, key, issuer_cert, issuer_key, *, ca: bool = False,
-          client: bool = False, ips: list[str] = (), dns: list[str] = ()) -> x509.Certificate:
+def _cert(subject: x509.Name, key: Any, issuer_cert: Any, issuer_key: Any, *, ca: bool = False,
+          client: bool = False, ips: Sequence[str] = (), dns: Sequence[str] = ()
+          ) -> x509.Certificate:
     import ipaddress
 
     from cryptography.x509.oid import ExtendedKeyUsageOID
@@ -68,7 +72,7 @@ def _cert(subject: x509.Name, key, issuer_cert, issuer_key, *, ca: bool = False,
 class ControlPlane:
     root: Path
     bin: Path
-    procs: list[subprocess.Popen] = field(default_factory=list)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     port: int = 0
     kubeconfig: Path = Path()
     audit_log: Path = Path()
@@ -155,7 +159,7 @@ class ControlPlane:
         self._wait_ready()
         return self
 
-    def start_scheduler(self, name: str, config: dict) -> None:
+    def start_scheduler(self, name: str, config: dict[str, Any]) -> None:
         """A real kube-scheduler (same module as the API server) with this
         KubeSchedulerConfiguration (its profiles, extenders)."""
         path = self.root / f"{name}.yaml"
@@ -193,10 +197,10 @@ class ControlPlane:
     def stop_apiserver(self) -> None:
         """Cut every watch: the API server dies (SIGKILL, no graceful drain), etcd and its
         data stay."""
-        proc = next(p for p in self.procs if p.args[0].endswith("kube-apiserver"))
+        proc = next(p for p in self.procs if _argv(p)[0].endswith("kube-apiserver"))
         proc.kill()
         proc.wait(30)
-        self._apiserver_args = proc.args
+        self._apiserver_args = _argv(proc)
         self.procs.remove(proc)
 
     def start_apiserver(self) -> None:
@@ -209,8 +213,8 @@ class ControlPlane:
         while time.monotonic() < deadline:
             for p in self.procs:
                 if p.poll() is not None:
-                    raise RuntimeError(f"{p.args[0]} exited: "
-                                       f"{self.log(Path(p.args[0]).name)[-3000:]}")
+                    raise RuntimeError(f"{_argv(p)[0]} exited: "
+                                       f"{self.log(Path(_argv(p)[0]).name)[-3000:]}")
             try:
                 r = requests.get(f"https://127.0.0.1:{self.port}/readyz",
                                  cert=(str(pki / "admin.crt"), str(pki / "admin.key")),
@@ -228,8 +232,8 @@ class ControlPlane:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
-                token: str | None = None, env: dict | None = None
-                ) -> subprocess.CompletedProcess:
+                token: str | None = None, env: dict[str, Any] | None = None
+                ) -> subprocess.CompletedProcess[str]:
         cmd = [str(self.bin / "kubectl"), f"--kubeconfig={self.kubeconfig}"]
         if token:
             cmd += [f"--token={self.tokens[token]}", "--user="]
@@ -246,7 +250,7 @@ class ControlPlane:
         """Everything but etcd at once (a scheduler or kwok would otherwise sit out its own
         grace period against an API server already gone), then etcd: an API server whose
         etcd goes first spends 30 s shutting down."""
-        last = [p for p in self.procs if p.args[0].endswith("/etcd")]
+        last = [p for p in self.procs if _argv(p)[0].endswith("/etcd")]
         for group in ([p for p in self.procs if p not in last], last):
             for p in group:
                 if p.poll() is None:
@@ -258,3 +262,8 @@ class ControlPlane:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+
+
+def _argv(proc: subprocess.Popen[bytes]) -> list[str]:
+    """The command a process was started with (always a list of strings here)."""
+    return cast(list[str], proc.args)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI
+from harness.kit import IN_CI
 
 
 def built(script: Path, what: str) -> Path:

@@ -1,0 +1,84 @@
+"""Served throughput and latency: gpupool against the baseline, alternating round by round
+on the same machine, reported as ratios (``make bench``'s HTTP part and ``make bench-guard``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bench import cluster, load, soak
+from bench.servers import bodies, certs, server_cmd, start, stop
+from harness.servers import free_port
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Field-wise median of numeric results, plus every round's throughput for the record."""
+    out = {k: statistics.median(r[k] for r in runs) for k, v in runs[0].items()
+           if isinstance(v, int | float)}
+    out["each"] = [round(r.get("rps", r.get("p99_ms", 0)), 2) for r in runs]
+    return out
+
+
+def http_bench(tmp: Path, seconds: int, rate: float, rounds: int,
+               worker_class: str = "gevent") -> dict[str, Any]:
+    certs_dir = certs(tmp)
+    nodes_file = cluster.write(tmp / "cluster-5000.json", 5000)
+    ca = str(certs_dir / "ca.crt")
+    common = ("--workers", "2", "--threads", "4", "--worker-class", worker_class)
+    servers = {}
+    for name in ("gpupool", "baseline"):
+        port = free_port()
+        servers[name] = (start(server_cmd(name, port, certs_dir, *common,
+                                          view=("--cluster", str(nodes_file))),
+                               f"https://127.0.0.1:{port}", ca, tmp / f"{name}.log"), port)
+    out: dict[str, Any] = {"cluster_nodes": 5000, "seconds": seconds, "connections": 8,
+                           "workers": 2,
+                 "threads": 4, "worker_class": worker_class, "fixed_rate": rate, "runs": {}}
+    try:
+        b = bodies()
+        # Servers alternate, round after round, and medians are kept: this machine is shared
+        # and noisy, and noise must hit the baseline and gpupool alike.
+        raw: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for rnd in range(rounds):
+            for endpoint in ("mutate", "validate"):
+                order = list(servers.items())
+                if rnd % 2:
+                    order.reverse()
+                for name, (_, port) in order:
+                    url = f"https://127.0.0.1:{port}/{endpoint}"
+                    runs = raw.setdefault(f"{name}/{endpoint}", {})
+                    runs.setdefault("keepalive", []).append(
+                        load.wrk(url, b[endpoint], seconds=seconds, connections=8))
+                    runs.setdefault("no_keepalive", []).append(
+                        load.wrk(url, b[endpoint], seconds=max(2, seconds // 2),
+                                 connections=8, close=True))
+                    runs.setdefault("fixed_rate", []).append(
+                        load.fixed_rate("127.0.0.1", port, f"/{endpoint}", b[endpoint], ca,
+                                        rate=rate, seconds=seconds))
+        for key, runs in raw.items():
+            out["runs"][key] = {kind: _median_run(rs) for kind, rs in runs.items()}
+        # Ratios are taken round by round (gpupool and the baseline ran back to back) and
+        # the median of those is reported: slow drift in the machine's load cancels out.
+        out["ratios"] = {}
+        for ep in ("mutate", "validate"):
+            gp, base = raw[f"gpupool/{ep}"], raw[f"baseline/{ep}"]
+            out["ratios"][ep] = {
+                "keepalive_rps": statistics.median(
+                    g["rps"] / b["rps"] for g, b in zip(gp["keepalive"], base["keepalive"],
+                                                         strict=True)),
+                "no_keepalive_rps": statistics.median(
+                    g["rps"] / b["rps"] for g, b in zip(gp["no_keepalive"],
+                                                         base["no_keepalive"], strict=True)),
+                "fixed_rate_p99": statistics.median(
+                    g["p99_ms"] / b["p99_ms"] for g, b in zip(gp["fixed_rate"],
+                                                               base["fixed_rate"], strict=True)),
+            }
+        out["rounds"] = rounds
+        out["worker_rss_mib"] = {name: list(soak.worker_rss(proc.pid).values())
+                                 for name, (proc, _) in servers.items()}
+    finally:
+        for proc, _ in servers.values():
+            stop(proc)
+    return out
