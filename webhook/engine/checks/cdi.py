@@ -17,10 +17,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
+from typing import Any
 
 from webhook.api import delivery
 from webhook.engine.checks import nodechecks
-from webhook.engine.checks.assessment import SHOW_DEVICES, Ask, NodeAssessment, NodeState
+from webhook.engine.checks.assessment import (
+    SHOW_DEVICES,
+    Ask,
+    NodeAssessment,
+    NodeCheck,
+    NodeState,
+)
 from webhook.engine.core.decision import MAX_FINDINGS, Decision, NodeFinding, Reason, allow, deny
 from webhook.engine.core.policy import OnFinding, Policy, Pool
 from webhook.engine.placement import candidates as cand
@@ -223,7 +230,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
 
     ask = Ask(facts, policy.by_name[pool_name], view, policy,
               view.handler_of(facts.runtime_class), hami_pool, demand_of)
-    active = nodechecks.prepared(ask)
+    active: list[tuple[tuple[NodeCheck, Any], ...]] = []  # prepared on the first node judged
     extended = podclaims.demand(facts, view).extended
 
     def per_node(n: NodeInfo) -> _NodeVerdict | None:
@@ -238,7 +245,9 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
         if why:
             return (why, False, None)
         matches = facts.placement.matches(n.labels, n.name)
-        check = nodechecks.judge(n, ask, active)
+        if not active:
+            active.append(nodechecks.prepared(ask))
+        check = nodechecks.judge(n, ask, active[0])
         if check.state is NodeState.OK:
             return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
         return (None, matches, check)

@@ -36,10 +36,15 @@ def reads(checks: Sequence[NodeCheck] = NODE_CHECKS) -> tuple[str, ...]:
     return tuple(sorted(set(FOLD_READS).union(*(c.reads for c in checks))))
 
 
+#: the facts the registered checks read, worked out once
+_READERS = tuple(FACTS[r] for r in reads())
+
+
 def shape_key(facts: PodFacts, view: ClusterView,
               checks: Sequence[NodeCheck] = NODE_CHECKS) -> str:
     """The pod's shape as far as the verdicts go: its placement and every fact read."""
-    return cand.shape_key(facts.placement, [FACTS[r](facts, view) for r in reads(checks)])
+    readers = _READERS if checks is NODE_CHECKS else tuple(FACTS[r] for r in reads(checks))
+    return cand.shape_key(facts.placement, [read(facts, view) for read in readers])
 
 
 def prepared(ask: Ask, checks: Sequence[NodeCheck] = NODE_CHECKS

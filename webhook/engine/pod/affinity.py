@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
@@ -37,22 +37,33 @@ def required_terms(spec: Mapping[str, Any]) -> list[Any] | None:
     return terms if isinstance(terms, list) else None
 
 
-class Placement(NamedTuple):
-    """The fields that decide where a pod may run, as the scheduler and kubelet read them."""
+class Placement:
+    """The fields that decide where a pod may run, as the scheduler and kubelet read them.
+    Built for every pod reviewed, so a plain class with slots and its cache key worked out
+    only when asked for."""
 
-    node_name: str | None  # a non-empty string, or None
-    selector: Mapping[str, Any] | None  # nodeSelector, when a mapping
-    terms: list[Any] | None  # required nodeSelectorTerms, when a list
-    tolerations: tuple[Any, ...]
-    #: exactly these fields as sent: a cache key for whatever they decide
-    key: str
+    __slots__ = ("_key", "_spec", "node_name", "selector", "terms", "tolerations")
 
-    @classmethod
-    def parse(cls, spec: Mapping[str, Any]) -> Placement:
+    def __init__(self, spec: Mapping[str, Any]) -> None:
         node_name, selector = spec.get("nodeName"), spec.get("nodeSelector")
-        return cls(node_name if isinstance(node_name, str) and node_name else None,
-                   selector if isinstance(selector, dict) else None, required_terms(spec),
-                   tuple(objects.as_list(spec.get("tolerations"))), _key(spec))
+        #: a non-empty string, or None
+        self.node_name: str | None = node_name if isinstance(node_name, str) and node_name \
+            else None
+        #: nodeSelector, when a mapping
+        self.selector: Mapping[str, Any] | None = selector if isinstance(selector, dict) \
+            else None
+        #: required nodeSelectorTerms, when a list
+        self.terms: list[Any] | None = required_terms(spec)
+        self.tolerations = tuple(objects.as_list(spec.get("tolerations")))
+        self._spec = spec
+        self._key: str | None = None
+
+    @property
+    def key(self) -> str:
+        """Exactly these fields as sent: a cache key for whatever they decide."""
+        if self._key is None:
+            self._key = _key(self._spec)
+        return self._key
 
     def matches(self, labels: Mapping[str, str], name: str) -> bool:
         """Do its nodeName, nodeSelector and required node affinity allow this node?"""

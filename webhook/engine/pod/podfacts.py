@@ -91,7 +91,10 @@ class PodFacts(NamedTuple):
     @property
     def placement(self) -> affinity.Placement:
         """Where its own fields let it run, steering included (as it will be scheduled)."""
-        return self.once("placement", lambda: affinity.Placement.parse(self.spec))
+        hit = self.memo.get("placement")
+        if hit is None:  # (read on every review: no closure)
+            hit = self.memo["placement"] = affinity.Placement(self.spec)
+        return cast(affinity.Placement, hit)
 
     @property
     def unsteered(self) -> affinity.Placement:
@@ -99,11 +102,12 @@ class PodFacts(NamedTuple):
         could reach had gpupool not kept it off the failing ones."""
         def compute() -> affinity.Placement:
             spec = affinity.without_steering(self.spec)
-            return self.placement if spec is self.spec else affinity.Placement.parse(spec)
+            return self.placement if spec is self.spec else affinity.Placement(spec)
         return self.once("unsteered", compute)
 
     @property
     def node_name(self) -> str | None:
+        """spec.nodeName: a non-empty string, or None."""
         return self.placement.node_name
 
     @property
