@@ -50,6 +50,7 @@ def make_app(mark: str | None = None) -> Flask:
                                   ("Content-Length", str(len(out)))])
         return [out]
 
+    # Flask's wsgi_app is a method; replaced whole, as Flask's docs advise for middleware
     app.wsgi_app = reviews  # type: ignore[method-assign]
 
     @app.get("/healthz")

@@ -262,13 +262,10 @@ class Rig:
         applies it (a server-side dry run shows the expected mutation)."""
         from harness import install
 
-        class _Url:
-            url = self.url
-
         kinds = {"gpupool": install.WEBHOOK_KINDS, "gpupool+hami": install.WEBHOOK_KINDS,
                  MUTATING_ONLY: ("MutatingWebhookConfiguration",)}.get(config, ())
         install.register(self.cp, [o for o in self.objs if o["kind"] in kinds],
-                         _Url())  # type: ignore[arg-type]
+                         self.url)
         unused = [o for o in self.objs if o["kind"] in install.WEBHOOK_KINDS
                   and o["kind"] not in kinds]
         if config in ("hami", "gpupool+hami"):

@@ -67,12 +67,13 @@ def serve(cp: ControlPlane, tmp: Path, objs: list[dict[str, Any]],
                           str(webhook_token_kubeconfig(cp, tmp / "webhook.kubeconfig")),
                           "--audit-file", str(tmp / "gpupool-audit.log"),
                           *(["--policy", str(policy)] if policy else []), workers=2)
-    register(cp, objs, server)
+    register(cp, objs, server.url)
     return server
 
 
-def register(cp: ControlPlane, objs: list[dict[str, Any]], server: Server) -> None:
-    port = server.url.rsplit(":", 1)[1]
+def register(cp: ControlPlane, objs: list[dict[str, Any]], url: str) -> None:
+    """Register gpupool's webhook configurations ``objs`` against the server at ``url``."""
+    port = url.rsplit(":", 1)[1]
     for cfg in objs:
         if cfg["kind"] in WEBHOOK_KINDS:
             cfg = yaml.safe_load(yaml.safe_dump(cfg))  # a copy: registered again later

@@ -9,7 +9,11 @@ names the input and what to do, never a client library traceback.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+from webhook.engine import HAMI_PLUGIN_SELECTOR
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
 #: The webhook's Service and namespace as the chart (release ``gpupool``) and the kustomize
@@ -18,13 +22,70 @@ WEBHOOK_SERVICE, WEBHOOK_NAMESPACE = "gpupool-webhook", "gpupool-system"
 #: Seconds a CLI command's calls to the API server may take, all together, before it is
 #: reported as unreachable (``--request-timeout``).
 REQUEST_TIMEOUT = 30.0
-#: The DRA API gpupool reads: kind -> its resource (plural) in ``DRA_GROUP``/``DRA_VERSION``.
-DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
-DRA_RESOURCES = {"DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices",
-                 "ResourceClaim": "resourceclaims",
-                 "ResourceClaimTemplate": "resourceclaimtemplates"}
-#: The GPU Operator's ClusterPolicy (a custom resource): group, version, resource.
-CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
+#: The DRA API gpupool reads.
+DRA_GROUP = "resource.k8s.io"
+
+
+@dataclass(frozen=True)
+class Source:
+    """One kind of object gpupool reads from the cluster: how it is listed (and so watched,
+    from the listing's resourceVersion), and what gpupool does while it cannot list it."""
+
+    kind: str
+    resource: str  # the plural, as RBAC and the API's paths name it
+    group: str  # "" for the core group
+    version: str
+    #: without it the webhook is not ready (``/readyz``) and ``check`` stops
+    required: bool
+    #: what gpupool decides without it
+    absent: str
+    label_selector: str | None = None
+    #: (client class, method) for the built-in kinds; custom objects go through
+    #: ``CustomObjectsApi.list_cluster_custom_object``
+    typed: tuple[str, str] | None = None
+
+    def lister(self, api_client: Any) -> Callable[..., Any]:
+        """The client call that lists every object of this kind (and, with ``watch=True``,
+        watches them)."""
+        import functools
+
+        from kubernetes import client
+
+        call: Callable[..., Any]
+        if self.typed is not None:
+            api_class, method = self.typed
+            call = getattr(getattr(client, api_class)(api_client), method)
+        else:
+            call = functools.partial(client.CustomObjectsApi(api_client)
+                                     .list_cluster_custom_object,
+                                     self.group, self.version, self.resource)
+        if self.label_selector:
+            return functools.partial(call, label_selector=self.label_selector)
+        return call
+
+
+_NOT_READY = "the webhook is not ready and decides nothing until it is listed"
+_DRA = "DRA claims are not judged (a warning says so)"
+_DELIVERY = "``delivery: detect`` reads each node's CDI specs on disk alone"
+#: Every kind gpupool reads, in one place: the server's watch, ``check``'s and ``doctor``'s
+#: live listing and the chart's ClusterRole all follow it (a cluster file may hold any).
+SOURCES = (
+    Source("Node", "nodes", "", "v1", True, _NOT_READY, typed=("CoreV1Api", "list_node")),
+    Source("Namespace", "namespaces", "", "v1", True, _NOT_READY,
+           typed=("CoreV1Api", "list_namespace")),
+    Source("RuntimeClass", "runtimeclasses", "node.k8s.io", "v1", False,
+           "every RuntimeClass is taken to name its handler",
+           typed=("NodeV1Api", "list_runtime_class")),
+    Source("DeviceClass", "deviceclasses", DRA_GROUP, "v1", False, _DRA),
+    Source("ResourceSlice", "resourceslices", DRA_GROUP, "v1", False, _DRA),
+    Source("ResourceClaim", "resourceclaims", DRA_GROUP, "v1", False, _DRA),
+    Source("ResourceClaimTemplate", "resourceclaimtemplates", DRA_GROUP, "v1", False, _DRA),
+    Source("ClusterPolicy", "clusterpolicies", "nvidia.com", "v1", False, _DELIVERY),
+    Source("DaemonSet", "daemonsets", "apps", "v1", False, _DELIVERY,
+           label_selector=HAMI_PLUGIN_SELECTOR,
+           typed=("AppsV1Api", "list_daemon_set_for_all_namespaces")),
+)
+SOURCE = {s.kind: s for s in SOURCES}
 
 
 class KubeError(RuntimeError):

@@ -534,7 +534,7 @@ def test_an_nri_node_where_envvar_gpus_never_arrive(chain):
         finally:
             chain.kubectl("delete", "pod", "-n", "raw", "nri-raw", "--force",
                           "--grace-period=0", check=False)
-            install.register(chain.cp, chain.objs, chain.server)
+            install.register(chain.cp, chain.objs, chain.server.url)
             install.wait_for_webhooks(chain.cp, chain.server, "ml")
     finally:
         chain.clear("ml")

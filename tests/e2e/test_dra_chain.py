@@ -387,7 +387,7 @@ def _without_gpupool(c: DRAChain, shape: str) -> dict[str, Any]:
         _delete(c, name)
         return got
     finally:
-        install.register(c.cp, _webhook_objs(c), c.server)
+        install.register(c.cp, _webhook_objs(c), c.server.url)
         install.wait_for_webhooks(c.cp, c.server, NS)
 
 
@@ -426,7 +426,7 @@ def test_admin_access_gpupool_denies_could_never_start(dra):
         claims = c.get("resourceclaims", "-n", ns)["items"]
         assert not [x for x in claims if (x.get("status") or {}).get("allocation")]
     finally:
-        install.register(c.cp, _webhook_objs(c), c.server)
+        install.register(c.cp, _webhook_objs(c), c.server.url)
         install.wait_for_webhooks(c.cp, c.server, NS)
 
 

@@ -137,6 +137,19 @@ def test_least_privilege_rbac(rendered):
                                        "verbs": ["get", "patch"]}]
 
 
+def test_the_webhooks_role_grants_exactly_what_gpupool_reads(rendered):
+    """The ClusterRole and the table of sources the watch and ``check`` list from
+    (``webhook.kube.SOURCES``) name the same kinds: a kind added to one is added to both."""
+    from webhook.engine import RESOURCE_KINDS
+    from webhook.kube import SOURCES
+
+    roles = {r["metadata"]["name"]: r["rules"] for r in by_kind(rendered["base"], "ClusterRole")}
+    granted = {(g, r) for rule in roles["gpupool-webhook"] for g in rule["apiGroups"]
+               for r in rule["resources"] if {"list", "watch"} <= set(rule["verbs"])}
+    assert granted == {(s.group, s.resource) for s in SOURCES}
+    assert {s.kind for s in SOURCES} == {"Node", "Namespace", "RuntimeClass", *RESOURCE_KINDS}
+
+
 def test_shipped_policy_is_the_built_in_default(rendered):
     (cm,) = [o for o in by_kind(rendered["base"], "ConfigMap")
              if o["metadata"]["name"] == "gpupool-policy"]

@@ -136,39 +136,26 @@ def cluster_objects(live: Live) -> ClusterFile:
     may (without RuntimeClasses every class is taken to name its handler; without DRA
     objects DRA claims are not judged; without ClusterPolicies and HAMi's DaemonSets
     ``detect`` reads each node's disk alone)."""
-    from kubernetes import client
-
-    from webhook.engine import HAMI_PLUGIN_SELECTOR, runtime_classes_of
-    from webhook.kube import CLUSTER_POLICY, DRA_GROUP, DRA_RESOURCES, DRA_VERSION
+    from webhook.engine import runtime_classes_of
+    from webhook.kube import SOURCES
     from webhook.snapshot import ClusterFile
 
     api = live.api
-    core = client.CoreV1Api(api)
-    listed_nodes = live.call("listing nodes", core.list_node)
-    nodes = ([api.sanitize_for_serialization(n) for n in listed_nodes.items]
-             if listed_nodes else [])
-    listed_ns = live.call("listing namespaces", core.list_namespace)
-    namespaces = {n.metadata.name: dict(n.metadata.labels or {})
-                  for n in (listed_ns.items if listed_ns else ())
-                  if n.metadata is not None and n.metadata.name}
-    listed_rc = live.call("listing runtimeclasses", client.NodeV1Api(api).list_runtime_class,
-                          optional=True)
-    classes = (runtime_classes_of(api.sanitize_for_serialization(c) for c in listed_rc.items)
-               if listed_rc is not None else None)
-    custom = client.CustomObjectsApi(api)
-    resources: list[dict[str, Any]] = []
-    wanted = [(kind, (DRA_GROUP, DRA_VERSION, plural)) for kind, plural in DRA_RESOURCES.items()]
-    wanted.append(("ClusterPolicy", CLUSTER_POLICY))
-    for kind, (group, version, plural) in wanted:
-        found = live.call(f"listing {plural}.{group}", custom.list_cluster_custom_object,
-                          group, version, plural, optional=True)
-        items = found.get("items") if isinstance(found, dict) else None
-        resources.extend({**item, "kind": kind} for item in items or ()
-                         if isinstance(item, dict))
-    sets = live.call("listing HAMi's device-plugin daemonsets",
-                     client.AppsV1Api(api).list_daemon_set_for_all_namespaces,
-                     label_selector=HAMI_PLUGIN_SELECTOR, optional=True)
-    if sets is not None:
-        resources.extend({**api.sanitize_for_serialization(d), "kind": "DaemonSet"}
-                         for d in sets.items)
-    return ClusterFile(nodes, namespaces, classes, resources)
+    listed: dict[str, list[dict[str, Any]] | None] = {}
+    for src in SOURCES:
+        what = f"listing {src.resource}" + (f".{src.group}" if src.group else "")
+        found = live.call(what, src.lister(api), optional=not src.required)
+        if found is None:
+            listed[src.kind] = None
+            continue
+        raw = found.get("items") if isinstance(found, dict) else found.items
+        items = [api.sanitize_for_serialization(i) for i in raw or ()]
+        listed[src.kind] = [{**i, "kind": src.kind} for i in items if isinstance(i, dict)]
+    namespaces = {meta["name"]: dict(meta.get("labels") or {})
+                  for n in listed["Namespace"] or ()
+                  if isinstance(meta := n.get("metadata"), dict) and meta.get("name")}
+    classes = listed["RuntimeClass"]
+    resources = [o for src in SOURCES if src.kind not in ("Node", "Namespace", "RuntimeClass")
+                 for o in listed[src.kind] or ()]
+    return ClusterFile(listed["Node"] or [], namespaces,
+                       runtime_classes_of(classes) if classes is not None else None, resources)

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from webhook.engine import (
-    HAMI_PLUGIN_SELECTOR,
     ClusterView,
     DeviceClass,
     NodeInfo,
@@ -28,7 +27,7 @@ from webhook.engine import (
     hami_plugin_from,
     runtime_classes_of,
 )
-from webhook.kube import CLUSTER_POLICY, DRA_GROUP, DRA_RESOURCES, DRA_VERSION
+from webhook.kube import DRA_GROUP, SOURCE, SOURCES
 
 log = logging.getLogger(__name__)
 #: Backoff jitter from a private generator: never perturbs anyone else's random state.
@@ -179,49 +178,38 @@ class ClusterInformer:
     handler, any class may be suggested; DRA claims are not judged)."""
 
     def __init__(self, view: ClusterView, api_client: Any, *, watch_timeout: int = 300) -> None:
-        from kubernetes import client
-
         self.view = view
         # Not trusted until nodes and namespaces are listed: an empty view would route by
         # the wrong namespace labels and check nothing (engine: ``onNoNodeView``).
         view.set_synced(False)
         self._listed: set[str] = set()
-        core = client.CoreV1Api(api_client)
-        self.nodes = Reflector("nodes", core.list_node, self._nodes_listed, self._node_event,
-                               api_client, watch_timeout=watch_timeout,
-                               convert=self._node_info)
-        self.namespaces = Reflector("namespaces", core.list_namespace, self._ns_listed,
-                                    self._ns_event, api_client, watch_timeout=watch_timeout)
-        self.runtime_classes = Reflector(
-            "runtimeclasses", client.NodeV1Api(api_client).list_runtime_class,
-            self._rc_listed, self._rc_event, api_client, watch_timeout=watch_timeout)
-        custom = client.CustomObjectsApi(api_client)
+        def reflector(kind: str, listed: Callable[[list[Any]], None],
+                      event: Callable[[str, dict[str, Any]], None],
+                      convert: Callable[[dict[str, Any]], Any] | None = None) -> Reflector:
+            """The watch of one of ``SOURCES``, as the table says to list it."""
+            src = SOURCE[kind]
+            return Reflector(src.resource, src.lister(api_client), listed, event, api_client,
+                             watch_timeout=watch_timeout, optional=not src.required,
+                             convert=convert)
+
+        self.nodes = reflector("Node", self._nodes_listed, self._node_event, self._node_info)
+        self.namespaces = reflector("Namespace", self._ns_listed, self._ns_event)
+        self.runtime_classes = reflector("RuntimeClass", self._rc_listed, self._rc_event)
         # Slices are reduced as each page arrives, as nodes are: 50,000 raw slices at once
         # would cost gigabytes.
         self.dra = tuple(
-            Reflector(plural, functools.partial(custom.list_cluster_custom_object, DRA_GROUP,
-                                                DRA_VERSION, plural),
-                      functools.partial(self._dra_listed, kind),
-                      functools.partial(self._dra_event, kind), api_client,
-                      watch_timeout=watch_timeout, optional=True,
-                      convert=Slice.from_object if kind == "ResourceSlice" else _same)
-            for kind, plural in DRA_RESOURCES.items())
-
-        group, version, plural = CLUSTER_POLICY
+            reflector(s.kind, functools.partial(self._dra_listed, s.kind),
+                      functools.partial(self._dra_event, s.kind),
+                      Slice.from_object if s.kind == "ResourceSlice" else None)
+            for s in SOURCES if s.group == DRA_GROUP)
         self._policies = KeyedListing(self._set_operator)
         self._daemonsets = KeyedListing(self._set_hami_plugins)
-        self.cluster_policies = Reflector(
-            plural, functools.partial(custom.list_cluster_custom_object, group, version, plural),
-            self._policies.listed, self._policies.event, api_client,
-            watch_timeout=watch_timeout, optional=True)
+        self.cluster_policies = reflector("ClusterPolicy", self._policies.listed,
+                                          self._policies.event)
         # HAMi's device-plugin DaemonSets (its chart's component label): how its plugin
         # hands GPUs, on which nodes.
-        self.hami_plugins = Reflector(
-            "daemonsets", functools.partial(
-                client.AppsV1Api(api_client).list_daemon_set_for_all_namespaces,
-                label_selector=HAMI_PLUGIN_SELECTOR),
-            self._daemonsets.listed, self._daemonsets.event, api_client,
-            watch_timeout=watch_timeout, optional=True)
+        self.hami_plugins = reflector("DaemonSet", self._daemonsets.listed,
+                                      self._daemonsets.event)
         #: what readiness does not wait for: without them gpupool decides as before
         self.optional = (*self.dra, self.cluster_policies, self.hami_plugins)
 
