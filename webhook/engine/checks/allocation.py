@@ -16,7 +16,15 @@ import heapq
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from webhook.engine.core.decision import MAX_FINDINGS, Decision, NodeFinding, Reason, allow, deny
+from webhook.engine.core.decision import (
+    MAX_FINDINGS,
+    SHOW_NODES,
+    Decision,
+    NodeFinding,
+    Reason,
+    allow,
+    deny,
+)
 from webhook.engine.core.policy import OnFinding, Policy
 from webhook.engine.core.resources import pod_requests
 from webhook.engine.placement import candidates as cand
@@ -25,8 +33,6 @@ from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import dra
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
-
-_SHOW = 3
 
 
 class _NodeCheck(NamedTuple):
@@ -215,8 +221,8 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
                            f"{pool_name} can allocate its DRA claims")
         return out if out.warnings or out.nodes else None
     findings = [NodeFinding(c.node, note=c.why) for c in s.failing_first]
-    shown = "; ".join(f"{c.node}: {c.why}" for c in s.failing_first[:_SHOW]) + \
-        (f" (and {s.failing - _SHOW} more)" if s.failing > _SHOW else "")
+    shown = "; ".join(f"{c.node}: {c.why}" for c in s.failing_first[:SHOW_NODES]) + \
+        (f" (and {s.failing - SHOW_NODES} more)" if s.failing > SHOW_NODES else "")
     if s.doubt:
         out.warn("gpupool: DRA selectors could not be evaluated; claims not fully checked")
         out.message = f"{who}: DRA claims not verified: {s.doubt}; {shown}"

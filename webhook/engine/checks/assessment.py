@@ -22,9 +22,6 @@ from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
-#: devices quoted per node in a message
-SHOW_DEVICES = 3
-
 
 class NodeState(StrEnum):
     """Whether every GPU the device plugin could hand a pod resolves on a node."""

@@ -1,11 +1,11 @@
-"""What CDI devices a pod will need on a node, and whether its candidate nodes have them.
+"""Whether a pod's GPUs will reach its containers on its pool's candidate nodes: the check
+the project exists for.
 
-This is the check the project exists for. How a GPU reaches a container is the pool's device
-plugin's choice (``webhook.api.delivery``): UUIDs in ``NVIDIA_VISIBLE_DEVICES``, which a runtime
-in CDI mode turns into ``<default-kind>=GPU-<uuid>``, or the plugin's own CDI names, which
-containerd resolves whatever the runtime's mode. Either way some spec on the node must define
-every GPU the plugin could hand the pod, or container creation fails long after admission.
-Pure functions: node inventories come from the cluster view.
+Every candidate node is asked ``nodechecks``' questions (the device plugin's GPUs resolved as
+its runtime would, the pod's own NVIDIA_VISIBLE_DEVICES, its NRI annotations); the answers
+are kept per pod shape as nodes change (``verdicts``), and summed up into one finding the
+policy turns into a denial, a warning or nothing (``OUTCOMES``). The decision, steering and
+``doctor`` share those verdicts.
 
 Doubt never denies: a node without inventory, an unknown runtime mode or unknown GPU UUIDs
 count as "unknown", which the policy turns into a warning by default.
@@ -22,13 +22,21 @@ from typing import Any
 from webhook.api import delivery
 from webhook.engine.checks import nodechecks
 from webhook.engine.checks.assessment import (
-    SHOW_DEVICES,
     Ask,
     NodeAssessment,
     NodeCheck,
     NodeState,
 )
-from webhook.engine.core.decision import MAX_FINDINGS, Decision, NodeFinding, Reason, allow, deny
+from webhook.engine.core.decision import (
+    MAX_FINDINGS,
+    SHOW_DEVICES,
+    SHOW_NODES,
+    Decision,
+    NodeFinding,
+    Reason,
+    allow,
+    deny,
+)
 from webhook.engine.core.policy import OnFinding, Policy, Pool
 from webhook.engine.placement import candidates as cand
 from webhook.engine.pod import podclaims
@@ -37,9 +45,6 @@ from webhook.engine.stacks import nri
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
-#: failing nodes quoted in a message (the decision lists up to MAX_FINDINGS; messages give
-#: the totals)
-_SHOW_NODES = 3
 #: Why no CDI check ran when the view holds no node at all.
 NO_NODES = "gpupool knows no nodes"
 #: Why no CDI check ran while the server's node watch has not listed nodes and namespaces.
@@ -83,15 +88,15 @@ class Verdicts:
 
 def _summary(checks: list[NodeAssessment]) -> str:
     parts = []
-    for c in checks[:_SHOW_NODES]:
+    for c in checks[:SHOW_NODES]:
         if c.missing and not c.missing[0].endswith("<any device>"):
             devs = ", ".join(c.missing[:SHOW_DEVICES])
             more = len(c.missing) - SHOW_DEVICES
             parts.append(f"{c.node} lacks {devs}{f' (+{more} more)' if more > 0 else ''}")
         else:
             parts.append(f"{c.node}: {c.note}")
-    if len(checks) > _SHOW_NODES:
-        parts.append(f"and {len(checks) - _SHOW_NODES} more node(s)")
+    if len(checks) > SHOW_NODES:
+        parts.append(f"and {len(checks) - SHOW_NODES} more node(s)")
     return "; ".join(parts)
 
 
@@ -279,7 +284,7 @@ def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy,
            runtime_classes: Mapping[str, str] | None) -> tuple[str, str]:
     """The decision's message, and the warning an allowed pod gets."""
     name, failing = pool.name, len(s.missing) + len(s.unknown)
-    unfit = "; ".join(f"{n}: {why}" for n, why in s.unfit[:_SHOW_NODES])
+    unfit = "; ".join(f"{n}: {why}" for n, why in s.unfit[:SHOW_NODES])
     match finding:
         case Finding.NO_CANDIDATES:
             return (f"{who}: no node of pool {name} matches its nodeName, nodeSelector, "

@@ -14,13 +14,13 @@ from typing import Any
 from webhook.api import delivery
 from webhook.api.inventory import MIG_RESOURCE_PREFIX, Inventory
 from webhook.engine.checks.assessment import (
-    SHOW_DEVICES,
     Ask,
     Combine,
     NodeAssessment,
     NodeCheck,
     NodeState,
 )
+from webhook.engine.core.decision import SHOW_DEVICES
 from webhook.engine.core.policy import Policy, Pool
 from webhook.engine.placement import candidates as cand
 from webhook.engine.stacks import clusterpolicy, hami

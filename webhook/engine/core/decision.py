@@ -56,6 +56,10 @@ class Reason(StrEnum):
 #: Nodes a decision names at most (message, audit record, ``check -o json``): enough to act
 #: on, bounded whatever the cluster's size.
 MAX_FINDINGS = 20
+#: Failing nodes a message quotes by name, and devices it quotes per node; messages give
+#: the totals beyond them.
+SHOW_NODES = 3
+SHOW_DEVICES = 3
 
 
 @dataclass(frozen=True)
