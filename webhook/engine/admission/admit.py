@@ -8,6 +8,7 @@ is decided in this module alone, so an offline answer cannot differ from an onli
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -17,7 +18,7 @@ from webhook.engine.admission import pods, workloads
 from webhook.engine.core import objects, patch
 from webhook.engine.core.decision import Decision, Reason, allow, deny
 from webhook.engine.core.policy import Policy, WorkloadTemplates
-from webhook.engine.pod.podfacts import PodFacts
+from webhook.engine.pod.podfacts import PodFacts, who_of
 from webhook.engine.view.cluster import ClusterView
 
 
@@ -89,13 +90,44 @@ def decide(stage: Stage, subject: Subject, view: ClusterView | None, policy: Pol
     if subject.is_pod:
         if subject.operation != "CREATE":
             return allow(Reason.NOT_A_POD, message="pod updates cannot change routing")
-        decide_pod = pods.mutate if stage.mutating else pods.validate
-        return decide_pod(PodFacts.parse(obj, subject.namespace, policy), view, policy)
+        return _pod_stage(stage, obj, subject.namespace, view, policy)
     if subject.operation == "UPDATE" and isinstance(subject.old_object, Mapping) and \
             workloads.same_template(obj, subject.old_object, subject.kind):
         # Labels, replicas, status...: blocking them would not fix any pod.
         return allow(Reason.NOT_GPU_POD, message="pod template unchanged")
     return _validate_workload(obj, subject, view, policy)
+
+
+#: Stands for the pod in a decision kept for its shape (private use: no message has it).
+_WHO = "\ue000pod\ue000"
+#: Metadata the decision never reads (the name only to say which pod it is about): pods that
+#: differ in these alone have one shape.
+_NOT_READ = frozenset({"name", "generateName", "uid", "resourceVersion", "creationTimestamp",
+                       "managedFields"})
+
+
+def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
+               view: ClusterView | None, policy: Policy) -> Decision:
+    """One stage for one pod, decided once per pod shape while the view stands.
+
+    The replicas of a workload differ in their names alone: the first is decided in full and
+    the rest are told its decision, naming them. The decision is kept in the view's memo,
+    which any change a decision reads clears (``view.caches``); ResourceSlices, which do not
+    clear it, are in the key, and a pod with resourceClaims is always decided in full (its
+    claims are read on demand and change without the view knowing)."""
+    decide_facts = pods.mutate if stage.mutating else pods.validate
+    spec = obj.get("spec")
+    if view is None or (isinstance(spec, Mapping) and spec.get("resourceClaims")):
+        return decide_facts(PodFacts.parse(obj, namespace, policy), view, policy)
+    meta = obj.get("metadata")
+    shape = {**obj, "metadata": {k: v for k, v in meta.items() if k not in _NOT_READ}
+             if isinstance(meta, Mapping) else meta}
+    # (a digest: thousands of kept shapes must not each hold a copy of their pod)
+    digest = hashlib.blake2b(objects.json_key(shape).encode(), digest_size=16).digest()
+    key = ("pod", stage, policy.cache_key, view.slice_version, namespace, digest)
+    kept = view.memo(key, lambda: decide_facts(
+        PodFacts.parse(obj, namespace, policy)._replace(who=_WHO), view, policy))
+    return kept.naming(_WHO, who_of(obj, namespace))
 
 
 def decide_pod(stage: Stage, pod: Mapping[str, Any], namespace: str | None,

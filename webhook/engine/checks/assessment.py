@@ -10,7 +10,7 @@ never share a cached verdict.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -89,8 +89,9 @@ class NodeCheck:
     assess: Callable[[NodeInfo, Ask, Any, NodeAssessment | None], NodeAssessment | None]
 
 
-#: name -> how the fact is read from a pod (and the view, for what the view resolves)
-FACTS: Mapping[str, Callable[[PodFacts, ClusterView], Any]] = {
+#: name -> how the fact is read from a pod (and the view, for what the view resolves); each
+#: is hashable, as the verdicts' cache key holds them
+FACTS: Mapping[str, Callable[[PodFacts, ClusterView], Hashable]] = {
     "GPU demand": lambda f, v: f.demand_key,
     "runtime class": lambda f, v: f.runtime_class,
     "privileged GPU containers": lambda f, v: f.privileged_gpus,

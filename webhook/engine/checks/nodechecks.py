@@ -7,7 +7,7 @@ from the checks' own ``reads``, never written out by hand.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from webhook.engine.checks import nriannotations, owndevices, plugindevices
@@ -19,7 +19,6 @@ from webhook.engine.checks.assessment import (
     NodeCheck,
     worse,
 )
-from webhook.engine.placement import candidates as cand
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
@@ -41,10 +40,11 @@ _READERS = tuple(FACTS[r] for r in reads())
 
 
 def shape_key(facts: PodFacts, view: ClusterView,
-              checks: Sequence[NodeCheck] = NODE_CHECKS) -> str:
-    """The pod's shape as far as the verdicts go: its placement and every fact read."""
+              checks: Sequence[NodeCheck] = NODE_CHECKS) -> tuple[Hashable, ...]:
+    """The pod's shape as far as the verdicts go: its placement and every fact read (each
+    fact is hashable, so the key is a plain tuple)."""
     readers = _READERS if checks is NODE_CHECKS else tuple(FACTS[r] for r in reads(checks))
-    return cand.shape_key(facts.placement, [read(facts, view) for read in readers])
+    return (facts.placement.key, *(read(facts, view) for read in readers))
 
 
 def prepared(ask: Ask, checks: Sequence[NodeCheck] = NODE_CHECKS

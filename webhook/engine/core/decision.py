@@ -97,6 +97,14 @@ class Decision:
         if text and text not in self.warnings:
             self.warnings.append(text)
 
+    def naming(self, placeholder: str, who: str) -> Decision:
+        """A copy of this decision with ``who`` where it said ``placeholder``: a decision
+        kept for a pod shape, told of the pod at hand."""
+        return Decision(self.allowed, self.reason, self.message.replace(placeholder, who),
+                        self.gpu, self.pool, self.scheduler_name, list(self.patch),
+                        [w.replace(placeholder, who) for w in self.warnings], list(self.nodes),
+                        self.unchecked)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "allowed": self.allowed,

@@ -9,12 +9,10 @@ one workload cost one scan per cluster change, not one per admission request.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from webhook.engine.core.objects import json_key
 from webhook.engine.core.policy import Policy
 from webhook.engine.core.resources import most_per_container, pod_requests
 from webhook.engine.pod import affinity
@@ -26,15 +24,8 @@ from webhook.engine.view.nodes import NodeInfo
 
 
 def shape_key(placement: Placement, extra: Any = None) -> str:
-    """A cache key made of exactly the fields that decide candidacy, and ``extra``.
-
-    It is built on every review, so orjson (several times faster); the stdlib takes over for
-    what orjson refuses (integers past 64 bits in a hand-written spec)."""
-    try:
-        tail = orjson.dumps(extra, option=orjson.OPT_SORT_KEYS, default=str).decode()
-    except TypeError:
-        tail = json.dumps(extra, sort_keys=True, default=str)
-    return f"{placement.key}|{tail}"
+    """A cache key made of exactly the fields that decide candidacy, and ``extra``."""
+    return f"{placement.key}|{json_key(extra)}"
 
 
 def in_pool(node: NodeInfo, pool: str, policy: Policy) -> bool:

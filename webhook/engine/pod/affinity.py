@@ -11,11 +11,8 @@ land anywhere.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
-
-import orjson
 
 from webhook.api.delivery import LABEL_PREFIX
 from webhook.engine.core import objects, patch, taints
@@ -87,14 +84,8 @@ class Placement:
 
 
 def _key(spec: Mapping[str, Any]) -> str:
-    """Built once per pod, so orjson (several times faster); the stdlib takes over for what
-    orjson refuses (integers past 64 bits in a hand-written spec)."""
-    fields = [spec.get("nodeName"), spec.get("nodeSelector"), spec.get("affinity"),
-              spec.get("tolerations")]
-    try:
-        return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS, default=str).decode()
-    except TypeError:
-        return json.dumps(fields, sort_keys=True, default=str)
+    return objects.json_key([spec.get("nodeName"), spec.get("nodeSelector"),
+                             spec.get("affinity"), spec.get("tolerations")])
 
 
 def expressions(term: Any, field: str = "matchExpressions") -> list[Mapping[str, Any]]:

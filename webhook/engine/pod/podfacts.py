@@ -15,8 +15,9 @@ from typing import Any, NamedTuple, TypeVar, cast
 
 from webhook.api.inventory import MIG_RESOURCE_PREFIX
 from webhook.engine.core import objects
+from webhook.engine.core.objects import json_key
 from webhook.engine.core.policy import Policy
-from webhook.engine.core.resources import containers, resource_names
+from webhook.engine.core.resources import containers, is_zero_quantity, resource_names
 from webhook.engine.pod import affinity
 from webhook.engine.stacks import hami, nri
 
@@ -56,15 +57,12 @@ class PodFacts(NamedTuple):
         spec = obj.get("spec")
         if not isinstance(spec, dict):
             spec = {}
-        kind = obj.get("kind")
         scheduler = spec.get("schedulerName")
         runtime_class = spec.get("runtimeClassName")
         labels, annotations = meta.get("labels"), meta.get("annotations")
         names = frozenset(resource_names(spec))
         return cls(
-            obj, namespace,
-            objects.describe(obj, namespace, kind.lower() if isinstance(kind, str) and kind
-                             else "pod"),
+            obj, namespace, who_of(obj, namespace),
             isinstance(obj.get("metadata"), dict),
             labels if isinstance(labels, dict) else {},
             annotations if isinstance(annotations, dict) else {},
@@ -118,14 +116,24 @@ class PodFacts(NamedTuple):
                                                 get(_USE_TYPE), get(_NOUSE_TYPE)))
 
     @property
+    def gpu_containers(self) -> tuple[Mapping[str, Any], ...]:
+        """Its containers (init containers included) that ask for one of its GPUs."""
+        hit = self.memo.get("gpu_containers")
+        if hit is None:  # (read on every review of a GPU pod: no closure)
+            gpus = self.gpus
+            hit = self.memo["gpu_containers"] = tuple(
+                c for _, _, c in containers(self.spec) if _asks_for(c, gpus))
+        return cast(tuple[Mapping[str, Any], ...], hit)
+
+    @property
     def privileged_gpus(self) -> bool:
         """Every container that asks for GPUs is privileged as the NVIDIA toolkit counts it
         (it has CAP_SYS_ADMIN: ``privileged: true`` or the capability added)."""
-        def compute() -> bool:
-            gpu = [c for _, _, c in containers(self.spec) if resource_names({"containers": [c]})
-                   & self.gpus]
-            return bool(gpu) and all(_privileged(c) for c in gpu)
-        return self.once("privileged_gpus", compute)
+        hit = self.memo.get("privileged_gpus")
+        if hit is None:
+            gpu = self.gpu_containers
+            hit = self.memo["privileged_gpus"] = bool(gpu) and all(_privileged(c) for c in gpu)
+        return cast(bool, hit)
 
     @property
     def own_visible_devices(self) -> tuple[str, ...]:
@@ -144,7 +152,8 @@ class PodFacts(NamedTuple):
     def _own_visible_devices(self) -> tuple[tuple[str, ...], bool]:
         hit = self.memo.get("own_visible_devices")
         if hit is None:  # (on every review: no closure, and the usual answer is quick)
-            hit = self.memo["own_visible_devices"] = _own_visible_devices(self.spec, self.gpus)
+            hit = self.memo["own_visible_devices"] = _own_visible_devices(
+                self.spec, self.gpu_containers)
         return cast(tuple[tuple[str, ...], bool], hit)
 
     @property
@@ -158,10 +167,21 @@ class PodFacts(NamedTuple):
                                if isinstance(name := c.get("name"), str))))
 
     @property
-    def demand_key(self) -> tuple[Any, ...]:
-        """Everything a pod's GPU demand is computed from: a cache key for what it decides."""
-        return self.once("demand_key", lambda: (
-            [c.get("resources") for _, _, c in containers(self.spec)], self.narrowing))
+    def demand_key(self) -> str:
+        """Everything a pod's GPU demand is computed from (its containers' resources and
+        HAMi's narrowing annotations), as one string: a cache key for what it decides."""
+        hit = self.memo.get("demand_key")
+        if hit is None:
+            hit = self.memo["demand_key"] = json_key(
+                [[c.get("resources") for _, _, c in containers(self.spec)], self.narrowing])
+        return cast(str, hit)
+
+
+def who_of(obj: Mapping[str, Any], namespace: str | None) -> str:
+    """"pod ns/name", as every message names the pod (or the workload's template)."""
+    kind = obj.get("kind")
+    return objects.describe(obj, namespace, kind.lower() if isinstance(kind, str) and kind
+                            else "pod")
 
 
 @functools.lru_cache(maxsize=256)
@@ -169,14 +189,26 @@ def _asks_mig(gpus: frozenset[str]) -> bool:
     return any(r.startswith(MIG_RESOURCE_PREFIX) for r in gpus)
 
 
-def _own_visible_devices(spec: Mapping[str, Any], gpus: frozenset[str]
+def _asks_for(container: Mapping[str, Any], names: frozenset[str]) -> bool:
+    """Does the container ask for one of ``names`` (a non-zero request or limit)?"""
+    res = container.get("resources")
+    if not isinstance(res, dict):
+        return False
+    for part in ("limits", "requests"):
+        values = res.get(part)
+        if isinstance(values, dict) and any(
+                k in names and not is_zero_quantity(v) for k, v in values.items()):
+            return True
+    return False
+
+
+def _own_visible_devices(spec: Mapping[str, Any], gpu_containers: tuple[Mapping[str, Any], ...]
                          ) -> tuple[tuple[str, ...], bool]:
-    entries = [(c, objects.env_entry(c.get("env"), "NVIDIA_VISIBLE_DEVICES"))
-               for _, _, c in containers(spec)]
-    if all(e is None for _, e in entries):
-        return (), False  # nearly every pod: no container sets it
-    gpu = [objects.literal_value(e) if e is not None else None for c, e in entries
-           if resource_names({"containers": [c]}) & gpus]
+    if not any(c.get("env") for c in gpu_containers):
+        return (), False  # nearly every pod: no GPU container sets any variable
+    gpu = [objects.literal_value(e) if e is not None else None
+           for e in (objects.env_entry(c.get("env"), "NVIDIA_VISIBLE_DEVICES")
+                     for c in gpu_containers)]
     found = {v for v in gpu if v is not None}
     return tuple(sorted(found)), bool(found) and all(v is not None for v in gpu)
 

@@ -52,6 +52,11 @@ class ClusterView:
     def version(self) -> int:
         return self._caches.version
 
+    @property
+    def slice_version(self) -> int:
+        """Bumped by every ResourceSlice change (which leaves ``version`` and the memo)."""
+        return self._caches.slice_changes
+
     # ---------------------------------------------------------------- writes
 
     def set_synced(self, synced: bool) -> None:

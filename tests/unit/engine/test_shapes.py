@@ -1,0 +1,86 @@
+"""A pod's decision kept for its shape: the replicas of a workload are decided once, each
+told the decision under its own name, and nothing the decision reads can leave a kept one
+stale (``admit._pod_stage``)."""
+
+from __future__ import annotations
+
+import copy
+
+from tests.unit.engine.test_dra import docs, make_view, node, pod
+from tests.unit.engine.test_dra import policy as dra_policy  # noqa: F401  (a fixture)
+from tests.unit.engine.test_steering import agent_node, hami_pod
+from webhook.engine.admission import admit, pods
+from webhook.engine.core.decision import Reason
+from webhook.engine.stacks.dra import Slice
+from webhook.engine.view.cluster import view_from_objects
+from webhook.engine.view.nodes import NodeInfo
+from webhook.policyfile import default_policy
+
+
+def replica(name: str) -> dict:
+    p = hami_pod()
+    p["metadata"].update(name=name, uid=f"uid-{name}", generateName="train-",
+                         managedFields=[{"manager": "kube-controller-manager",
+                                         "time": f"2026-12-05T08:00:0{len(name) % 10}Z"}])
+    return p
+
+
+def test_replicas_are_decided_once_and_each_is_named(tmp_path, monkeypatch):
+    policy = default_policy()
+    bad = agent_node(tmp_path, "hami-1", "hami", "operator-management")  # no per-UUID spec
+    view = view_from_objects([bad], policy)
+    calls = []
+    real = pods.validate
+    monkeypatch.setattr(pods, "validate", lambda *a: calls.append(1) or real(*a))
+    first = admit.review_pod(replica("train-a"), "default", view, policy)
+    second = admit.review_pod(replica("train-bb"), "default", view, policy)
+    assert not first.allowed and first.reason == second.reason == Reason.CDI_DEVICE_MISSING
+    assert "pod default/train-a " in first.message and "train-bb" not in first.message
+    assert "pod default/train-bb " in second.message and "train-a " not in second.message
+    assert first.message.replace("train-a", "train-bb") == second.message
+    assert len(calls) == 1  # the second replica was told the first one's decision
+    second.warnings.append("a shell's own")  # a kept decision is never handed out itself
+    assert "a shell's own" not in admit.review_pod(replica("c"), "default", view,
+                                                   policy).warnings
+
+
+def test_a_node_change_is_seen_by_the_next_replica(tmp_path):
+    policy = default_policy()
+    bad = agent_node(tmp_path / "a", "hami-1", "hami", "operator-management")
+    good = agent_node(tmp_path / "b", "hami-1", "hami", "operator-management", per_uuid=True)
+    view = view_from_objects([bad], policy)
+    assert not admit.review_pod(replica("a"), "default", view, policy).allowed
+    view.upsert_node(NodeInfo.from_object(good))
+    assert admit.review_pod(replica("b"), "default", view, policy).allowed
+
+
+def test_a_slice_change_is_seen_though_it_leaves_the_view_version(dra_policy):  # noqa: F811
+    """ResourceSlices do not clear the view's memo; the decision's key holds their count."""
+    policy = dra_policy
+    resources = copy.deepcopy(docs("nvidia.yaml"))
+    resources[0]["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    view = make_view(policy, resources, [node("dra-node-1"), node("dra-node-2")])
+    p = pod(gpus={"nvidia.com/gpu": 3}, nodeSelector={"kubernetes.io/hostname": "dra-node-1"})
+    before = admit.review_pod(p, "default", view, policy)
+    assert any("no node in pool operator has the DRA devices" in w for w in before.warnings)
+    more = copy.deepcopy(resources[2])
+    more["metadata"]["name"] = "dra-node-1-more"
+    more["spec"]["pool"]["name"] = "dra-node-1-more"
+    view.set_slice("dra-node-1-more", Slice.from_object(more))
+    after = admit.review_pod(p, "default", view, policy)
+    assert not any("DRA devices" in w for w in after.warnings), after.warnings
+
+
+def test_a_claim_pod_is_always_decided_in_full(dra_policy):  # noqa: F811
+    """Claims change with no change to the view's version: a pod naming one is never told a
+    kept decision."""
+    policy = dra_policy
+    view = make_view(policy, docs("nvidia.yaml"))  # no templates yet
+    p = pod("one-gpu")
+    assert any("not found" in w for w in admit.review_pod(p, "default", view, policy).warnings)
+    from webhook.engine.view.cluster import claims_of
+
+    view.replace_claims("ResourceClaimTemplate", claims_of("ResourceClaimTemplate",
+                                                           docs("claims.yaml")))
+    d = admit.review_pod(p, "default", view, policy)
+    assert d.allowed and d.pool == "dra" and not any("not found" in w for w in d.warnings)
