@@ -112,9 +112,9 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
 
     The replicas of a workload differ in their names alone: the first is decided in full and
     the rest are told its decision, naming them. The decision is kept in the view's memo,
-    which any change a decision reads clears (``view.caches``); ResourceSlices, which do not
-    clear it, are in the key, and a pod with resourceClaims is always decided in full (its
-    claims are read on demand and change without the view knowing)."""
+    under the view's version and its ResourceSlices' (``ClusterView.per_shape``): any change
+    a decision reads starts it over. A pod with resourceClaims is always decided in full
+    (its claims are read on demand and change without the view knowing)."""
     decide_facts = pods.mutate if stage.mutating else pods.validate
     spec = obj.get("spec")
     if view is None or (isinstance(spec, Mapping) and spec.get("resourceClaims")):
@@ -124,8 +124,8 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
              if isinstance(meta, Mapping) else meta}
     # (a digest: thousands of kept shapes must not each hold a copy of their pod)
     digest = hashlib.blake2b(objects.json_key(shape).encode(), digest_size=16).digest()
-    key = ("pod", stage, policy.cache_key, view.slice_version, namespace, digest)
-    kept = view.memo(key, lambda: decide_facts(
+    key = ("pod", stage, policy.cache_key, namespace, digest)
+    kept = view.per_shape(key, lambda: decide_facts(
         PodFacts.parse(obj, namespace, policy)._replace(who=_WHO), view, policy))
     return kept.naming(_WHO, who_of(obj, namespace))
 

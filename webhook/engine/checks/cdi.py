@@ -236,6 +236,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
     ask = Ask(facts, policy.by_name[pool_name], view, policy,
               view.handler_of(facts.runtime_class), hami_pool, demand_of)
     active: list[tuple[tuple[NodeCheck, Any], ...]] = []  # prepared on the first node judged
+    placement, unsteered = facts.placement, facts.unsteered
     extended = podclaims.demand(facts, view).extended
 
     def per_node(n: NodeInfo) -> _NodeVerdict | None:
@@ -243,13 +244,19 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
         not a device plugin, serves every GPU resource the pod asks for)."""
         if extended and all(podclaims.dra_served(n, r, extended) for r in facts.gpus):
             return None
-        if not facts.unsteered.reaches(n) or not (
-                node_name or cand.in_pool(n, pool_name, policy)):
+        if not (node_name or cand.in_pool(n, pool_name, policy)):
+            return None
+        if unsteered is placement:  # (nearly every pod: its affinity is matched once)
+            matches = placement.matches(n.labels, n.name)
+            if not matches or not placement.tolerated_on(n):
+                return None
+        elif unsteered.reaches(n):
+            matches = placement.matches(n.labels, n.name)
+        else:
             return None
         why = cand.unfit_reason(n, demand_of())
         if why:
             return (why, False, None)
-        matches = facts.placement.matches(n.labels, n.name)
         if not active:
             active.append(nodechecks.prepared(ask))
         check = nodechecks.judge(n, ask, active[0])

@@ -78,8 +78,10 @@ class Placement:
         """Could the pod run on this node? The scheduler's node-affinity and taint filters;
         a pod bound by nodeName skips the scheduler, and only the kubelet's node-affinity
         check applies (its taint filter never runs)."""
-        if not self.matches(node.labels, node.name):
-            return False
+        return self.matches(node.labels, node.name) and self.tolerated_on(node)
+
+    def tolerated_on(self, node: NodeInfo) -> bool:
+        """Do the node's taints let the pod on? (Never asked of a pod bound by nodeName.)"""
         return self.node_name is not None or not taints.keeps_off(node.taints, self.tolerations)
 
 

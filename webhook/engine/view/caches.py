@@ -1,9 +1,10 @@
 """What the view keeps between decisions, and what each kind of change takes away.
 
-Two caches: the memo (any value, per key, until the view next changes) and the folds (a value
-per node over a pod shape's candidate nodes, kept current node by node). Which of them a
-change clears or updates is decided here once, from the kind of change (``EFFECTS``); the
-view's writes only say what changed.
+Three caches: the memo (any value, per key, until the view next changes), the folds (a value
+per node over a pod shape's candidate nodes, kept current node by node), and the decisions
+kept per pod shape (under the version they were made at: a change makes them unreachable,
+and they age out). Which of them a change clears or updates is decided here once, from the
+kind of change (``EFFECTS``); the view's writes only say what changed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from webhook.engine.view.nodes import NodeInfo
 
 T = TypeVar("T")
 _MEMO_SIZE = 4096
+#: Decisions kept per pod shape (``ClusterView.per_shape``); each is a few hundred bytes.
+_SHAPES = 2048
 #: Folds kept (per pod shape): each holds one small entry per node of its candidate set.
 _FOLDS = 16
 
@@ -116,6 +119,9 @@ class Caches:
         self.lock = lock
         self.memo_store: OrderedDict[Any, Any] = OrderedDict()
         self.folds: OrderedDict[Any, NodeFold[Any]] = OrderedDict()
+        #: (version, key) -> a value per pod shape: never cleared, it ages out (a node
+        #: update must not pay for dropping thousands of them)
+        self.shapes: OrderedDict[Any, Any] = OrderedDict()
         #: bumped by every change the memo depends on
         self.version = 0
         self.slice_changes = 0
@@ -163,6 +169,21 @@ class Caches:
                 if len(self.folds) > _FOLDS:
                     self.folds.popitem(last=False)
         return fold
+
+    def per_shape(self, key: Any, compute: Callable[[], T]) -> T:
+        with self.lock:
+            versioned = (self.version, self.slice_changes, key)
+            hit = self.shapes.get(versioned)
+            if hit is not None:
+                self.shapes.move_to_end(versioned)
+                return cast(T, hit)  # stored by this method under this key: a T
+        value = compute()
+        with self.lock:
+            if (self.version, self.slice_changes) == versioned[:2]:
+                self.shapes[versioned] = value
+                if len(self.shapes) > _SHAPES:
+                    self.shapes.popitem(last=False)
+        return value
 
     def memo(self, key: Any, compute: Callable[[], T]) -> T:
         with self.lock:

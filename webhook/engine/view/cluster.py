@@ -52,10 +52,6 @@ class ClusterView:
     def version(self) -> int:
         return self._caches.version
 
-    @property
-    def slice_version(self) -> int:
-        """Bumped by every ResourceSlice change (which leaves ``version`` and the memo)."""
-        return self._caches.slice_changes
 
     # ---------------------------------------------------------------- writes
 
@@ -271,6 +267,12 @@ class ClusterView:
     def memo(self, key: Any, compute: Callable[[], T]) -> T:
         """Cache ``compute()`` under ``key`` until the view next changes (bounded, LRU)."""
         return self._caches.memo(key, compute)
+
+    def per_shape(self, key: Any, compute: Callable[[], T]) -> T:
+        """Cache ``compute()`` under ``key`` while nothing in the view changes, slices
+        included (bounded, LRU, apart from the memo: a stream of one-off pods must not push
+        out the candidates every pod of a pool shares)."""
+        return self._caches.per_shape(key, compute)
 
 
 def runtime_classes_of(items: Iterable[Mapping[str, Any]]) -> dict[str, str]:
