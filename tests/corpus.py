@@ -554,11 +554,15 @@ def node_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
     # On a GPU HAMi runs in MIG mode the container gets the MIG device HAMi creates.
     handed = [created_mig(g) if g in n.hami_mig else g for g in gpus]
     own = _own_value(pod)
+    if own is not None and n.plugin == "cdi":
+        # containerd injects the plugin's CDI names over the container's own environment,
+        # then the runtime creates it: the real CDI library and runtime say what arrives.
+        return bool(gpus) and all(runs(cluster, n, rc, g).ok for g in handed) and \
+            injected_own_runs(cluster, n, rc, handed, own) and annotated_runs(cluster, pod, n)
     if own is not None:
         # The main container's own value is what the runtime resolves for it; the plugin's
-        # devices still count for a CDI strategy (containerd injects them) and for the
-        # containers that leave the variable alone.
-        others = n.plugin == "cdi" or len(pod["spec"]["containers"]) > 1
+        # devices still count for the containers that leave the variable alone.
+        others = len(pod["spec"]["containers"]) > 1
         return bool(gpus) and own_runs(cluster, n, rc, own) and annotated_runs(
             cluster, pod, n) and (not others or all(runs(cluster, n, rc, g).ok
                                                     for g in handed))
@@ -575,22 +579,37 @@ def _own_value(pod: dict) -> str | None:
 
 def own_runs(cluster: Cluster, n: NodeSetup, rc: str | None, value: str) -> bool:
     """Is a container that sets NVIDIA_VISIBLE_DEVICES=value itself created, with a GPU
-    where it gets none otherwise (the plugin's envvar strategy)?"""
+    where it gets none otherwise (the plugin's envvar strategy; a CDI strategy's nodes are
+    ``injected_own_runs``')?"""
     handler = rc if rc in ("nvidia-cdi", "nvidia-legacy") else None
     oracle = cluster.oracles[(n.name, handler)]
     v = runs_value(cluster, n, handler, value)
     if not n.envvar_unprivileged and not (v.by == "nvidia-container-runtime"
                                           and oracle.mode == "cdi"):
-        # The variable is ignored (the toolkit's rule, as in ``runs``): only a CDI
-        # strategy's devices arrive.
-        return n.plugin == "cdi"
+        # The variable is ignored (the toolkit's rule, as in ``runs``): nothing arrives.
+        return False
     if not v.ok:
         return False
-    if n.plugin == "cdi":
-        return True  # its GPUs come from containerd's CDI injection either way
     if all(x.strip() in ("", "void", "none") for x in value.split(",")):
         return False  # asks for no device: it starts without a GPU
     return bool(v.devices) or oracle.mode != "cdi" or v.by != "nvidia-container-runtime"
+
+
+def injected_own_runs(cluster: Cluster, n: NodeSetup, rc: str | None, handed: list[str],
+                      value: str) -> bool:
+    """A container that sets NVIDIA_VISIBLE_DEVICES=value itself on a node whose plugin hands
+    CDI names: containerd injects those names with the real CDI library over the container's
+    environment (the spec's own edits apply over it), then the real runtime creates it. Is it
+    created with a device?"""
+    handler = rc if rc in ("nvidia-cdi", "nvidia-legacy") else None
+    key = (str(cluster.root / n.name), handler, "own-injected", value, *handed)
+    if key not in _verdicts:
+        oracle = cluster.oracles[(n.name, handler)]
+        injected = oracle.inject(*(f"{DP_KIND}={g}" for g in handed),
+                                 env=(f"NVIDIA_VISIBLE_DEVICES={value}",))
+        _verdicts[key] = oracle.create_injected(injected, {}) if injected.ok else injected
+    v = _verdicts[key]
+    return v.ok and bool(v.devices)
 
 
 def runs_value(cluster: Cluster, n: NodeSetup, handler: str | None, value: str) -> Verdict:

@@ -188,11 +188,39 @@ class OracleNode:
         return Verdict(out["ok"], out.get("error") or "; ".join(out.get("log") or []),
                        by="nvidia nri plugin + cdi library", spec=spec)
 
-    def inject(self, *names: str) -> Verdict:
-        """A container a device plugin's CDI strategy handed these fully qualified names."""
+    def inject(self, *names: str, env: tuple[str, ...] = ()) -> Verdict:
+        """A container a device plugin's CDI strategy handed these fully qualified names, as
+        containerd injects them (its own ``env`` first, the specs' edits applied over it).
+        ``spec`` holds the process env and device nodes the injection left."""
         args = [str(binaries() / "cdi-inject")]
         for d in self.spec_dirs:
             args += ["--spec-dir", str(d)]
+        for e in env:
+            args += ["--env", e]
         r = subprocess.run([*args, *names], capture_output=True, text=True, timeout=60)
         out = json.loads(r.stdout.strip().splitlines()[-1])
-        return Verdict(out["ok"], out.get("error", ""), by="cdi library")
+        spec = {"process": {"env": out.get("env") or []},
+                "linux": {"devices": [{"path": p} for p in out.get("devices") or []]}}
+        return Verdict(out["ok"], out.get("error", ""), by="cdi library", spec=spec)
+
+    def create_injected(self, injected: Verdict, annotations: dict[str, str]) -> Verdict:
+        """The NVIDIA runtime's create on the bundle containerd hands it after ``inject``:
+        the injected env and device nodes, and the pod's CDI annotations (the
+        ``cdi-annotations`` strategy; none for ``cdi-cri``). ``devices`` afterwards are the
+        injected ones plus any the runtime added."""
+        self._n += 1
+        bundle = self.root / f"bundle{self._n}"
+        (bundle / "rootfs").mkdir(parents=True)
+        assert injected.spec is not None
+        spec = {"ociVersion": "1.0.2", "root": {"path": "rootfs"}, "annotations": annotations,
+                "linux": {"devices": [{"path": d["path"], "type": "c", "major": 1, "minor": 3}
+                                      for d in injected.devices]},
+                "process": {"args": ["sh"], "cwd": "/",
+                            "env": ["PATH=/usr/bin", *injected.spec["process"]["env"]]}}
+        (bundle / "config.json").write_text(json.dumps(spec))
+        r = subprocess.run([str(binaries() / "nvidia-container-runtime"), "create", "--bundle",
+                            str(bundle), f"ctr{self._n}"], capture_output=True, text=True,
+                           timeout=60, env={**os.environ,
+                                            "XDG_CONFIG_HOME": str(self.root / "xdg")})
+        after = json.loads((bundle / "config.json").read_text())
+        return Verdict(r.returncode == 0, (r.stderr + r.stdout).strip(), spec=after)

@@ -311,3 +311,35 @@ def test_gpupool_agrees_with_the_real_runtime_on_a_pods_own_visible_devices(tmp_
             (layout, mode, value, v, final.to_json())
         judged += 1
     assert judged >= 4
+
+
+@pytest.mark.parametrize("strategy", ["cdi-annotations", "cdi-cri"])
+def test_a_pods_own_visible_devices_decide_nothing_where_the_plugin_hands_cdi_names(
+        tmp_path, strategy):
+    """Where the device plugin hands CDI names, containerd injects them with the real CDI
+    library over the container's own environment (the plugin's spec sets
+    NVIDIA_VISIBLE_DEVICES=void), then the real runtime creates the container, reading the
+    pod's CDI annotations first under ``cdi-annotations``. Whatever value the container set,
+    gpupool admits the pod exactly when that container is created with a device."""
+    from tests.unit.engine.test_steering import agent_node, decide
+
+    node = agent_node(tmp_path, "dp-1", None, "device-plugin", register=False)
+    paths = tmp_path / "dp-1"
+    oracle = OracleNode(tmp_path / "oracle", [paths / "etc/cdi", paths / "var/run/cdi"],
+                        paths / "config/config.toml", gpus=UUIDS)
+    name = f"k8s.device-plugin.nvidia.com/gpu={UUIDS[0]}"
+    annotations = {"cdi.k8s.io/nvidia-device-plugin_0": name} \
+        if strategy == "cdi-annotations" else {}
+    for value in OWN_VALUES:
+        injected = oracle.inject(name, env=(f"NVIDIA_VISIBLE_DEVICES={value}",))
+        assert injected.ok, injected
+        v = oracle.create_injected(injected, annotations)
+        assert v.by == "nvidia-container-runtime"
+        runs = v.ok and bool(v.devices)
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "own", "namespace": "default"},
+               "spec": {"containers": [{"name": "c", "image": "cuda", "resources": {
+                   "limits": {"nvidia.com/gpu": 1}}, "env": [
+                   {"name": "NVIDIA_VISIBLE_DEVICES", "value": value}]}]}}
+        final = decide([node], pod)[0].final
+        assert final.allowed == runs, (strategy, value, v, final.to_json())

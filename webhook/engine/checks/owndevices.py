@@ -26,13 +26,20 @@ def assess_own_devices(node: NodeInfo, facts: PodFacts, handler: str | None,
     ``check`` is the node judged by the plugin's devices; where every GPU container sets its
     own value and the plugin hands UUIDs that way, the plugin's UUIDs reach none of them."""
     inv = node.inventory
-    if inv is None:
+    if inv is None or check.way == delivery.CDI_DEVICES:
+        # A plugin that hands CDI names (cdi-annotations, cdi-cri): containerd injects its
+        # devices, and its spec's common edits set NVIDIA_VISIBLE_DEVICES=void (toolkit
+        # v1.20.2 pkg/nvcdi/wrapper.go, GetCommonEdits), which replaces the container's own
+        # value (the CDI library applies env edits through runtime-tools' AddMultipleProcessEnv,
+        # which replaces a variable of the same name); with cdi-annotations the runtime reads
+        # the annotations before any variable (internal/config/image/cuda_image.go,
+        # VisibleDevices). The container's own value decides nothing there.
         return check
     own = [delivery.resolve_own(inv, v, handler, node.gpu_uuids(), facts.privileged_gpus)
            for v in facts.own_visible_devices]
     for r in own:
-        if r is None or r.ok is True or (r.undelivered and check.way == delivery.CDI_DEVICES):
-            continue  # (containerd still injects a CDI strategy's devices)
+        if r is None or r.ok is True:
+            continue
         state = NodeState.UNKNOWN if r.ok is None else NodeState.MISSING
         return worse(check, NodeAssessment(
             node.name, state, missing=r.missing, note=r.note, kind=r.kind, mode=r.mode,

@@ -1,8 +1,10 @@
 // cdi-inject resolves CDI device names against spec directories with the real CDI library,
 // exactly as containerd does for a device plugin's CDI names (cdi-annotations, cdi-cri),
-// and prints one JSON line: {"ok": bool, "error": "...", "env": [...]}.
+// and prints one JSON line: {"ok": bool, "error": "...", "env": [...], "devices": [...]}.
+// --env seeds the container's environment as the kubelet passes it, so the spec's own env
+// edits apply over it as they do in containerd.
 //
-//	cdi-inject --spec-dir /etc/cdi --spec-dir /var/run/cdi vendor/class=name...
+//	cdi-inject --spec-dir /etc/cdi --spec-dir /var/run/cdi [--env K=V]... vendor/class=name...
 package main
 
 import (
@@ -23,8 +25,9 @@ type result struct {
 }
 
 func main() {
-	var specDirs cdiinject.Strings
+	var specDirs, env cdiinject.Strings
 	flag.Var(&specDirs, "spec-dir", "a CDI spec directory, in priority order (repeatable)")
+	flag.Var(&env, "env", "the container's own environment, NAME=VALUE (repeatable)")
 	flag.Parse()
 	out := result{}
 	cache, err := cdiinject.Cache(specDirs)
@@ -33,7 +36,7 @@ func main() {
 		emit(out)
 		return
 	}
-	spec := &oci.Spec{Process: &oci.Process{Env: []string{}}, Linux: &oci.Linux{}}
+	spec := &oci.Spec{Process: &oci.Process{Env: append([]string{}, env...)}, Linux: &oci.Linux{}}
 	if _, err := cache.InjectDevices(spec, flag.Args()...); err != nil {
 		out.Error = err.Error()
 	} else {
