@@ -410,6 +410,22 @@ def test_a_gpu_that_fails_only_while_cordoned_is_doubt_not_proof(tmp_path):
     assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
 
 
+def test_a_gpu_that_fails_only_while_cordoned_is_steered_off_by_name_too(tmp_path):
+    """A pod steered node by node (here: it narrows to GPUs by UUID) is kept off a node that
+    fails only through cordoned GPUs, as the label keeps the others off: HAMi's scheduler
+    may still hand such a GPU out until the node registers again."""
+    cordoned = agent_node(tmp_path / "c", "hami-half", "hami", "operator-management",
+                          per_uuid=UUIDS[:1], cordon=UUIDS[1])
+    good = agent_node(tmp_path / "g", "hami-good", "hami", "operator-management",
+                      per_uuid=True)
+    pod = hami_pod()
+    pod["metadata"]["annotations"] = {"nvidia.com/use-gpuuuid": ",".join(UUIDS)}
+    rv, _, _ = decide([cordoned, good], pod)
+    assert rv.final.allowed, rv.final.to_json()
+    names = [f for t in terms(pod, rv.mutation.patch) for f in t.get("matchFields", [])]
+    assert {"key": "metadata.name", "operator": "NotIn", "values": ["hami-half"]} in names
+
+
 def test_a_cordon_on_a_device_plugin_pool_changes_nothing(tmp_path):
     """Only HAMi's scheduler reads the cordon: an operator-pool pod is judged on every GPU."""
     node = agent_node(tmp_path, "op-1", None, "operator-management", register=False,

@@ -16,7 +16,6 @@ nodes that would fail it are excluded by name (``matchFields``).
 from __future__ import annotations
 
 from webhook.api import delivery
-from webhook.engine.checks.assessment import NodeState
 from webhook.engine.checks.cdi import verdicts
 from webhook.engine.core.policy import Policy
 from webhook.engine.placement import candidates as cand
@@ -76,13 +75,11 @@ def requirements(facts: PodFacts, pool_name: str, view: ClusterView | None,
         return [label_requirement(way, policy)], []
     if view is None or len(view) == 0:
         return [], []
-    by_state = verdicts(facts, pool_name, view, policy).failing_by_state
-    bad = sorted(n for state in ((NodeState.MISSING, NodeState.UNKNOWN)
-                                 if policy.require_inventory else (NodeState.MISSING,))
-                 for n in by_state.get(state, ()))
+    s = verdicts(facts, pool_name, view, policy)
+    bad = s.every_failing_node if policy.require_inventory else s.can_fail
     if not bad:
         return [], []
     if len(bad) > MAX_EXCLUDED_NAMES:
         return [], [f"gpupool: {len(bad)} nodes of pool {pool_name} would fail this pod, too "
                     "many to exclude by name; see gpupool doctor"]
-    return [("matchFields", {"key": NAME_FIELD, "operator": "NotIn", "values": bad})], []
+    return [("matchFields", {"key": NAME_FIELD, "operator": "NotIn", "values": list(bad)})], []

@@ -44,6 +44,9 @@ class NodeAssessment:
     undelivered: bool = False
     #: the fix, where the finding itself knows it (``fix_text`` works out the others)
     fix: str = ""
+    #: unknown, yet some GPU there can fail the pod (one HAMi's cordon names, which its
+    #: scheduler may still hand out): a warning, not a denial, but steering keeps the pod off
+    may_fail: bool = False
 
 
 _SEVERITY = {NodeState.OK: 0, NodeState.UNKNOWN: 1, NodeState.MISSING: 2}

@@ -68,11 +68,17 @@ class Verdicts:
     every_failing: tuple[NodeAssessment, ...] = ()
 
     @cached_property
-    def failing_by_state(self) -> dict[NodeState, tuple[str, ...]]:
-        """The nodes steering keeps the pod off, by state (so ``requireInventory`` can add
-        the unknown ones); worked out only for the pods steering judges by name."""
-        return {state: tuple(c.node for c in self.every_failing if c.state is state)
-                for state in (NodeState.MISSING, NodeState.UNKNOWN)}
+    def can_fail(self) -> tuple[str, ...]:
+        """The nodes steering keeps the pod off, doubt or not: a missing device, or a GPU a
+        cordon names that HAMi's scheduler may still hand out (``requireInventory`` adds
+        every other failing node); worked out once per pod shape, for the pods steering
+        judges by name."""
+        return tuple(sorted(c.node for c in self.every_failing
+                            if c.state is NodeState.MISSING or c.may_fail))
+
+    @cached_property
+    def every_failing_node(self) -> tuple[str, ...]:
+        return tuple(sorted(c.node for c in self.every_failing))
 
     @property
     def checked(self) -> int:

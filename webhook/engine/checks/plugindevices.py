@@ -79,7 +79,7 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
                                         privileged).ok:
             shown = ", ".join(sorted(set(gpus) - set(rest))[:SHOW_DEVICES])
             return NodeAssessment(
-                node.name, NodeState.UNKNOWN, kind=r.kind, mode=r.mode, way=way,
+                node.name, NodeState.UNKNOWN, kind=r.kind, mode=r.mode, way=way, may_fail=True,
                 note=f"only GPUs cordoned by {hami.CORDON_ANNOTATION} lack their CDI devices "
                      f"({shown}); HAMi's scheduler may still hand them out until it next "
                      "re-registers the node's GPUs")
