@@ -9,7 +9,7 @@ import copy
 import pytest
 import yaml
 
-from harness.kit import UPSTREAM
+from harness.kit import UPSTREAM, gpu_pod
 from tests.unit.engine.test_steering import agent_node, decide, hami_pod, terms
 from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES
 from webhook.engine.core.decision import Reason
@@ -99,4 +99,22 @@ def test_a_cdi_strategy_plugin_without_its_spec_is_caught(tmp_path):
     # a node the DaemonSet does not select is read from disk
     node["metadata"]["labels"]["gpu"] = "off"
     rv, _, _ = decide([node, daemonset("cdi-annotations")], hami_pod())
+    assert rv.final.allowed
+
+
+def test_the_daemonsets_way_holds_on_every_node_it_schedules_to_whatever_the_pool(tmp_path):
+    """HAMi's DaemonSet selects nodes by its own nodeSelector, not by gpupool's pools: where
+    it also lands on a node of the operator's pool, HAMi's plugin hands that node's GPUs,
+    and a CDI strategy without its spec fails a plain GPU pod there too."""
+    node = agent_node(tmp_path, "op-1", None, "operator-management", per_uuid=True,
+                      register=False)
+    node["metadata"]["labels"]["gpu"] = "on"  # HAMi's chart's selector
+    pod = gpu_pod("g", limits={"nvidia.com/gpu": 1})
+    rv, _, _ = decide([node], pod)
+    assert rv.final.allowed and rv.final.pool == "operator"  # what the disk alone says
+    rv, _, _ = decide([node, daemonset("cdi-annotations")], pod)
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
+    assert "k8s.device-plugin.nvidia.com/gpu=GPU-" in rv.final.message
+    node["metadata"]["labels"]["gpu"] = "off"  # not scheduled there: the disk decides
+    rv, _, _ = decide([node, daemonset("cdi-annotations")], pod)
     assert rv.final.allowed

@@ -52,8 +52,8 @@ def _judged_by_name(facts: PodFacts, pool_name: str, view: ClusterView | None,
         return True
     if view is None:
         return False
-    return (way is delivery.DETECT and (view.operator_way() is not None or (
-                hami_pool and view.knows_hami_plugins()))) \
+    return (way is delivery.DETECT and (view.operator_way() is not None
+                                         or view.knows_hami_plugins())) \
         or (bool(facts.nri_requests) and view.operator_nri() is not None) \
         or (hami_pool and view.has_hami_mig())
 

@@ -88,14 +88,16 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
                           undelivered=r.undelivered)
 
 
-def declared_way(node: NodeInfo, view: ClusterView, hami_pool: bool) -> delivery.Way | None:
+def declared_way(node: NodeInfo, view: ClusterView) -> delivery.Way | None:
     """How the node's device plugin hands GPUs, as the cluster's own configuration says: the
     GPU Operator's ClusterPolicy on the nodes it runs its plugin on, HAMi's device-plugin
-    DaemonSet on HAMi's pool (``hamiplugin``). None: it does not say."""
+    DaemonSet on the nodes it schedules to (``hamiplugin``), whatever their pool: a
+    DaemonSet's selector that also lands on another pool's nodes runs HAMi's plugin there.
+    None: it does not say."""
     operator = view.operator_way()
     if operator is not None and clusterpolicy.runs_operator_plugin(node.labels):
         return operator
-    return view.hami_way(node.labels) if hami_pool else None
+    return view.hami_way(node.labels)
 
 
 def _assess_mig(node: NodeInfo, inv: Inventory, resources: list[str], way: delivery.Way,
@@ -154,7 +156,7 @@ def _assess(node: NodeInfo, ask: Ask, prepared: Any, so_far: NodeAssessment | No
             ) -> NodeAssessment:
     return assess_node(node, ask.pool, ask.facts.runtime_class, ask.handler, ask.demand(),
                        ask.policy, ask.facts.privileged_gpus,
-                       declared_way(node, ask.view, ask.hami_pool))
+                       declared_way(node, ask.view))
 
 
 CHECK = NodeCheck("device plugin's GPUs",
