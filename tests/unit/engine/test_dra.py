@@ -364,3 +364,31 @@ def test_malformed_dra_objects_never_crash_and_never_deny(policy, junk):
                   "spec": {"spec": {"devices": {"requests": [junk, {"name": "r"}]}}}}
     d = review(pod("junk"), make_view(policy, [*resources, junk_claim]), policy)
     assert d.allowed
+
+
+TWO_DRA_POOLS = POLICY.replace("      deviceClasses: [gpu.nvidia.com, mig.nvidia.com]",
+                               "      deviceClasses: [gpu.nvidia.com]") + """\
+  - name: mig
+    labelValues: [mig]
+    schedulerName: default-scheduler
+    dra:
+      deviceClasses: [mig.nvidia.com]
+"""
+
+
+def test_first_available_needs_one_pool_that_serves_an_alternative_of_every_request():
+    """``firstAvailable`` asks for any one of its alternatives (in order), so alternatives in
+    two pools are no conflict: the pod goes to the first pool the scheduler would try that
+    serves an alternative of each request; only requests no single pool can serve together
+    are denied."""
+    policy = load_policy_text(TWO_DRA_POOLS)
+    view = make_view(policy, nodes=[node("dra-node-1", "dra"), node("dra-node-2", "dra"),
+                                    node("mig-1", "mig")])
+    d = review(pod("mig-or-gpu"), view, policy)  # mig first, then a full GPU
+    assert d.allowed and d.pool == "mig", d.to_json()
+    d = review(pod("mig-or-gpu", "one-gpu"), view, policy)  # the other claim needs dra
+    assert d.allowed and d.pool == "dra", d.to_json()
+    d = review(pod("mig-only", "one-gpu"), view, policy)  # no pool serves both
+    assert not d.allowed and d.reason == Reason.EXCLUSIVE_RESOURCE_CONFLICT
+    assert "DeviceClass mig.nvidia.com only in pool 'mig'" in d.message
+    assert "DeviceClass gpu.nvidia.com only in pool 'dra'" in d.message

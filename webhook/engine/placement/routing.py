@@ -48,16 +48,35 @@ def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
     """pool -> the DeviceClasses of the pod's claims (and of the classes' implicit extended
     resources) that pool serves: evidence for routing as strong as a resource only one pool
     serves. An extended resource a class serves by ``extendedResourceName`` is not: a device
-    plugin may serve the same name in another pool."""
+    plugin may serve the same name in another pool.
+
+    A request with ``firstAvailable`` needs only one of its alternatives: the pod goes to a
+    pool that serves one alternative of every request, the first such in the order the
+    scheduler tries them (the first request's alternatives, in turn). Only when no pool
+    serves them all does every pool's evidence come back, which routing then names as a
+    conflict."""
     def compute() -> dict[str, tuple[str, ...]]:
-        found: dict[str, list[str]] = {}
         d = podclaims.demand(facts, view)
-        implicit = {c for r, c in d.extended if r.startswith(dra.IMPLICIT_EXTENDED_PREFIX)}
-        for cls in sorted({c for claim in d.claims for c in claim.spec.classes} | implicit):
-            pool = policy.pool_for_device_class(cls)
-            if pool is not None:
-                found.setdefault(pool, []).append(f"DeviceClass {cls}")
-        return {k: tuple(v) for k, v in found.items()}
+        # per request, in the scheduler's order: (pool, class) for each alternative a pool
+        # serves (requests no pool's class serves say nothing of the pool)
+        requests = [tuple(r.device_class for r in alts)
+                    for claim in d.claims for alts in claim.spec.requests]
+        requests += [(c,) for r, c in d.extended if r.startswith(dra.IMPLICIT_EXTENDED_PREFIX)]
+        served = [pools for classes in requests
+                  if (pools := [(p, c) for c in classes
+                                if (p := policy.pool_for_device_class(c)) is not None])]
+        if not served:
+            return {}
+        common = set.intersection(*({p for p, _ in s} for s in served))
+        chosen = next((p for p, _ in served[0] if p in common), None)
+        found: dict[str, set[str]] = {}
+        for s in served:
+            for pool, cls in s:
+                if chosen is None or pool == chosen:
+                    found.setdefault(pool, set()).add(f"DeviceClass {cls}")
+                    if chosen is not None:
+                        break  # the first alternative the chosen pool serves is the one tried
+        return {k: tuple(sorted(v)) for k, v in found.items()}
     return {k: list(v) for k, v in facts.once("dra-routes", compute).items()}
 
 
