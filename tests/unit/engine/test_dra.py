@@ -392,3 +392,23 @@ def test_first_available_needs_one_pool_that_serves_an_alternative_of_every_requ
     assert not d.allowed and d.reason == Reason.EXCLUSIVE_RESOURCE_CONFLICT
     assert "DeviceClass mig.nvidia.com only in pool 'mig'" in d.message
     assert "DeviceClass gpu.nvidia.com only in pool 'dra'" in d.message
+
+
+def test_a_missing_class_in_a_later_alternative_leaves_the_claim_unallocatable(policy):
+    """The allocator looks up every firstAvailable alternative's class before trying any: a
+    later alternative naming a class that does not exist fails the claim, though the first
+    alternative's devices are there."""
+    resources = copy.deepcopy(docs("nvidia.yaml"))
+    resources.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                      "metadata": {"name": "gpu-or-ghost", "namespace": "default"},
+                      "spec": {"spec": {"devices": {"requests": [{"name": "gpu",
+                               "firstAvailable": [
+                                   {"name": "full", "deviceClassName": "gpu.nvidia.com"},
+                                   {"name": "ghost", "deviceClassName": "ghost.example.com"}]}]}}}})
+    view = make_view(policy, resources)
+    d = review(pod("gpu-or-ghost"), view, policy)  # onNoCandidates: warn, the default
+    assert d.allowed and any("DeviceClass ghost.example.com does not exist" in w
+                             for w in d.warnings), d.to_json()
+    deny_policy = load_policy_text(POLICY + "onNoCandidates: deny\n")
+    d = review(pod("gpu-or-ghost"), make_view(deny_policy, resources), deny_policy)
+    assert not d.allowed and d.reason == Reason.DEVICE_CLASS_MISSING

@@ -194,8 +194,12 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
             out.message = f"{who}: DRA claims not checked (DeviceClasses not listed)"
             return out
         return None
+    # The allocator looks up the class of every request, and of every firstAvailable
+    # alternative before it tries any (k8s.io/dynamic-resource-allocation v0.35.4,
+    # structured/internal/stable/allocator_stable.go, Allocate -> validateDeviceRequest):
+    # one missing class and the claim is never allocated, whichever alternative would fit.
     missing = sorted(c for c in d.classes if c not in classes)
-    if missing and not any(c in classes for c in d.classes):
+    if missing:
         return _no_devices(facts, pool_name, policy, Reason.DEVICE_CLASS_MISSING,
                            f"{who} asks for devices of DeviceClass {', '.join(missing)}, "
                            "which does not exist: its claims cannot be allocated until it is "
