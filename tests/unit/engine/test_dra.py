@@ -412,3 +412,20 @@ def test_a_missing_class_in_a_later_alternative_leaves_the_claim_unallocatable(p
     deny_policy = load_policy_text(POLICY + "onNoCandidates: deny\n")
     d = review(pod("gpu-or-ghost"), make_view(deny_policy, resources), deny_policy)
     assert not d.allowed and d.reason == Reason.DEVICE_CLASS_MISSING
+
+
+def test_all_mode_with_one_tainted_device_cannot_be_allocated_there(policy):
+    """allocationMode: All takes every matching device, tainted or not, and then refuses the
+    one whose taint it does not tolerate: one tainted GPU fails the request on that node,
+    where counting the untainted ones would say it fits."""
+    resources = copy.deepcopy(docs("nvidia.yaml") + docs("claims.yaml"))
+    first = next(o for o in resources if o["kind"] == "ResourceSlice"
+                 and o["spec"]["nodeName"] == "dra-node-1")
+    first["spec"]["devices"][0]["taints"] = [{"key": "maintenance", "effect": "NoSchedule"}]
+    d = review(pod("all-gpus", nodeSelector={"kubernetes.io/hostname": "dra-node-1"}),
+               make_view(policy, resources), policy)
+    assert any("no node in pool dra has the DRA devices" in w for w in d.warnings), d.warnings
+    assert any("asks for all devices of class gpu.nvidia.com, and 1 of them are behind "
+               "device taints" in n.note for n in d.nodes), d.to_json()
+    d = review(pod("all-gpus"), make_view(policy, resources), policy)  # dra-node-2 can
+    assert d.allowed and not d.warnings, d.to_json()

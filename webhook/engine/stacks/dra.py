@@ -401,6 +401,14 @@ def _judge_request(claim: PodClaim, r: DeviceRequest, slices: tuple[Slice, ...],
         m = match_slice(s, r, dc)
         found, tainted = found + m.found, tainted + m.tainted
         doubt = doubt or m.error
+    if r.amount == 0 and tainted:
+        # allocationMode All takes every device the class and selectors match, tainted or
+        # not, then refuses one whose taint the request does not tolerate
+        # (k8s.io/dynamic-resource-allocation v0.35.4, allocator_stable.go: allDevices
+        # from isSelectable, which reads no taint; allocateDevice -> allTaintsTolerated).
+        return False, (f"{claim.source} request {r.name} asks for all devices of class "
+                       f"{r.device_class}, and {tainted} of them are behind device taints it "
+                       "does not tolerate"), doubt
     if (r.amount == 0 and found) or (r.amount and found >= r.amount):
         return True, "", doubt
     need = "at least one device" if r.amount == 0 else \
