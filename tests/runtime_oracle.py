@@ -152,14 +152,18 @@ class OracleNode:
                        and not (u.isdigit() and int(u) < len(whole))]
             return Verdict(not missing, f"no GPU {', '.join(missing)} on the node" if missing
                            else "", by="rule: jit-cdi resolves the GPUs the node has")
+        return self._runtime_create({"linux": {}, "process": {
+            "args": ["sh"], "cwd": "/",
+            "env": ["PATH=/usr/bin", f"NVIDIA_VISIBLE_DEVICES={visible_devices}"]}})
+
+    def _runtime_create(self, spec: dict[str, Any]) -> Verdict:
+        """``nvidia-container-runtime create`` on a bundle of ``spec``, as containerd runs it
+        (the node's config.toml through XDG_CONFIG_HOME), with the spec it left."""
         self._n += 1
         bundle = self.root / f"bundle{self._n}"
         (bundle / "rootfs").mkdir(parents=True)
-        spec = {"ociVersion": "1.0.2", "root": {"path": "rootfs"}, "linux": {},
-                "process": {"args": ["sh"], "cwd": "/",
-                            "env": ["PATH=/usr/bin",
-                                    f"NVIDIA_VISIBLE_DEVICES={visible_devices}"]}}
-        (bundle / "config.json").write_text(json.dumps(spec))
+        (bundle / "config.json").write_text(json.dumps(
+            {"ociVersion": "1.0.2", "root": {"path": "rootfs"}, **spec}))
         r = subprocess.run([str(binaries() / "nvidia-container-runtime"), "create", "--bundle",
                             str(bundle), f"ctr{self._n}"], capture_output=True, text=True,
                            timeout=60, env={**os.environ,
@@ -208,19 +212,10 @@ class OracleNode:
         the injected env and device nodes, and the pod's CDI annotations (the
         ``cdi-annotations`` strategy; none for ``cdi-cri``). ``devices`` afterwards are the
         injected ones plus any the runtime added."""
-        self._n += 1
-        bundle = self.root / f"bundle{self._n}"
-        (bundle / "rootfs").mkdir(parents=True)
         assert injected.spec is not None
-        spec = {"ociVersion": "1.0.2", "root": {"path": "rootfs"}, "annotations": annotations,
-                "linux": {"devices": [{"path": d["path"], "type": "c", "major": 1, "minor": 3}
-                                      for d in injected.devices]},
-                "process": {"args": ["sh"], "cwd": "/",
-                            "env": ["PATH=/usr/bin", *injected.spec["process"]["env"]]}}
-        (bundle / "config.json").write_text(json.dumps(spec))
-        r = subprocess.run([str(binaries() / "nvidia-container-runtime"), "create", "--bundle",
-                            str(bundle), f"ctr{self._n}"], capture_output=True, text=True,
-                           timeout=60, env={**os.environ,
-                                            "XDG_CONFIG_HOME": str(self.root / "xdg")})
-        after = json.loads((bundle / "config.json").read_text())
-        return Verdict(r.returncode == 0, (r.stderr + r.stdout).strip(), spec=after)
+        return self._runtime_create({
+            "annotations": annotations,
+            "linux": {"devices": [{"path": d["path"], "type": "c", "major": 1, "minor": 3}
+                                  for d in injected.devices]},
+            "process": {"args": ["sh"], "cwd": "/",
+                        "env": ["PATH=/usr/bin", *injected.spec["process"]["env"]]}})

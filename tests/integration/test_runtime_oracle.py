@@ -271,6 +271,15 @@ def test_a_mig_device_hami_creates_at_allocation_is_in_no_spec(tmp_path):
     assert v.ok and v.devices, v.error
 
 
+def own_pod(value: str) -> dict:
+    """A GPU pod whose container sets NVIDIA_VISIBLE_DEVICES=value itself."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "own", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "cuda", "resources": {
+                "limits": {"nvidia.com/gpu": 1}}, "env": [
+                {"name": "NVIDIA_VISIBLE_DEVICES", "value": value}]}]}}
+
+
 OWN_VALUES = ("all", "void", UUIDS[0], f"{UUIDS[0]},{UUIDS[1]}", "0",
               "management.nvidia.com/gpu=all", "nvidia.com/gpu=all",
               f"management.nvidia.com/gpu={UUIDS[0]}", f"nvidia.com/gpu={UUIDS[1]}")
@@ -301,12 +310,7 @@ def test_gpupool_agrees_with_the_real_runtime_on_a_pods_own_visible_devices(tmp_
         v = oracle.create(value)
         assert v.by == "nvidia-container-runtime", v
         runs = v.ok and bool(v.devices)
-        pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": "own", "namespace": "default"},
-               "spec": {"containers": [{"name": "c", "image": "cuda", "resources": {
-                   "limits": {"nvidia.com/gpu": 1}}, "env": [
-                   {"name": "NVIDIA_VISIBLE_DEVICES", "value": value}]}]}}
-        final = decide([node], pod)[0].final
+        final = decide([node], own_pod(value))[0].final
         assert final.allowed == runs and not (final.allowed and final.warnings), \
             (layout, mode, value, v, final.to_json())
         judged += 1
@@ -336,10 +340,5 @@ def test_a_pods_own_visible_devices_decide_nothing_where_the_plugin_hands_cdi_na
         v = oracle.create_injected(injected, annotations)
         assert v.by == "nvidia-container-runtime"
         runs = v.ok and bool(v.devices)
-        pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": "own", "namespace": "default"},
-               "spec": {"containers": [{"name": "c", "image": "cuda", "resources": {
-                   "limits": {"nvidia.com/gpu": 1}}, "env": [
-                   {"name": "NVIDIA_VISIBLE_DEVICES", "value": value}]}]}}
-        final = decide([node], pod)[0].final
+        final = decide([node], own_pod(value))[0].final
         assert final.allowed == runs, (strategy, value, v, final.to_json())

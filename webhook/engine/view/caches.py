@@ -172,30 +172,29 @@ class Caches:
 
     def per_shape(self, key: Any, compute: Callable[[], T]) -> T:
         with self.lock:
-            versioned = (self.version, self.slice_changes, key)
-            hit = self.shapes.get(versioned)
-            if hit is not None:
-                self.shapes.move_to_end(versioned)
-                return cast(T, hit)  # stored by this method under this key: a T
-        value = compute()
-        with self.lock:
-            if (self.version, self.slice_changes) == versioned[:2]:
-                self.shapes[versioned] = value
-                if len(self.shapes) > _SHAPES:
-                    self.shapes.popitem(last=False)
-        return value
+            stamp = (self.version, self.slice_changes)
+        return self._lru(self.shapes, _SHAPES, (*stamp, key), compute,
+                         lambda: (self.version, self.slice_changes) == stamp)
 
     def memo(self, key: Any, compute: Callable[[], T]) -> T:
         with self.lock:
             version = self.version
-            hit = self.memo_store.get(key)
+        return self._lru(self.memo_store, _MEMO_SIZE, key, compute,
+                         lambda: self.version == version)
+
+    def _lru(self, store: OrderedDict[Any, Any], size: int, key: Any, compute: Callable[[], T],
+             still: Callable[[], bool]) -> T:
+        """``compute()`` kept under ``key`` in ``store`` (bounded, LRU); computed outside
+        the lock, and kept only if ``still()`` says the view has not changed meanwhile."""
+        with self.lock:
+            hit = store.get(key)
             if hit is not None:
-                self.memo_store.move_to_end(key)
+                store.move_to_end(key)
                 return cast(T, hit)  # stored by this method under this key: a T
         value = compute()
         with self.lock:
-            if self.version == version:
-                self.memo_store[key] = value
-                if len(self.memo_store) > _MEMO_SIZE:
-                    self.memo_store.popitem(last=False)
+            if still():
+                store[key] = value
+                if len(store) > size:
+                    store.popitem(last=False)
         return value
