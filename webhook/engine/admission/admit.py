@@ -111,8 +111,8 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     """One stage for one pod, decided once per pod shape while the view stands.
 
     The replicas of a workload differ in their names alone: the first is decided in full and
-    the rest are told its decision, naming them. The decision is kept in the view's memo,
-    under the view's version and its ResourceSlices' (``ClusterView.per_shape``): any change
+    the rest are told its decision, naming them. The decision is kept in the view
+    (``ClusterView.per_shape``) under the view's version and its ResourceSlices': any change
     a decision reads starts it over. A pod with resourceClaims is always decided in full
     (its claims are read on demand and change without the view knowing)."""
     decide_facts = pods.mutate if stage.mutating else pods.validate

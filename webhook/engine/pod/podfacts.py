@@ -2,9 +2,9 @@
 
 Every rule (routing, steering, the CDI check, the decision) reads these facts instead of the
 raw object, so a malformed field (a list where a mapping belongs, a number for a name) is
-judged the same way by all of them, and in one place. The node-affinity evaluators
-(``webhook.engine.pod.affinity``) still walk the placement fields' structure, which is theirs to
-interpret; they get it from here, already shaped.
+judged the same way by all of them, and in one place. Its placement (``placement``,
+``unsteered``) is an ``affinity.Placement``: the fields the scheduler reads, parsed once, and
+the one answer to whether the pod can reach a node.
 """
 
 from __future__ import annotations
