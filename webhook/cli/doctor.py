@@ -64,7 +64,7 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
                    f"{cls} (extendedResourceName): the scheduler counts the device plugin's "
                    "GPUs and DRA's apart, so both can hand out the same GPU; remove the "
                    "device plugin from this node or the class's extendedResourceName"
-                   for resource, cls in mixed_resources(node, classes)] if slices else []
+                   for resource, cls in mixed_resources(node, classes, slices)]
         pool = policy.by_name[policy.pool_for_label_value(node.labels.get(policy.pool_label))]
         check = node_verdict(node, view, policy)
         inv = node.inventory

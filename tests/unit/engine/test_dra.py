@@ -429,3 +429,30 @@ def test_all_mode_with_one_tainted_device_cannot_be_allocated_there(policy):
                "device taints" in n.note for n in d.nodes), d.to_json()
     d = review(pod("all-gpus"), make_view(policy, resources), policy)  # dra-node-2 can
     assert d.allowed and not d.warnings, d.to_json()
+
+
+def test_served_two_ways_only_where_the_class_matches_a_device_there(policy):
+    """A device plugin beside DRA slices is a hazard only where the class naming the same
+    extended resource matches a device on that node: slices of another kind of device there
+    advertise nothing twice."""
+    from webhook.engine.checks.allocation import mixed_resources
+
+    resources = copy.deepcopy(docs("nvidia.yaml"))
+    resources[0]["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    view = make_view(policy, resources,
+                     [node("dra-node-2", allocatable={"nvidia.com/gpu": "1"})])
+    n = view.node("dra-node-2")
+    assert n is not None
+    classes = view.device_classes()
+    assert mixed_resources(n, classes, view.slices_for("dra-node-2")) == [
+        ("nvidia.com/gpu", "gpu.nvidia.com")]
+    for s in resources:  # the node's slice now publishes only MIG devices
+        if s["kind"] == "ResourceSlice":
+            for dev in s["spec"]["devices"]:
+                dev["attributes"]["type"] = {"string": "mig"}
+    view = make_view(policy, resources,
+                     [node("dra-node-2", allocatable={"nvidia.com/gpu": "1"})])
+    n = view.node("dra-node-2")
+    assert n is not None
+    assert view.slices_for("dra-node-2")  # DRA devices there still
+    assert mixed_resources(n, view.device_classes(), view.slices_for("dra-node-2")) == []

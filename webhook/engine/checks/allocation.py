@@ -139,8 +139,9 @@ def _summary(facts: PodFacts, d: dra.ClaimDemand, pool: str, view: ClusterView, 
                 policy.pool_for_label_value(n.labels.get(policy.pool_label)) != pool
                 or not (n.is_gpu_node(policy) or view.slices_for(n.name, own=True))):
             return None
-        hits = [(r, c) for r, c in mixed_resources(n, view.device_classes()) if r in asked]
-        mixed = hits[0] if hits and view.slices_for(n.name) else None
+        hits = [(r, c) for r, c in mixed_resources(n, view.device_classes(),
+                                                    view.slices_for(n.name)) if r in asked]
+        mixed = hits[0] if hits else None
         return _check_node(n, d, extra, view), mixed
 
     def initial() -> Iterable[NodeInfo]:
@@ -255,11 +256,21 @@ def _no_devices(facts: PodFacts, pool: str, policy: Policy, reason: Reason, mess
     return out
 
 
-def mixed_resources(node: NodeInfo, classes: Mapping[str, dra.DeviceClass] | None
-                    ) -> list[tuple[str, str]]:
-    """(resource, DeviceClass) pairs a device plugin and a DRA class both serve on this
-    node: the scheduler then counts the device plugin's and DRA never sees the GPUs in use."""
+def mixed_resources(node: NodeInfo, classes: Mapping[str, dra.DeviceClass] | None,
+                    slices: Iterable[dra.Slice]) -> list[tuple[str, str]]:
+    """(resource, DeviceClass) pairs a device plugin and a DRA class both serve on this node
+    (``slices``: the ResourceSlices it reaches): the device plugin advertises the resource,
+    and the class that names it as its ``extendedResourceName`` matches a device here. The
+    scheduler then counts the device plugin's GPUs and DRA's apart, and never sees the GPUs
+    in use through the other. A class that matches no device on the node serves nothing."""
     if not classes or not node.allocatable:
         return []
+    slices = tuple(slices)
+
+    def matches_here(c: dra.DeviceClass) -> bool:  # (a tainted device is advertised too)
+        r = dra.DeviceRequest(c.name, c.name, (), 1, False, ())
+        return any((m := dra.match_slice(s, r, c)).found or m.tainted for s in slices)
+
     return [(c.extended_resource, c.name) for c in classes.values()
-            if c.extended_resource and node.allocatable.get(c.extended_resource)]
+            if c.extended_resource and node.allocatable.get(c.extended_resource)
+            and matches_here(c)]
