@@ -456,3 +456,19 @@ def test_served_two_ways_only_where_the_class_matches_a_device_there(policy):
     assert n is not None
     assert view.slices_for("dra-node-2")  # DRA devices there still
     assert mixed_resources(n, view.device_classes(), view.slices_for("dra-node-2")) == []
+
+
+def test_a_gpu_resource_only_dra_serves_routes_to_the_pool_whose_devices_serve_it(policy):
+    """HAMi-DRA's class names nvidia.com/gpu as its extendedResourceName (KEP-5004): where
+    only the DRA pool's nodes serve it (no device plugin in the default pool), the pod goes
+    to that pool, where the default scheduler alone would have placed it; where the default
+    pool serves it too, the default pool stands."""
+    resources = copy.deepcopy(docs("nvidia.yaml"))
+    resources[0]["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    nodes = [node("dra-node-1", "dra"), node("dra-node-2", "dra"), node("op-1")]
+    d = review(pod(gpus={"nvidia.com/gpu": 1}), make_view(policy, resources, nodes), policy)
+    assert d.allowed and d.pool == "dra", d.to_json()
+    assert "served only in pool 'dra'" in d.message
+    nodes[2] = node("op-1", allocatable={"nvidia.com/gpu": "1"})  # a device plugin there
+    d = review(pod(gpus={"nvidia.com/gpu": 1}), make_view(policy, resources, nodes), policy)
+    assert d.pool == "operator", d.to_json()

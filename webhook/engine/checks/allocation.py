@@ -266,11 +266,6 @@ def mixed_resources(node: NodeInfo, classes: Mapping[str, dra.DeviceClass] | Non
     if not classes or not node.allocatable:
         return []
     slices = tuple(slices)
-
-    def matches_here(c: dra.DeviceClass) -> bool:  # (a tainted device is advertised too)
-        r = dra.DeviceRequest(c.name, c.name, (), 1, False, ())
-        return any((m := dra.match_slice(s, r, c)).found or m.tainted for s in slices)
-
     return [(c.extended_resource, c.name) for c in classes.values()
             if c.extended_resource and node.allocatable.get(c.extended_resource)
-            and matches_here(c)]
+            and dra.class_has_devices(slices, c)]

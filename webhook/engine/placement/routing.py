@@ -80,6 +80,39 @@ def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
     return {k: list(v) for k, v in facts.once("dra-routes", compute).items()}
 
 
+def _serving_pools(resource: str, cls: str, view: ClusterView, policy: Policy
+                   ) -> frozenset[str]:
+    """The pools with a node that advertises ``resource`` through a device plugin, or whose
+    ResourceSlices hold a device DeviceClass ``cls`` (which serves it) matches. Kept while
+    the view (its slices included) stands."""
+    def compute() -> frozenset[str]:
+        device_class = (view.device_classes() or {}).get(cls)
+        return frozenset(
+            policy.pool_for_label_value(n.labels.get(policy.pool_label)) for n in view.nodes()
+            if (n.allocatable and n.allocatable.get(resource))
+            or (device_class is not None
+                and dra.class_has_devices(view.slices_for(n.name), device_class)))
+    return view.per_shape(("pools serving", resource, cls, policy.cache_key), compute)
+
+
+def _only_pool_serving(facts: PodFacts, view: ClusterView, policy: Policy
+                       ) -> tuple[str, str] | None:
+    """(pool, evidence) when the resources a DeviceClass serves by ``extendedResourceName``
+    (which the pod asks for) are served in one pool alone, that pool not being the default
+    one: the default scheduler would place the pod there, and pinning it to the default
+    pool would leave it pending forever (KEP-5004, HAMi-DRA's class)."""
+    extended = podclaims.demand(facts, view).extended
+    if not extended:
+        return None
+    pools = frozenset.intersection(*(_serving_pools(r, c, view, policy) for r, c in extended))
+    if len(pools) != 1 or policy.default_pool in pools:
+        return None
+    (pool,) = pools
+    r, cls = extended[0]
+    return pool, (f"{r} (served only in pool {pool!r}, through DeviceClass {cls}'s "
+                  "extendedResourceName)")
+
+
 def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
     namespace = facts.namespace
     placement = facts.placement
@@ -178,7 +211,14 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
             return out
         bind(pool, f"{hits[0]} (served only by pool {pool!r})")
 
-    # 5. The default pool.
+    # 5. An extended resource only one pool serves at all, where a DeviceClass serves it too
+    # (its extendedResourceName): the pod cannot start anywhere else.
+    if out.pool is None and view is not None:
+        only = _only_pool_serving(facts, view, policy)
+        if only is not None and only[0] in admitted:
+            bind(*only)
+
+    # 6. The default pool.
     if out.pool is None:
         if policy.default_pool not in admitted:
             # Pinned to several pools but none by name: take the first the pod allows.

@@ -380,6 +380,12 @@ def match_slice(s: Slice, request: DeviceRequest, device_class: DeviceClass) -> 
     return out
 
 
+def class_has_devices(slices: Iterable[Slice], device_class: DeviceClass) -> bool:
+    """Does the class match a device in these slices (tainted or not: it is advertised)?"""
+    r = DeviceRequest(device_class.name, device_class.name, (), 1, False, ())
+    return any((m := match_slice(s, r, device_class)).found or m.tainted for s in slices)
+
+
 class NodeResult(NamedTuple):
     """Whether a node could allocate a pod's claims; ``why`` names the first request it
     cannot serve, ``doubt`` what kept gpupool from telling."""
