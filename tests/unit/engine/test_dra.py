@@ -264,6 +264,22 @@ def test_kubernetes_cel_libraries(expr, expected):
     assert cel.evaluate(cel.compile_selector(expr), {}) is expected
 
 
+@pytest.mark.parametrize("expr, expected", [
+    ("device.attributes['other.example.com'].size() == 0", True),
+    ("has(device.attributes['other.example.com'].model)", False),
+    ('!("model" in device.attributes["other.example.com"])', True),
+    ("device.capacity['other.example.com'].size() == 0", True),
+    ("device.attributes['gpu.nvidia.com'].type == 'gpu'", True),
+])
+def test_a_domain_the_device_lacks_is_an_empty_map(expr, expected):
+    """Kubernetes answers an attribute or capacity domain a device does not have with an
+    empty map (k8s.io/dynamic-resource-allocation v0.35.4 cel/compile.go,
+    newStringInterfaceMapWithDefault): such selectors evaluate; they are not doubt."""
+    device = {"driver": "gpu.nvidia.com", "attributes": {"gpu.nvidia.com": {"type": "gpu"}},
+              "capacity": {}, "allowMultipleAllocations": False}
+    assert cel.evaluate(cel.compile_selector(expr), device) is expected
+
+
 def test_decisions_follow_slice_and_class_changes(policy):
     """The per-shape verdicts are kept as slices come and go (node by node), and start over
     when a class changes: each answer equals a fresh view's."""

@@ -199,6 +199,9 @@ class Selector(NamedTuple):
     text: str
     program: Any
     error: str
+    #: (map, domain) pairs the expression names literally (``device.attributes['x']``): a
+    #: device without that domain gets an empty map there, as Kubernetes gives it
+    domains: tuple[tuple[str, str], ...] = ()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -212,7 +215,8 @@ def compile_selector(text: str) -> Selector:
     from cel_expr_python import cel
     if kind != cel.Type.BOOL and kind != cel.Type.DYN:
         return Selector(text, None, f"the expression returns {kind.name()}, not a boolean")
-    return Selector(text, program, "")
+    return Selector(text, program, "", tuple(sorted(
+        {(part, literal[1:-1]) for part, literal in _DOMAIN.findall(text)})))
 
 
 def evaluate(selector: Selector, device: Mapping[str, Any]) -> bool | str:
@@ -221,6 +225,14 @@ def evaluate(selector: Selector, device: Mapping[str, Any]) -> bool | str:
     if selector.program is None:
         return selector.error
     from cel_expr_python import cel
+    absent = [(part, d) for part, d in selector.domains if d not in device.get(part, {})]
+    if absent:
+        # Kubernetes' attribute and capacity maps answer an unknown domain with an empty
+        # map (k8s.io/dynamic-resource-allocation v0.35.4 cel/compile.go,
+        # newStringInterfaceMapWithDefault), so size() is 0 and has() is false there.
+        device = {**device, **{part: {**device.get(part, {}),
+                                      **{d: {} for p, d in absent if p == part}}
+                               for part in {p for p, _ in absent}}}
     try:
         out = selector.program.eval(data={"device": device})
     except RuntimeError as exc:
@@ -233,6 +245,7 @@ def evaluate(selector: Selector, device: Mapping[str, Any]) -> bool | str:
     return result
 
 
+_DOMAIN = re.compile(r"device\.(attributes|capacity)\s*\[\s*('[^']*'|\"[^\"]*\")\s*\]")
 _TOKENS = re.compile(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"|([A-Za-z_][A-Za-z0-9_]*)")
 #: Macros and functions that read a map's keys without naming them: a selector using any
 #: of them may depend on any field.
