@@ -28,15 +28,11 @@ from harness.kit import ROOT
 from harness.servers import free_port
 
 BUILD = ROOT / "tests" / "e2e" / "controlplane" / "build.sh"
-_bin_dir: Path | None = None
 
 
 def binaries() -> Path:
     """The directory holding kube-apiserver, kubectl and etcd; builds them on first use."""
-    global _bin_dir
-    if _bin_dir is None:
-        _bin_dir = built(BUILD, "the end-to-end layer (kube-apiserver, kubectl)")
-    return _bin_dir
+    return built(BUILD, "the end-to-end layer (kube-apiserver, kubectl)")
 
 
 def _pem_key(key: Any) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,10 +12,11 @@ import pytest
 from harness.kit import IN_CI
 
 
+@functools.cache
 def built(script: Path, what: str) -> Path:
-    """Run ``script`` (it prints the bin directory last) and return that directory. Without
-    Go the tests that need it skip loudly here, and fail under CI, where Go is part of the
-    machine."""
+    """Run ``script`` (it prints the bin directory last) and return that directory, once per
+    process. Without Go the tests that need it skip loudly here, and fail under CI, where Go
+    is part of the machine."""
     if shutil.which("go") is None:
         msg = f"Go toolchain not found: {what} cannot be built"
         if IN_CI:

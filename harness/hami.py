@@ -43,14 +43,10 @@ TEMPLATES = ("scheduler/webhook.yaml", "scheduler/configmap.yaml",
 # klog V(5) line HAMi's Handle writes for every pod it processes (webhook.go `template`).
 _PROCESSED = re.compile(r"Processing admission hook for pod ([^/\s]*)/([^,\s]*), UID:")
 LOCK = "hami.io/mutex.lock"  # HAMi's node lock: "<time>,<namespace>,<pod>"
-_bin: Path | None = None
 
 
 def binaries() -> Path:
-    global _bin
-    if _bin is None:
-        _bin = built(BUILD, "HAMi's scheduler and webhook")
-    return _bin
+    return built(BUILD, "HAMi's scheduler and webhook")
 
 
 def render(helm: Path, work: Path, template: str, *sets: str) -> dict[str, Any]:

@@ -11,14 +11,10 @@ from harness.kit import ROOT
 
 BUILD = ROOT / "tests" / "tools" / "build-helm.sh"
 CHART = ROOT / "manifests" / "helm" / "gpupool"
-_bin: Path | None = None
 
 
 def binary() -> Path:
-    global _bin
-    if _bin is None:
-        _bin = built(BUILD, "helm") / "helm"
-    return _bin
+    return built(BUILD, "helm") / "helm"
 
 
 def run(*args: str, check: bool = True, env: dict[str, Any] | None = None

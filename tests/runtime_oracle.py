@@ -45,17 +45,13 @@ from harness.gobuild import built
 from harness.kit import ROOT
 
 BUILD = ROOT / "tests" / "oracle" / "build.sh"
-_bin: Path | None = None
 STUB_RUNTIME = ("#!/bin/sh\n"
                 "# Stands in for runc: the question ends where runc would start.\n"
                 "exit 0\n")
 
 
 def binaries() -> Path:
-    global _bin
-    if _bin is None:
-        _bin = built(BUILD, "the runtime oracle (nvidia-container-runtime, CDI library)")
-    return _bin
+    return built(BUILD, "the runtime oracle (nvidia-container-runtime, CDI library)")
 
 
 @dataclass(frozen=True)
