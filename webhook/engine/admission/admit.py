@@ -112,7 +112,7 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
 
     The replicas of a workload differ in their names alone: the first is decided in full and
     the rest are told its decision, naming them. The decision is kept in the view
-    (``ClusterView.per_shape``) under the view's version and its ResourceSlices': any change
+    (``ClusterView.until_any_change``) under the view's version and its ResourceSlices': any change
     a decision reads starts it over. A pod with resourceClaims is always decided in full
     (its claims are read on demand and change without the view knowing)."""
     decide_facts = pods.mutate if stage.mutating else pods.validate
@@ -125,7 +125,7 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     # (a digest: thousands of kept shapes must not each hold a copy of their pod)
     digest = hashlib.blake2b(objects.json_key(shape).encode(), digest_size=16).digest()
     key = ("pod", stage, policy.cache_key, namespace, digest)
-    kept = view.per_shape(key, lambda: decide_facts(
+    kept = view.until_any_change(key, lambda: decide_facts(
         PodFacts.parse(obj, namespace, policy)._replace(who=_WHO), view, policy))
     return kept.naming(_WHO, who_of(obj, namespace))
 

@@ -92,7 +92,7 @@ def _serving_pools(resource: str, cls: str, view: ClusterView, policy: Policy
             if (n.allocatable and n.allocatable.get(resource))
             or (device_class is not None
                 and dra.class_has_devices(view.slices_for(n.name), device_class)))
-    return view.per_shape(("pools serving", resource, cls, policy.cache_key), compute)
+    return view.until_any_change(("pools serving", resource, cls, policy.cache_key), compute)
 
 
 def _only_pool_serving(facts: PodFacts, view: ClusterView, policy: Policy

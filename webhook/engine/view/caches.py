@@ -1,9 +1,10 @@
 """What the view keeps between decisions, and what each kind of change takes away.
 
-Three caches: the memo (any value, per key, until the view next changes), the folds (a value
-per node over a pod shape's candidate nodes, kept current node by node), and the decisions
-kept per pod shape (under the version they were made at: a change makes them unreachable,
-and they age out). Which of them a change clears or updates is decided here once, from the
+Three caches: the memo (any value, per key, until a change other than a slice), the folds (a value
+per node over a pod shape's candidate nodes, kept current node by node), and values kept until
+anything changes, slices included (decisions per pod shape, the pools that serve a resource:
+kept under the version they were made at, so a change makes them unreachable, and they age
+out). Which of them a change clears or updates is decided here once, from the
 kind of change (``EFFECTS``); the view's writes only say what changed.
 """
 
@@ -20,7 +21,8 @@ from webhook.engine.view.nodes import NodeInfo
 
 T = TypeVar("T")
 _MEMO_SIZE = 4096
-#: Decisions kept per pod shape (``ClusterView.per_shape``); each is a few hundred bytes.
+#: Values kept until anything changes (``ClusterView.until_any_change``): mostly decisions
+#: per pod shape, each a few hundred bytes.
 _SHAPES = 2048
 #: Folds kept (per pod shape): each holds one small entry per node of its candidate set.
 _FOLDS = 16
@@ -95,6 +97,8 @@ class Effect:
     #: what the folds do: re-judge the changed nodes, drop a node, start over, re-judge the
     #: changed nodes in the folds that read slices, or nothing
     folds: str  # "update" | "remove" | "clear" | "slices" | "keep"
+    #: ResourceSlices changed: what reads them (slice folds, ``until_any_change``) starts over
+    slices: bool = False
 
 
 EFFECTS: dict[Change, Effect] = {
@@ -105,9 +109,9 @@ EFFECTS: dict[Change, Effect] = {
     Change.SETTING: Effect(memo=True, folds="clear"),
     # Nothing memoised reads slices (DRA verdicts are folds): the memo stays, and a fold
     # being built meanwhile is not kept (``slice_changes``).
-    Change.SLICES: Effect(memo=False, folds="slices"),
-    Change.ALL_SLICES: Effect(memo=False, folds="clear"),
-    Change.SLICE_LISTING: Effect(memo=True, folds="clear"),
+    Change.SLICES: Effect(memo=False, folds="slices", slices=True),
+    Change.ALL_SLICES: Effect(memo=False, folds="clear", slices=True),
+    Change.SLICE_LISTING: Effect(memo=True, folds="clear", slices=True),
     Change.SYNCED: Effect(memo=True, folds="keep"),
 }
 
@@ -146,7 +150,7 @@ class Caches:
                 for fold in self.folds.values():
                     if fold.reads_slices:
                         fold.update(node)
-        if change in (Change.SLICES, Change.ALL_SLICES, Change.SLICE_LISTING):
+        if effect.slices:
             self.slice_changes += 1
         if effect.memo:
             self.version += 1
@@ -170,7 +174,7 @@ class Caches:
                     self.folds.popitem(last=False)
         return fold
 
-    def per_shape(self, key: Any, compute: Callable[[], T]) -> T:
+    def until_any_change(self, key: Any, compute: Callable[[], T]) -> T:
         with self.lock:
             stamp = (self.version, self.slice_changes)
         return self._lru(self.shapes, _SHAPES, (*stamp, key), compute,

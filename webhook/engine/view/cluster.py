@@ -268,11 +268,12 @@ class ClusterView:
         """Cache ``compute()`` under ``key`` until the view next changes (bounded, LRU)."""
         return self._caches.memo(key, compute)
 
-    def per_shape(self, key: Any, compute: Callable[[], T]) -> T:
+    def until_any_change(self, key: Any, compute: Callable[[], T]) -> T:
         """Cache ``compute()`` under ``key`` while nothing in the view changes, slices
-        included (bounded, LRU, apart from the memo: a stream of one-off pods must not push
-        out the candidates every pod of a pool shares)."""
-        return self._caches.per_shape(key, compute)
+        included (the memo outlives slice changes). Bounded, LRU, apart from the memo: a
+        stream of one-off pods must not push out the candidates every pod of a pool
+        shares."""
+        return self._caches.until_any_change(key, compute)
 
 
 def runtime_classes_of(items: Iterable[Mapping[str, Any]]) -> dict[str, str]:
