@@ -126,7 +126,7 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     digest = hashlib.blake2b(objects.json_key(shape).encode(), digest_size=16).digest()
     key = ("pod", stage, policy.cache_key, namespace, digest)
     kept = view.until_any_change(key, lambda: decide_facts(
-        PodFacts.parse(obj, namespace, policy)._replace(who=_WHO), view, policy))
+        PodFacts.parse(obj, namespace, policy, who=_WHO), view, policy))
     return kept.naming(_WHO, who_of(obj, namespace))
 
 

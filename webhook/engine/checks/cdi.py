@@ -227,9 +227,15 @@ OUTCOMES: dict[Finding, _Outcome] = {
 
 def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy) -> Verdicts:
     """Which nodes of the pool would fail this pod, and why: the one answer the admission
-    decision, steering and ``doctor`` share. Kept per pod shape as nodes change
-    (``ClusterView.fold``): the pods of one workload pay for the scan of their candidates
-    once, and a node change costs that node alone."""
+    decision, steering, ``cdi.repair`` and ``doctor`` share. Kept per pod shape as nodes
+    change (``ClusterView.fold``): the pods of one workload pay for the scan of their
+    candidates once, and a node change costs that node alone; asked again of the same pod
+    (steering, then repair), it is the same answer."""
+    return facts.once(f"verdicts {pool_name}", lambda: _verdicts(facts, pool_name, view, policy))
+
+
+def _verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
+              ) -> Verdicts:
     node_name = facts.node_name
     hami_pool = policy.is_hami_pool(pool_name)
     demand: list[cand.GPUDemand] = []  # worked out on the first node that needs it

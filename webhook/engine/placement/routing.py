@@ -70,12 +70,13 @@ def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
         common = set.intersection(*({p for p, _ in s} for s in served))
         chosen = next((p for p, _ in served[0] if p in common), None)
         found: dict[str, set[str]] = {}
-        for s in served:
-            for pool, cls in s:
-                if chosen is None or pool == chosen:
+        if chosen is not None:  # each request's first alternative there is the one tried
+            found[chosen] = {f"DeviceClass {next(c for p, c in s if p == chosen)}"
+                             for s in served}
+        else:
+            for s in served:
+                for pool, cls in s:
                     found.setdefault(pool, set()).add(f"DeviceClass {cls}")
-                    if chosen is not None:
-                        break  # the first alternative the chosen pool serves is the one tried
         return {k: tuple(sorted(v)) for k, v in found.items()}
     return {k: list(v) for k, v in facts.once("dra-routes", compute).items()}
 

@@ -52,7 +52,10 @@ class PodFacts(NamedTuple):
     memo: dict[str, Any]
 
     @classmethod
-    def parse(cls, obj: Mapping[str, Any], namespace: str | None, policy: Policy) -> PodFacts:
+    def parse(cls, obj: Mapping[str, Any], namespace: str | None, policy: Policy,
+              who: str | None = None) -> PodFacts:
+        """``who``: how messages name the pod, when not as ``who_of`` names it (a decision
+        kept for a pod shape names a stand-in, replaced per pod)."""
         meta = objects.meta_of(obj)
         spec = obj.get("spec")
         if not isinstance(spec, dict):
@@ -62,7 +65,7 @@ class PodFacts(NamedTuple):
         labels, annotations = meta.get("labels"), meta.get("annotations")
         names = frozenset(resource_names(spec))
         return cls(
-            obj, namespace, who_of(obj, namespace),
+            obj, namespace, who_of(obj, namespace) if who is None else who,
             isinstance(obj.get("metadata"), dict),
             labels if isinstance(labels, dict) else {},
             annotations if isinstance(annotations, dict) else {},
