@@ -48,6 +48,8 @@ RESULTS = ROOT / "bench" / "results" / "dra-chain.json"
 NS = "dra"
 GATES = "DRADeviceTaints=true,DRAExtendedResource=true"
 NO_DEVICES = "has the DRA devices this pod asks for"  # gpupool's warning, in part
+#: gpupool's warnings that no node can allocate the pod: no devices, or a missing class
+NEVER_ALLOCATED = (NO_DEVICES, "the pod stays pending until it does")
 
 #: node -> (pool label or None, [(product, memory)] its DRA driver publishes, device
 #: plugin GPUs). hami-dra is a lure: the only node with four GPUs, in HAMi's pool.
@@ -58,6 +60,7 @@ NODES: dict[str, tuple[str | None, list[tuple[str, str]], int]] = {
     "op-dp": (None, [], 2),
     "dra-t": (None, [("NVIDIA T4", "16Gi")], 0),  # its one GPU tainted (maintenance)
     "hami-dra-2": ("hami", [], 0),  # HAMi-DRA's driver publishes its GPUs (HAMI_SLICE)
+    "dra-t2": (None, [("NVIDIA A10", "24Gi")] * 2, 0),  # its first GPU tainted only
 }
 HAMI_DRIVER = "hami-core-gpu.project-hami.io"
 HAMI_CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
@@ -78,8 +81,10 @@ HAMI_SLICE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
                            "productName": {"string": "NVIDIA A10"}},
                            "capacity": {"memory": {"value": "24Gi"}, "cores": {"value": "100"}}}
                            for i in range(2)]}}
-TAINTED = {"dra-t": [{"key": "example.com/maintenance", "value": "true",
-                      "effect": "NoSchedule"}]}
+MAINTENANCE = [{"key": "example.com/maintenance", "value": "true", "effect": "NoSchedule"}]
+#: node -> (device taints, how many of its GPUs carry them: the first N, or all)
+TAINTED: dict[str, tuple[list[dict[str, str]], int | None]] = {
+    "dra-t": (MAINTENANCE, None), "dra-t2": (MAINTENANCE, 1)}
 #: Claim templates of this test: the tainted T4, asked for with and without a toleration,
 #: and a GPU from HAMi-DRA's class.
 T4 = {"deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {
@@ -92,6 +97,30 @@ EXTRA_TEMPLATES = [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTe
                     {"key": "example.com/maintenance", "operator": "Exists",
                      "effect": "NoSchedule"}]}), ("hami-gpu", {"deviceClassName": HAMI_DRIVER,
                                                                "selectors": []}))]
+A10 = {"deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {
+    "expression": "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A10'"}}]}
+
+
+def _template(name: str, request: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": "dra"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", **request}]}}}}
+
+
+#: Shapes whose truth the allocator decides against what a model might guess: every A10 on
+#: dra-t2 with one of them tainted (allocationMode All takes the tainted one too), a later
+#: firstAvailable alternative whose class does not exist (every class is looked up first),
+#: and alternatives in two pools (one of them is enough).
+EXTRA_TEMPLATES += [
+    _template("a10-all", {"exactly": {**A10, "allocationMode": "All"}}),
+    _template("a10", {"exactly": A10}),
+    _template("gpu-or-ghost", {"firstAvailable": [
+        {"name": "full", "deviceClassName": "gpu.nvidia.com"},
+        {"name": "ghost", "deviceClassName": "ghost.example.com"}]}),
+    _template("hami-or-gpu", {"firstAvailable": [
+        {"name": "hami", "deviceClassName": HAMI_DRIVER},
+        {"name": "full", "deviceClassName": "gpu.nvidia.com"}]}),
+]
 
 
 def _hami_dra_policy(tmp: Path) -> Path:
@@ -108,14 +137,17 @@ def _hami_dra_policy(tmp: Path) -> Path:
 
 
 def publish_slices(node: str, gpus: list[tuple[str, str]],
-                   taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
+                   tainted: tuple[list[dict[str, str]], int | None] | None = None
+                   ) -> dict[str, Any]:
     """Test double for NVIDIA's DRA kubelet plugin: the ResourceSlice it publishes (with
-    device taints, as a driver marks a GPU under maintenance)."""
+    device taints on the first N GPUs, or all, as a driver marks a GPU under maintenance)."""
+    taints, first = tainted or ([], None)
     devices = [{"name": f"gpu-{i}", "attributes": {
         "type": {"string": "gpu"}, "productName": {"string": product},
         "uuid": {"string": f"GPU-{abs(hash((node, i))) % 10**8:08d}-0000-4000-8000-000000000000"},
         "driverVersion": {"version": "560.35.3"}, "index": {"int": i}},
-        "capacity": {"memory": {"value": memory}}, **({"taints": taints} if taints else {})}
+        "capacity": {"memory": {"value": memory}},
+        **({"taints": taints} if taints and (first is None or i < first) else {})}
         for i, (product, memory) in enumerate(gpus)]
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
             "metadata": {"name": f"{node}-gpu.nvidia.com"},
@@ -236,7 +268,13 @@ SHAPES: dict[str, dict[str, Any]] = {
     "t4-tolerating": _pod("t4-tolerating", ["t4-tolerating"]),
     "hami-claim": _pod("hami-claim", ["hami-gpu"]),  # HAMi-DRA's class: HAMi's pool
     "mixed": _pod("mixed", ["one-gpu", "hami-gpu"]),  # NVIDIA's and HAMi's: no one pool
+    "a10-all": _pod("a10-all", ["a10-all"]),
+    "a10": _pod("a10", ["a10"]),
+    "gpu-or-ghost": _pod("gpu-or-ghost", ["gpu-or-ghost"]),
+    "hami-or-gpu": _pod("hami-or-gpu", ["hami-or-gpu"]),
 }
+#: the shapes HAMi-DRA's class routes to HAMi's pool
+HAMI_SHAPES = ("hami-claim", "hami-or-gpu")
 #: a claim, not a template: shared by whoever names it
 SHARED_CLAIM = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                 "metadata": {"name": "shared", "namespace": NS},
@@ -255,7 +293,8 @@ def _decision(c: DRAChain, pod: dict[str, Any]) -> dict[str, Any]:
     sent = json.loads(r.stdout)
     ann = sent["metadata"].get("annotations") or {}
     return {"allowed": True, "pool": ann.get("gpupool.io/pool"),
-            "warned": NO_DEVICES in r.stderr, "warnings": r.stderr.strip(),
+            "warned": any(w in r.stderr for w in NEVER_ALLOCATED),
+            "warnings": r.stderr.strip(),
             "affinity": sent["spec"].get("affinity")}
 
 
@@ -333,7 +372,7 @@ def test_gpupool_and_the_scheduler_agree_on_every_dra_shape(dra, tmp_path):
             assert row["scheduler"] == "-", row  # not created; see the test below
             continue
         # NVIDIA's classes route to the operator pool, HAMi-DRA's to HAMi's
-        pool = "hami" if row["pod"] == "hami-claim" else "operator"
+        pool = "hami" if row["pod"] in HAMI_SHAPES else "operator"
         assert row["pool"] == pool, row
         if row["gpupool"] == "can allocate":
             nodes = {n for n, (p, _, _) in NODES.items() if (p or "operator") == pool}
@@ -360,6 +399,14 @@ def test_gpupool_and_the_scheduler_agree_on_every_dra_shape(dra, tmp_path):
     assert by["hami-claim"]["scheduler"] == "hami-dra-2"
     assert by["mixed"]["gpupool"] == "denied"
     assert "ExclusiveResourceConflict" in decisions["mixed"]["message"]
+    # All takes the tainted A10 too, so no node can allocate it; one A10 fits beside it
+    assert by["a10-all"]["gpupool"] == "no node can allocate"
+    assert by["a10"]["scheduler"] == "dra-t2"
+    # a missing class in any alternative: the scheduler looks every one up first
+    assert by["gpu-or-ghost"]["gpupool"] == "no node can allocate"
+    assert "ghost.example.com" in by["gpu-or-ghost"]["why"]
+    # alternatives in two pools: the first one's pool, where the scheduler takes it
+    assert by["hami-or-gpu"]["scheduler"] == "hami-dra-2"
 
 
 def test_a_pod_mixing_pools_gpupool_denies_cannot_be_allocated(dra):
