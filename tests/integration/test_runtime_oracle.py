@@ -342,3 +342,31 @@ def test_a_pods_own_visible_devices_decide_nothing_where_the_plugin_hands_cdi_na
         runs = v.ok and bool(v.devices)
         final = decide([node], own_pod(value))[0].final
         assert final.allowed == runs, (strategy, value, v, final.to_json())
+
+
+def test_hamis_plugin_on_an_operator_node_is_judged_by_what_it_hands(tmp_path):
+    """HAMi's DaemonSet selects nodes by its own nodeSelector, so it can run on an operator-pool
+    node. Set to cdi-annotations there, it hands CDI names the node's specs do not define
+    (its own spec was never written): the real CDI library refuses them, and gpupool denies;
+    where it does not run, the plugin's UUIDs go to the runtime, which resolves them, and
+    gpupool admits."""
+    from harness.kit import gpu_pod
+    from tests.unit.engine.test_hamiplugin import daemonset
+    from tests.unit.engine.test_steering import agent_node, decide
+
+    node = agent_node(tmp_path, "op-1", None, "operator-management", per_uuid=True,
+                      register=False)
+    node["metadata"]["labels"]["gpu"] = "on"  # HAMi's chart's selector
+    paths = tmp_path / "op-1"
+    oracle = OracleNode(tmp_path / "oracle", [paths / "etc/cdi", paths / "var/run/cdi"],
+                        paths / "config/config.toml", gpus=UUIDS)
+    pod = gpu_pod("g", limits={"nvidia.com/gpu": 1})
+    cdi_names = oracle.inject(*(f"k8s.device-plugin.nvidia.com/gpu={u}" for u in UUIDS))
+    rv, _, _ = decide([node, daemonset("cdi-annotations")], pod)
+    assert not cdi_names.ok, cdi_names  # the library cannot resolve them
+    assert rv.final.allowed == cdi_names.ok, rv.final.to_json()
+    envvar = [oracle.create(u) for u in UUIDS]
+    node["metadata"]["labels"]["gpu"] = "off"  # the DaemonSet does not run here
+    rv, _, _ = decide([node, daemonset("cdi-annotations")], pod)
+    runs = all(v.ok and v.devices for v in envvar)
+    assert runs and rv.final.allowed, (envvar, rv.final.to_json())
