@@ -155,12 +155,20 @@ class ControlPlane:
         self._wait_ready()
         return self
 
-    def start_scheduler(self, name: str, config: dict[str, Any]) -> None:
+    def start_scheduler(self, name: str, config: dict[str, Any],
+                        lease: tuple[str, str] | None = None) -> None:
         """A real kube-scheduler (same module as the API server) with this
-        KubeSchedulerConfiguration (its profiles, extenders)."""
+        KubeSchedulerConfiguration (its profiles, extenders); with ``lease`` (namespace,
+        name), leader election on that Lease, as HAMi's chart runs its scheduler, with short
+        timings so a stopped scheduler's Lease expires within seconds."""
         path = self.root / f"{name}.yaml"
+        election: dict[str, Any] = {"leaderElect": False}
+        if lease is not None:
+            election = {"leaderElect": True, "resourceLock": "leases",
+                        "resourceNamespace": lease[0], "resourceName": lease[1],
+                        "leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "1s"}
         path.write_text(yaml.safe_dump({
-            **config, "leaderElection": {"leaderElect": False},
+            **config, "leaderElection": election,
             "clientConnection": {"kubeconfig": str(self.kubeconfig)}}))
         self._spawn(name, [str(self.bin / "kube-scheduler"), f"--config={path}",
                            "--secure-port=0", "--v=2", *self._gates()])
@@ -189,6 +197,13 @@ class ControlPlane:
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
         self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                            start_new_session=True))
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the program started as ``name`` (a scheduler that dies without a word)."""
+        proc = next(p for p in self.procs if any(name in a for a in _argv(p)))
+        proc.kill()
+        proc.wait(30)
+        self.procs.remove(proc)
 
     def stop_apiserver(self) -> None:
         """Cut every watch: the API server dies (SIGKILL, no graceful drain), etcd and its

@@ -18,8 +18,8 @@ from webhook.engine import (
     ClusterView,
     NodeState,
     Policy,
+    advertised_twice,
     fix_text,
-    mixed_resources,
     node_verdict,
 )
 
@@ -52,7 +52,6 @@ class Row:
 
 def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
     rows = []
-    classes = view.device_classes()
     for node in sorted(view.nodes(), key=lambda n: n.name):
         slices = view.slices_for(node.name)
         if not node.is_gpu_node(policy) and not slices:
@@ -60,11 +59,7 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
         dra_devices: dict[str, int] = {}
         for s in slices:
             dra_devices[s.driver] = dra_devices.get(s.driver, 0) + len(s)
-        hazards = [f"{resource} is served here both by a device plugin and by DeviceClass "
-                   f"{cls} (extendedResourceName): the scheduler counts the device plugin's "
-                   "GPUs and DRA's apart, so both can hand out the same GPU; remove the "
-                   "device plugin from this node or the class's extendedResourceName"
-                   for resource, cls in mixed_resources(node, classes, slices)]
+        hazards = [h.message for h in advertised_twice(node, view)]
         pool = policy.by_name[policy.pool_for_label_value(node.labels.get(policy.pool_label))]
         check = node_verdict(node, view, policy)
         inv = node.inventory

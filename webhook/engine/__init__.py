@@ -47,6 +47,11 @@ _SURFACE = {
     "name_of": "core.objects", "template_pod": "admission.workloads",
     # JSON patches as the API server takes them
     "encode_patch": "core.patch",
+    # after admission: pods re-checked as the cluster changes, nodes whose GPUs go out twice
+    "recheck": "aftercare.podrisk", "Outcome": "aftercare.podrisk",
+    "PodAnswer": "aftercare.podrisk",
+    "SchedulerState": "aftercare.podrisk", "NodeHazard": "aftercare.nodehazards",
+    "advertised_twice": "aftercare.nodehazards",
     # a pod read as the engine reads it, for judges that compare it with the real stack
     "annotation_requests": "stacks.nri", "without_steering": "pod.affinity",
 }
@@ -73,6 +78,12 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.admission.admit import review as review
     from webhook.engine.admission.admit import review_pod as review_pod
     from webhook.engine.admission.workloads import template_pod as template_pod
+    from webhook.engine.aftercare.nodehazards import NodeHazard as NodeHazard
+    from webhook.engine.aftercare.nodehazards import advertised_twice as advertised_twice
+    from webhook.engine.aftercare.podrisk import Outcome as Outcome
+    from webhook.engine.aftercare.podrisk import PodAnswer as PodAnswer
+    from webhook.engine.aftercare.podrisk import SchedulerState as SchedulerState
+    from webhook.engine.aftercare.podrisk import recheck as recheck
     from webhook.engine.checks.allocation import mixed_resources as mixed_resources
     from webhook.engine.checks.assessment import NodeAssessment as NodeAssessment
     from webhook.engine.checks.assessment import NodeState as NodeState

@@ -9,6 +9,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from webhook.cli.common import (
+    EXIT_FINDING,
+    EXIT_OK,
     UsageError,
     add_command,
     add_kube_flags,
@@ -36,6 +38,8 @@ def cmd_check(args: argparse.Namespace) -> int:
                   for _, objs in manifests for obj in objs}
     snapshot = _check_source(args)
     view = view_of(snapshot, policy, labels, sorted(namespaces))
+    if args.running:
+        return _running(args, manifests, view, policy)
     report = run_check(manifests, view, policy)
     if args.no_cluster:
         report.cdi_unchecked = "--no-cluster: routing only"
@@ -48,6 +52,26 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         print(format_text(report, wide=args.output == "wide"))
     return report.exit_code
+
+
+def _running(args: argparse.Namespace, manifests: list[tuple[str, list[dict[str, Any]]]],
+             view: Any, policy: Any) -> int:
+    """``--running``: the pods in the files are running pods (``kubectl get pods -A -o
+    yaml``), re-checked where they are against the cluster state given: which of them the
+    change would break, on which node and why."""
+    from webhook.cli.atrisk import answers, format_answers, pods_of
+
+    pods = pods_of(obj for _, objs in manifests for obj in objs)
+    if not pods:
+        raise UsageError(f"--running: no Pod in {', '.join(p for p, _ in manifests)}; pass "
+                         "'kubectl get pods -A -o yaml' output")
+    found = answers(pods, view, policy)
+    if args.output in ("json", "yaml"):
+        print_doc({"kind": "RunningPodsReport", "pods": [a.to_json() for a in found],
+                   "atRisk": sum(a.outcome.at_risk for a in found)}, args.output)
+    else:
+        print(format_answers(found, wide=args.output == "wide"))
+    return EXIT_FINDING if any(a.outcome.at_risk for a in found) else EXIT_OK
 
 
 def _check_source(args: argparse.Namespace) -> ClusterFile:
@@ -97,7 +121,10 @@ def register(sub: Any, prog: str) -> None:
         # every manifest under a directory, against the current context's nodes
         {prog} check -R -f deploy/ --context prod
         # what kubectl would send, from standard input
-        helm template ./chart | {prog} check -f - --cluster nodes.yaml -o json""")
+        helm template ./chart | {prog} check -f - --cluster nodes.yaml -o json
+        # before a change: which running pods would the planned cluster state break?
+        kubectl get pods -A -o yaml > pods.yaml
+        {prog} check --running -f pods.yaml --cluster planned-nodes.yaml""")
     c.add_argument("-f", "--filename", dest="files", action="append", required=True,
                    metavar="FILE", help="manifest file, directory, or - for standard input "
                                         "(repeatable)")
@@ -107,6 +134,11 @@ def register(sub: Any, prog: str) -> None:
                    help="'kubectl get nodes,runtimeclasses -o yaml' output (without it, the "
                         "cluster of --context/--kubeconfig, $KUBECONFIG or ~/.kube/config, as "
                         "kubectl finds it)")
+    c.add_argument("--running", action="store_true",
+                   help="the files hold running pods ('kubectl get pods -A -o yaml'): list "
+                        "those the cluster state given (--cluster: a planned one) would "
+                        "break, on their nodes, as 'gpupool scan' would report them; exit 1 "
+                        "if any")
     c.add_argument("--no-cluster", action="store_true",
                    help="check routing only: CDI devices are not checked (without this, "
                         "having no nodes to check against is an error, exit 2)")

@@ -46,6 +46,9 @@ class Reason(StrEnum):
     DRA_ADMIN_ACCESS_FORBIDDEN = "DRAAdminAccessForbidden"
     USER_NAMESPACE_UNSUPPORTED = "UserNamespaceUnsupported"
     NODE_VIEW_MISSING = "NodeViewMissing"
+    # after admission (``gpupool scan``): never an admission answer
+    SCHEDULER_NOT_RUNNING = "SchedulerNotRunning"
+    GPUS_ADVERTISED_TWICE = "GPUsAdvertisedTwice"
 
     @classmethod
     def codes(cls) -> tuple[str, ...]:

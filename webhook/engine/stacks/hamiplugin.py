@@ -69,8 +69,14 @@ def _flag(argv: object) -> str | None:
     return None
 
 
+def runs_on(plugins: Iterable[HamiPlugin], labels: Mapping[str, str]) -> bool:
+    """Whether one of HAMi's device-plugin DaemonSets schedules a pod on a node with these
+    labels."""
+    return any(all(labels.get(k) == v for k, v in p.node_selector) for p in plugins)
+
+
 def way_on(plugins: Iterable[HamiPlugin], labels: Mapping[str, str]) -> Way | None:
     """The way HAMi's plugin hands GPUs on a node with these labels: that of the DaemonSets
     that run there, when they agree (None: none runs there, or they disagree)."""
-    ways = {p.way for p in plugins if all(labels.get(k) == v for k, v in p.node_selector)}
+    ways = {p.way for p in plugins if runs_on((p,), labels)}
     return ways.pop() if len(ways) == 1 else None

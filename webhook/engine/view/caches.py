@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar, cast
 
@@ -116,6 +116,21 @@ EFFECTS: dict[Change, Effect] = {
 }
 
 
+@dataclass
+class Changes:
+    """What changed since it was last taken, for a reader that re-decides only what a change
+    touched (``gpupool scan``): the nodes stored, deleted or whose slices changed, the
+    namespaces whose labels or claims changed, or everything (a listing, a cluster-wide
+    setting)."""
+
+    everything: bool = False
+    nodes: set[str] = field(default_factory=set)
+    namespaces: set[str] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return self.everything or bool(self.nodes) or bool(self.namespaces)
+
+
 class Caches:
     """The memo and the folds, guarded by the view's lock."""
 
@@ -129,12 +144,21 @@ class Caches:
         #: bumped by every change the memo depends on
         self.version = 0
         self.slice_changes = 0
+        #: kept only once a reader asks for it (``ClusterView.track_changes``)
+        self.log: Changes | None = None
 
     def changed(self, change: Change, nodes: Iterable[NodeInfo] = (),
                 names: Iterable[str] = ()) -> None:
         """Apply what ``change`` takes away; ``nodes`` are the nodes stored or re-judged,
         ``names`` the nodes deleted. Call with the lock held."""
         effect = EFFECTS[change]
+        if self.log is not None:
+            if change in (Change.NODE, Change.SLICES):
+                self.log.nodes.update(n.name for n in nodes)
+            elif change is Change.NODE_GONE:
+                self.log.nodes.update(names)
+            elif change is not Change.NAMESPACES:  # namespaces are noted by name
+                self.log.everything = True
         if effect.folds == "clear":
             self.folds.clear()
         elif effect.folds == "update":

@@ -17,7 +17,7 @@ from webhook.api.delivery import Way
 from webhook.engine.core import objects
 from webhook.engine.core.policy import Policy
 from webhook.engine.stacks import clusterpolicy, dra, hamiplugin, nri
-from webhook.engine.view.caches import Caches, Change, NodeFold
+from webhook.engine.view.caches import Caches, Change, Changes, NodeFold
 from webhook.engine.view.draobjects import DRAObjects
 from webhook.engine.view.index import NodeIndex
 from webhook.engine.view.nodes import NodeInfo, intern_map
@@ -52,6 +52,18 @@ class ClusterView:
     def version(self) -> int:
         return self._caches.version
 
+
+    def track_changes(self) -> None:
+        """Start keeping what changes, for ``take_changes``."""
+        with self._lock:
+            if self._caches.log is None:
+                self._caches.log = Changes()
+
+    def take_changes(self) -> Changes:
+        """What changed since the last call (or ``track_changes``), and start afresh."""
+        with self._lock:
+            taken, self._caches.log = self._caches.log or Changes(), Changes()
+            return taken
 
     # ---------------------------------------------------------------- writes
 
@@ -95,11 +107,15 @@ class ClusterView:
             else:
                 self._namespaces[name] = intern_map(labels)
             self._caches.changed(Change.NAMESPACES)
+            if self._caches.log is not None:
+                self._caches.log.namespaces.add(name)
 
     def replace_namespaces(self, namespaces: Mapping[str, Mapping[str, str]]) -> None:
         with self._lock:
             self._namespaces = {k: intern_map(v) for k, v in namespaces.items()}
             self._caches.changed(Change.NAMESPACES)
+            if self._caches.log is not None:
+                self._caches.log.everything = True
 
     def _setting(self, changed: Callable[[], bool]) -> None:
         with self._lock:
@@ -159,11 +175,15 @@ class ClusterView:
         """Every ResourceClaim or ResourceClaimTemplate (``kind``), by (namespace, name)."""
         with self._lock:
             self._dra.replace_claims(kind, claims)
+            if self._caches.log is not None:
+                self._caches.log.everything = True
 
     def set_claim(self, kind: str, namespace: str, name: str,
                   spec: dra.ClaimSpec | None) -> None:
         with self._lock:
             self._dra.set_claim(kind, namespace, name, spec)
+            if self._caches.log is not None:
+                self._caches.log.namespaces.add(namespace)
 
     # ---------------------------------------------------------------- reads
 
@@ -171,6 +191,11 @@ class ClusterView:
         """How HAMi's device plugin hands GPUs on a node with these labels, where its
         DaemonSet says."""
         return self._settings.hami_way(labels)
+
+    def hami_plugin_runs(self, labels: Mapping[str, str]) -> bool:
+        """Whether one of HAMi's device-plugin DaemonSets schedules to a node with these
+        labels (False when none is known)."""
+        return self._settings.hami_plugin_runs(labels)
 
     def knows_hami_plugins(self) -> bool:
         return bool(self._settings.hami_plugins)

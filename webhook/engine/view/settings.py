@@ -57,6 +57,9 @@ class ClusterSettings:
         plugins = self.hami_plugins
         return hamiplugin.way_on(plugins, labels) if plugins else None
 
+    def hami_plugin_runs(self, labels: Mapping[str, str]) -> bool:
+        return bool(self.hami_plugins) and hamiplugin.runs_on(self.hami_plugins or (), labels)
+
     def operator_way(self) -> Way | None:
         return self.operator.way if self.operator is not None else None
 

@@ -1,0 +1,247 @@
+"""``gpupool scan`` against a real kube-apiserver: two replicas elect a leader on a real
+Lease; GPU pods created through gpupool's real webhook, and one created while it was
+bypassed, are re-checked as nodes change (their inventory published by the real agent), as
+HAMi's scheduler (a real kube-scheduler with leader election, as HAMi's chart runs it)
+stops, and as the leader dies. Reports go into the real PolicyReport CRD (Kyverno's own
+file), Events into the real API.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from harness import install
+from harness.controlplane import ControlPlane
+from harness.kit import UPSTREAM
+from harness.layouts import fake_driver, hami_register, per_uuid_spec, write_layout
+from harness.servers import free_port, stop_server
+
+pytestmark = pytest.mark.e2e
+NS = "ml"
+SCAN_NS = "gpupool-system"
+
+
+class Scan:
+    def __init__(self, cp: ControlPlane, tmp: Path, name: str, *extra: str) -> None:
+        self.name, self.port = name, free_port()
+        self.log = tmp / f"{name}.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "webhook", "scan", "--kubeconfig", str(cp.kubeconfig),
+             "--namespace", SCAN_NS, "--identity", name, "--listen", f"127.0.0.1:{self.port}",
+             "--lease-duration", "3",
+             "--scheduler-lease", "hami-scheduler=kube-system/hami-scheduler", *extra],
+            stdout=self.log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+
+    def get(self, path: str) -> requests.Response:
+        return requests.get(f"http://127.0.0.1:{self.port}{path}", timeout=5)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+class Env:
+    cp: ControlPlane
+    tmp: Path
+    layouts: dict[str, dict[str, Path]]
+    driver: Path
+    scans: list[Scan]
+
+    def kubectl(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        return self.cp.kubectl(*args, **kw)
+
+    def agent(self, node: str, layout: str) -> None:
+        install.agent(self.cp, node, {**self.layouts[layout], "driver": self.driver})
+
+    def report(self, ns: str = NS, kind: str = "policyreports.wgpolicyk8s.io") -> dict | None:
+        r = self.kubectl("get", kind, "gpupool-gpu-pods", "-n", ns, "-o", "json", check=False)
+        return json.loads(r.stdout) if r.returncode == 0 else None
+
+    def results(self, **kw) -> dict[str, dict]:
+        doc = self.report(**kw) or {}
+        return {r["resources"][0]["name"]: r for r in doc.get("results") or ()}
+
+    def wait_result(self, pod: str, rule: str, timeout: float = 60, **kw) -> dict:
+        found: dict = {}
+
+        def seen() -> bool:
+            found.update(self.results(**kw))
+            return found.get(pod, {}).get("rule") == rule
+        try:
+            install.wait_until(seen, f"{pod}: {rule} in the report", timeout)
+        except AssertionError:
+            raise AssertionError(f"{pod} not {rule}: {json.dumps(found.get(pod), indent=1)}\n"
+                                 + "\n".join(s.log.read_text()[-2000:] for s in self.scans)
+                                 ) from None
+        return found[pod]
+
+    def events(self, name: str) -> list[dict]:
+        out = self.kubectl("get", "events", "-n", NS, "-o", "json",
+                           "--field-selector", f"involvedObject.name={name}").stdout
+        return [e for e in json.loads(out)["items"]
+                if e.get("reportingComponent") == "gpupool.io/scan"]
+
+
+def _pod(name: str, **spec) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
+            "spec": {"containers": [{"name": "c", "image": "cuda", "resources": {"limits": {
+                "nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}}}], **spec}}
+
+
+@pytest.fixture(scope="module")
+def env(k8s_bin, tmp_path_factory):
+    e = Env()
+    e.tmp = tmp_path_factory.mktemp("scan")
+    e.scans = []
+    e.cp = ControlPlane(e.tmp / "cp", k8s_bin).start()
+    server = None
+    try:
+        objs = install.prepare(e.cp, e.tmp)
+        broken = write_layout(e.tmp / "layouts" / "broken", "operator-management")
+        fixed = write_layout(e.tmp / "layouts" / "fixed", "operator-management")
+        (fixed["run"] / "management.nvidia.com-gpu-uuid.yaml").write_text(per_uuid_spec())
+        e.layouts = {"broken": broken, "fixed": fixed}
+        e.driver = fake_driver(e.tmp / "driver")
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": "hami-1", "labels": {"gpupool.io/pool": "hami", "gpu": "on",
+                                         "nvidia.com/gpu.present": "true"},
+            "annotations": {"hami.io/node-nvidia-register": hami_register()}}}
+        assert install.apply(e.cp, node).returncode == 0
+        e.agent("hami-1", "fixed")
+        e.kubectl("create", "-f", str(UPSTREAM / "crds/wgpolicyk8s.io_policyreports.yaml"))
+        e.kubectl("create", "namespace", NS)
+        # created while gpupool's webhooks were not registered (failurePolicy Ignore, an
+        # outage): the API server defaults its scheduler, nothing routes it
+        assert install.apply(e.cp, _pod("bypassed")).returncode == 0
+        server = install.serve(e.cp, e.tmp, objs)
+        install.wait_for_webhooks(e.cp, server, NS)
+        for name in ("train", "waiting"):
+            assert install.apply(e.cp, _pod(name)).returncode == 0
+        binding = {"apiVersion": "v1", "kind": "Binding",
+                   "metadata": {"name": "train", "namespace": NS},
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": "hami-1"}}
+        e.kubectl("create", "-f", "-", input=json.dumps(binding))  # as a scheduler binds
+        # HAMi's scheduler as its chart runs it: kube-scheduler with leader election on a
+        # Lease named after the scheduler
+        e.cp.start_scheduler("hami-scheduler", {
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "profiles": [{"schedulerName": "hami-scheduler"}]},
+            lease=("kube-system", "hami-scheduler"))
+        e.scans = [Scan(e.cp, e.tmp, "scan-a"), Scan(e.cp, e.tmp, "scan-b")]
+        yield e
+    finally:
+        for s in e.scans:
+            s.stop(signal.SIGKILL)
+        if server is not None:
+            stop_server(server)
+        e.cp.stop()
+
+
+def _leader(e: Env) -> Scan:
+    lease = json.loads(e.kubectl("get", "lease", "gpupool-scan", "-n", SCAN_NS,
+                                 "-o", "json").stdout)
+    return next(s for s in e.scans if s.name == lease["spec"]["holderIdentity"])
+
+
+def test_pods_admitted_are_fine_and_the_bypassed_one_is_misrouted(env):
+    misrouted = env.wait_result("bypassed", "Misrouted")
+    assert misrouted["result"] == "fail" and misrouted["properties"]["reason"] == \
+        "SchedulerMismatch"
+    assert env.wait_result("train", "Fine")["properties"]["node"] == "hami-1"
+    assert env.wait_result("waiting", "Fine")["result"] == "pass"
+    [ev] = env.events("bypassed")
+    assert ev["reason"] == "SchedulerMismatch" and ev["type"] == "Warning"
+    assert env.events("train") == []
+    leader = _leader(env)
+    follower = next(s for s in env.scans if s is not leader)
+    assert "gpupool_scan_leader 1.0" in leader.get("/metrics").text
+    assert "gpupool_scan_leader 0.0" in follower.get("/metrics").text
+    assert follower.get("/readyz").status_code == 200
+    assert "[+]reports ok" in leader.get("/readyz?verbose").text
+
+
+def test_a_stopped_hami_scheduler_leaves_its_pending_pods_waiting(env):
+    env.wait_result("waiting", "Fine")
+    env.cp.kill("hami-scheduler.yaml")
+    r = env.wait_result("waiting", "SchedulerNotRunning", timeout=45)
+    assert "hami-scheduler" in r["message"] and "kube-system/hami-scheduler" in r["message"]
+    assert env.results()["train"]["rule"] == "Fine"  # bound: it waits for no scheduler
+    assert [e["reason"] for e in env.events("waiting")] == ["SchedulerNotRunning"]
+
+
+def test_a_spec_regenerated_without_per_uuid_devices_fails_the_running_pod(env):
+    start = time.monotonic()
+    env.agent("hami-1", "broken")  # the seed's clash, after the fact
+    r = env.wait_result("train", "FailsOnRestart", timeout=30)
+    took = time.monotonic() - start
+    assert r["properties"]["reason"] == "CDIDeviceMissing" and r["severity"] == "high"
+    assert "management.nvidia.com/gpu=GPU-" in r["properties"]["missing"]
+    assert "hami-1" in r["properties"]["changedBy"]
+    [ev] = env.events("train")
+    assert ev["reason"] == "CDIDeviceMissing" and "hami-1" in ev["message"]
+    metrics = _leader(env).get("/metrics").text
+    assert ('gpupool_scan_pods_at_risk{outcome="FailsOnRestart",pool="hami",'
+            'reason="CDIDeviceMissing"} 1.0') in metrics
+    print(f"reported {took:.1f}s after the agent published the node's new specs")
+
+
+def test_a_steady_cluster_costs_no_write(env):
+    env.wait_result("train", "FailsOnRestart")
+    before = env.report()["metadata"]["resourceVersion"]
+    events = len(env.events("train"))
+    time.sleep(6)  # six rounds of both replicas, two Lease periods
+    assert env.report()["metadata"]["resourceVersion"] == before
+    assert len(env.events("train")) == events
+
+
+def test_the_standby_takes_over_when_the_leader_dies_and_reports_stay_whole(env):
+    env.wait_result("train", "FailsOnRestart")
+    leader = _leader(env)
+    standby = next(s for s in env.scans if s is not leader)
+    whole = set(env.results())
+    leader.stop(signal.SIGKILL)
+    install.wait_until(lambda: _leader(env) is standby, "the standby leads", timeout=20)
+    assert "gpupool_scan_leader 1.0" in standby.get("/metrics").text
+    assert set(env.results()) == whole
+    env.agent("hami-1", "fixed")  # the new leader reports the node's repair
+    assert env.wait_result("train", "Fine", timeout=30)["result"] == "pass"
+    assert set(env.results()) == whole
+    report = env.report()
+    assert report["summary"]["fail"] == 2 and report["summary"]["pass"] == 1  # bypassed, waiting
+
+
+def test_a_missing_crd_turns_off_reports_alone_until_it_is_installed(env):
+    other = Scan(env.cp, env.tmp, "scan-openreports", "--report-api", "openreports",
+                 "--lease-name", "gpupool-scan-openreports")
+    env.scans.append(other)
+    kind = "reports.openreports.io"
+
+    def says_missing() -> bool:
+        try:
+            text = other.get("/readyz?verbose").text
+        except requests.RequestException:
+            return False
+        return "[-]reports failed: the Report CRD (reports.openreports.io) is not installed" \
+            in text
+    install.wait_until(says_missing, "readyz names the missing CRD", timeout=40)
+    assert other.get("/readyz").status_code == 200  # the scan itself works
+    assert 'gpupool_scan_output_available{output="reports"} 0.0' in other.get("/metrics").text
+    env.kubectl("create", "-f", str(UPSTREAM / "crds/openreports.io_reports.yaml"))
+    install.wait_until(lambda: env.report(kind=kind) is not None, "the Report written",
+                       timeout=60)
+    assert set(env.results(kind=kind)) == {"bypassed", "train", "waiting"}
+    assert 'gpupool_scan_output_available{output="reports"} 1.0' in other.get("/metrics").text

@@ -1,0 +1,135 @@
+"""One GPU pod, already admitted (or let through while the webhook was bypassed), judged as
+the cluster stands now.
+
+The answer is the validating stage's decision for the pod as stored (``admit.decide``):
+gpupool's own routing is in the stored pod, so a pod it admitted passes the routing checks
+again and only the node checks can change their mind; a pod created while gpupool was
+bypassed fails the routing checks exactly as it would have at admission. What the decision
+means depends on where the pod is: bound to a node, a denial there means its next container
+start on that node fails; still pending, it means no node of its pool can ever take it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from webhook.engine.admission.admit import Stage, Subject, decide
+from webhook.engine.core.decision import Decision, Reason
+from webhook.engine.core.objects import as_mapping, meta_of
+from webhook.engine.core.policy import Policy
+from webhook.engine.view.cluster import ClusterView
+
+
+class Outcome(StrEnum):
+    """What a re-check found; the value is what reports, Events and metrics carry. Add
+    outcomes; never rename one."""
+
+    FINE = "Fine"
+    #: bound to a node that now fails it: the next container start there fails
+    FAILS_ON_RESTART = "FailsOnRestart"
+    #: its scheduler or pool pinning is not what the policy says (created while gpupool was
+    #: bypassed, or changed by a webhook after it)
+    MISROUTED = "Misrouted"
+    #: pending for a scheduler with no live instance
+    SCHEDULER_NOT_RUNNING = "SchedulerNotRunning"
+    #: pending, and no node its pool and placement reach can ever start it
+    NEVER_SCHEDULABLE = "NeverSchedulable"
+
+    @property
+    def at_risk(self) -> bool:
+        return self is not Outcome.FINE
+
+
+#: Admission denials that say the pod is not routed as the policy says (not about a node).
+ROUTING_REASONS = frozenset({
+    Reason.SCHEDULER_MISMATCH, Reason.AFFINITY_MISMATCH, Reason.HAMI_RESOURCE_OUTSIDE_POOL,
+    Reason.POOL_CONFLICT, Reason.EXCLUSIVE_RESOURCE_CONFLICT, Reason.UNKNOWN_POOL})
+_FINISHED = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class SchedulerState:
+    """What the shell learned of one scheduler's instances (its leader-election Lease):
+    ``running`` None when it cannot tell (no Lease: the scheduler may run without leader
+    election), so no pod is reported waiting for it."""
+
+    running: bool | None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class PodAnswer:
+    namespace: str
+    name: str
+    uid: str
+    node: str | None  # the node it is bound to (None: pending)
+    pool: str | None
+    scheduler: str | None
+    outcome: Outcome
+    reason: str  # the admission reason code (``Reason``) behind the outcome
+    message: str
+    missing: tuple[str, ...] = ()  # the devices its node lacks, when it is bound
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """What a report or Event says: when it is unchanged, nothing is written."""
+        return self.outcome, self.reason, self.message
+
+    def to_json(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "name": self.name, "uid": self.uid,
+                "node": self.node, "pool": self.pool, "scheduler": self.scheduler,
+                "outcome": self.outcome.value, "reason": self.reason,
+                "message": self.message, "missing": list(self.missing)}
+
+
+def as_admitted(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod as its admission saw it: no decision reads its status."""
+    return {k: v for k, v in pod.items() if k != "status"}
+
+
+def recheck(pod: Mapping[str, Any], view: ClusterView, policy: Policy,
+            schedulers: Mapping[str, SchedulerState] | None = None) -> PodAnswer | None:
+    """The answer for one pod; None for a pod gpupool does not judge (not a GPU pod, a
+    custom scheduler's, finished or being deleted) or cannot judge yet (no node view)."""
+    meta = meta_of(pod)
+    status = as_mapping(pod.get("status"))
+    if status.get("phase") in _FINISHED or meta.get("deletionTimestamp"):
+        return None
+    namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
+    d = decide(Stage.VALIDATE, Subject(kind="Pod", object=as_admitted(pod),
+                                        namespace=namespace or "default"), view, policy)
+    if not d.gpu or d.reason in (Reason.NOT_GPU_POD, Reason.CUSTOM_SCHEDULER,
+                                 Reason.NODE_VIEW_MISSING):
+        return None
+    node = as_mapping(pod.get("spec")).get("nodeName")
+    node = node if isinstance(node, str) and node else None
+    outcome = _outcome(d, node, schedulers or {})
+    message = d.message
+    if outcome is Outcome.SCHEDULER_NOT_RUNNING:
+        state = (schedulers or {})[str(d.scheduler_name)]
+        message = (f"pod {namespace}/{meta.get('name')} waits for scheduler "
+                   f"{d.scheduler_name}, which is not running ({state.detail}); start it, or "
+                   "the pod stays Pending")
+    reason = Reason.SCHEDULER_NOT_RUNNING if outcome is Outcome.SCHEDULER_NOT_RUNNING \
+        else d.reason
+    missing = tuple(m for f in d.nodes if f.node == node for m in f.missing) if node else ()
+    return PodAnswer(namespace=namespace or "default", name=str(meta.get("name") or ""),
+                     uid=str(meta.get("uid") or ""), node=node, pool=d.pool,
+                     scheduler=d.scheduler_name, outcome=outcome, reason=str(reason),
+                     message=message, missing=missing)
+
+
+def _outcome(d: Decision, node: str | None, schedulers: Mapping[str, SchedulerState]
+             ) -> Outcome:
+    if not d.allowed:
+        if d.reason in ROUTING_REASONS:
+            return Outcome.MISROUTED
+        return Outcome.FAILS_ON_RESTART if node else Outcome.NEVER_SCHEDULABLE
+    if node is None and d.scheduler_name is not None:
+        state = schedulers.get(d.scheduler_name)
+        if state is not None and state.running is False:
+            return Outcome.SCHEDULER_NOT_RUNNING
+    return Outcome.FINE

@@ -1,0 +1,109 @@
+"""Is a scheduler running? Read from its leader-election Lease, as its own instances keep it.
+
+kube-scheduler (and HAMi's scheduler, which is kube-scheduler with HAMi's extender) renews
+``<namespace>/<name>`` every few seconds while an instance leads
+(``--leader-elect-resource-name``/``-namespace``; HAMi's chart names it after its
+``schedulerName`` in its release namespace). A Lease whose ``renewTime`` is older than its
+``leaseDurationSeconds`` has no live holder: no instance of that scheduler will bind a pod.
+No Lease at all says nothing (the scheduler may run without leader election), so no pod is
+reported waiting then. Only reads: a scan writes nothing here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.engine import SchedulerState
+
+#: Slack for clocks that disagree between the scheduler's node and the scanner's.
+CLOCK_SKEW = 5.0
+
+
+@dataclass(frozen=True)
+class LeaseRef:
+    scheduler: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def parse_ref(text: str) -> LeaseRef:
+    """``SCHEDULER=NAMESPACE/NAME`` as ``--scheduler-lease`` takes it."""
+    scheduler, eq, rest = text.partition("=")
+    namespace, slash, name = rest.partition("/")
+    if not (eq and slash and scheduler and namespace and name):
+        raise ValueError(f"--scheduler-lease {text!r}: use SCHEDULER=NAMESPACE/NAME, e.g. "
+                         "hami-scheduler=kube-system/hami-scheduler")
+    return LeaseRef(scheduler, namespace, name)
+
+
+def default_refs(schedulers: Sequence[str], hami_namespace: str) -> list[LeaseRef]:
+    """Where each pool's scheduler keeps its Lease by default: kube-scheduler's own in
+    kube-system, HAMi's named after its scheduler in HAMi's namespace."""
+    return [LeaseRef(s, "kube-system", "kube-scheduler") if s == "default-scheduler"
+            else LeaseRef(s, hami_namespace, s) for s in sorted(schedulers)]
+
+
+def state_of(lease: Mapping[str, Any] | None, ref: LeaseRef, now: dt.datetime
+             ) -> SchedulerState:
+    """One Lease (None: not found) read at ``now``."""
+    if lease is None:
+        return SchedulerState(None, f"no Lease {ref}: cannot tell whether it runs")
+    spec = lease.get("spec") if isinstance(lease.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    holder = spec.get("holderIdentity")
+    duration = spec.get("leaseDurationSeconds")
+    renewed = _time(spec.get("renewTime")) or _time(spec.get("acquireTime"))
+    if not holder:
+        return SchedulerState(False, f"Lease {ref} has no holder")
+    if not isinstance(duration, int) or renewed is None:
+        return SchedulerState(None, f"Lease {ref} has no renewTime or duration")
+    age = (now - renewed).total_seconds()
+    if age > duration + CLOCK_SKEW:
+        # the renewal's time, not its age: an answer that changed every poll would be
+        # written every poll
+        return SchedulerState(False, f"Lease {ref} held by {holder} was last renewed at "
+                                     f"{renewed.strftime('%Y-%m-%dT%H:%M:%SZ')} and lapsed "
+                                     f"after {duration}s")
+    return SchedulerState(True, f"Lease {ref} held by {holder}")
+
+
+def _time(value: object) -> dt.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+def poll(refs: Sequence[LeaseRef], read: Callable[[str, str], Any],
+         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
+         ) -> dict[str, SchedulerState]:
+    """Each scheduler's state; ``read(name, namespace)`` is the client's
+    ``read_namespaced_lease`` with raw content. A Lease that cannot be read (forbidden, the
+    API server down) says nothing."""
+    from kubernetes.client.exceptions import ApiException
+
+    out: dict[str, SchedulerState] = {}
+    for ref in refs:
+        try:
+            raw = read(ref.name, ref.namespace)
+            lease = json.loads(raw.data)
+        except ApiException as exc:
+            out[ref.scheduler] = SchedulerState(None, f"Lease {ref}: {exc.status} {exc.reason}"
+                                                ) if exc.status != 404 \
+                else state_of(None, ref, now())
+            continue
+        except Exception as exc:  # unreachable API server: keep silent rather than guess
+            out[ref.scheduler] = SchedulerState(None, f"Lease {ref}: {exc}")
+            continue
+        out[ref.scheduler] = state_of(lease, ref, now())
+    return out
