@@ -197,6 +197,16 @@ def test_a_spec_regenerated_without_per_uuid_devices_fails_the_running_pod(env):
     assert ('gpupool_scan_pods_at_risk{outcome="FailsOnRestart",pool="hami",'
             'reason="CDIDeviceMissing"} 1.0') in metrics
     print(f"reported {took:.1f}s after the agent published the node's new specs")
+    # doctor lists the same pods at risk per node, from the same engine entry
+    r = subprocess.run([sys.executable, "-m", "webhook", "doctor", "--kubeconfig",
+                        str(env.cp.kubeconfig), "-o", "json"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    risky = {(p["name"], p["node"], p["outcome"], p["reason"]) for p in doc["podsAtRisk"]}
+    assert ("train", "hami-1", "FailsOnRestart", "CDIDeviceMissing") in risky
+    assert ("bypassed", None, "Misrouted", "SchedulerMismatch") in risky
+    assert doc["totals"]["pods_at_risk"] == len(risky)
 
 
 def test_a_steady_cluster_costs_no_write(env):

@@ -17,6 +17,7 @@ from webhook.cli.table import names, table
 from webhook.engine import (
     ClusterView,
     NodeState,
+    PodAnswer,
     Policy,
     advertised_twice,
     fix_text,
@@ -233,21 +234,20 @@ class Totals:
 
     nodes: dict[str, int]  # state -> nodes
     with_hazards: int
-    #: GPU pods bound to nodes that fail their pool's pods (live clusters only: None else)
+    #: GPU pods at risk, as ``gpupool scan`` reports them (live clusters only: None else)
     pods_at_risk: int | None = None
 
 
-def totals(rows: list[Row], pods_by_node: dict[str, int] | None = None) -> Totals:
+def totals(rows: list[Row], at_risk: dict[str, list[PodAnswer]] | None = None) -> Totals:
     counts: dict[str, int] = {}
     for r in rows:
         counts[state_of(r)] = counts.get(state_of(r), 0) + 1
-    at_risk = None if pods_by_node is None else sum(
-        pods_by_node.get(r.node, 0) for r in rows if state_of(r) != "ok")
-    return Totals(dict(sorted(counts.items())), sum(1 for r in rows if r.hazards), at_risk)
+    risky = None if at_risk is None else sum(len(v) for v in at_risk.values())
+    return Totals(dict(sorted(counts.items())), sum(1 for r in rows if r.hazards), risky)
 
 
 def format_table(rows: list[Row], cert: CertificateStatus | None = None,
-                 wide: bool = False, pods_by_node: dict[str, int] | None = None,
+                 wide: bool = False, at_risk: dict[str, list[PodAnswer]] | None = None,
                  installation: list[str] | None = None) -> str:
     """One aligned row per node, its details under it, then each distinct fix once with the
     nodes it applies to, and the totals."""
@@ -276,18 +276,23 @@ def format_table(rows: list[Row], cert: CertificateStatus | None = None,
             lines.append(f"{indent}DRA devices: "
                          + ", ".join(f"{d}({n})" for d, n in r.dra_devices.items()))
         lines.extend(f"{indent}hazard: {h}" for h in r.hazards)
+        lines.extend(f"{indent}pod at risk: {_risk(a)}" for a in (at_risk or {}).get(r.node, ()))
         lines.extend(f"{indent}spec error: {e}" for e in r.errors)
     if fixes:
         lines.append("")
         for fix, nodes in sorted(fixes.items(), key=lambda kv: (-len(kv[1]), kv[0])):
             lines.append(f"fix for {len(nodes)} node(s) ({names(nodes, wide)}): {fix}")
-    t = totals(rows, pods_by_node)
+    pending = (at_risk or {}).get("", [])
+    if pending:
+        lines.append("")
+        lines.extend(f"pending pod at risk: {_risk(a)}" for a in pending)
+    t = totals(rows, at_risk)
     lines.append("")
     summary = ", ".join(f"{n} {state}" for state, n in t.nodes.items()) or "none"
     lines.append(f"{len(rows)} GPU node(s): {summary}"
                  + (f"; {t.with_hazards} with hazards" if t.with_hazards else "")
-                 + (f"; {t.pods_at_risk} GPU pod(s) on nodes that fail their pool's pods"
-                    if t.pods_at_risk is not None else ""))
+                 + (f"; {t.pods_at_risk} GPU pod(s) at risk" if t.pods_at_risk is not None
+                    else ""))
     if installation:
         lines.append("")
         lines.extend(installation)
@@ -298,27 +303,16 @@ def format_table(rows: list[Row], cert: CertificateStatus | None = None,
 
 
 def to_document(rows: list[Row], cert: CertificateStatus | None = None,
-                pods_by_node: dict[str, int] | None = None,
+                at_risk: dict[str, list[PodAnswer]] | None = None,
                 installation: dict[str, Any] | None = None) -> dict[str, Any]:
     """The report as ``-o json`` and ``-o yaml`` print it."""
     return {"kind": "DoctorReport", "nodes": [asdict(r) for r in rows],
-            "totals": asdict(totals(rows, pods_by_node)),
+            "totals": asdict(totals(rows, at_risk)),
+            "podsAtRisk": None if at_risk is None else [
+                a.to_json() for pods in at_risk.values() for a in pods],
             "installation": installation,
             "certificate": asdict(cert) if cert is not None else None}
 
 
-def gpu_pods_by_node(pods: list[dict[str, Any]], policy: Policy) -> dict[str, int]:
-    """Pods still running or waiting to, bound to a node, that ask for a GPU resource."""
-    out: dict[str, int] = {}
-    for pod in pods:
-        spec = pod.get("spec") or {}
-        node = spec.get("nodeName")
-        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        containers = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
-        if any(policy.is_gpu_resource(name)
-               for c in containers if isinstance(c, dict)
-               for key in ("limits", "requests")
-               for name in ((c.get("resources") or {}).get(key) or {})):
-            out[node] = out.get(node, 0) + 1
-    return out
+def _risk(a: PodAnswer) -> str:
+    return f"{a.namespace}/{a.name} {a.outcome.value} ({a.reason}): {a.message}"

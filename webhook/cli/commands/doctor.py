@@ -25,14 +25,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         certificate_from_secret,
         diagnose,
         format_table,
-        gpu_pods_by_node,
         to_document,
     )
     from webhook.cli.installation import InstallationError, find, runbook
 
     policy = load_policy(args.policy)
     host = _service_host(args.webhook_service) if args.webhook_service else ""
-    pods_by_node: dict[str, int] | None = None
+    pods: list[dict[str, Any]] | None = None
     installation = None
     if args.cluster:
         snapshot = load_nodes(args.cluster)
@@ -65,14 +64,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                     else _no_installation())
         listed = live.call("listing pods", client.CoreV1Api(live.api)
                            .list_pod_for_all_namespaces, optional=True,
-                           field_selector="spec.nodeName!=")
+                           field_selector="status.phase!=Succeeded,status.phase!=Failed")
         if listed is not None:
             pods = live.api.sanitize_for_serialization(listed).get("items") or []
-            pods_by_node = gpu_pods_by_node(pods, policy)
     view = view_of(snapshot, policy, {})
     rows = diagnose(view, policy)
+    at_risk = None
+    if pods is not None:
+        from webhook.cli.atrisk import answers, by_node
+
+        at_risk = by_node(answers(pods, view, policy))
     if args.output in ("json", "yaml"):
-        print_doc(to_document(rows, cert, pods_by_node,
+        print_doc(to_document(rows, cert, at_risk,
                                installation.to_document() if installation else None),
                    args.output)
     else:
@@ -84,9 +87,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                          "if its webhook is down, to let GPU pods through without it "
                          "(docs/install.md, 'When the webhook is down'):",
                          *(f"  {line}" for line in runbook(installation))]
-        print(format_table(rows, cert, wide=args.output == "wide", pods_by_node=pods_by_node,
+        print(format_table(rows, cert, wide=args.output == "wide", at_risk=at_risk,
                            installation=described))
-    healthy = all(r.state == "ok" and not r.hazards for r in rows) and (cert is None or cert.ok)
+    healthy = all(r.state == "ok" and not r.hazards for r in rows) and (cert is None or cert.ok) \
+        and not at_risk
     return EXIT_OK if healthy else EXIT_FINDING
 
 
