@@ -152,7 +152,9 @@ def test_offline_blocks_run(block, tmp_path, shell_env):
         assert results[-1][1].stdout.strip() == f"gpupool {__version__}"
         assert (tmp_path / "home/.gpupool/bin/kubectl-gpupool").exists()
     for cmd, r in results:
-        if " check " in f" {cmd} ":
+        if " check --running " in f" {cmd} ":
+            assert re.search(r"\d+ GPU pod\(s\): \d+ at risk", r.stdout), f"{block.where}: {cmd}"
+        elif " check " in f" {cmd} ":
             assert re.search(r"\d+ checked, \d+ denied", r.stdout), f"{block.where}: {cmd}"
 
 
@@ -194,11 +196,19 @@ def test_examples_are_what_the_docs_say(tmp_path):
     """docs/examples: each manifest's comment says what happens on the demo cluster."""
     demo = ROOT / "webhook/data/demo-cluster.yaml"
     for path in sorted((ROOT / "docs/examples").glob("*.yaml")):
+        comment = path.read_text().split("\napiVersion")[0]
+        running = "check --running" in comment  # running pods, re-checked where they are
         r = subprocess.run([sys.executable, "-m", "webhook", "check", "-f", str(path),
-                            "--cluster", str(demo), "-o", "json"], capture_output=True,
+                            "--cluster", str(demo), "-o", "json",
+                            *(["--running"] if running else [])], capture_output=True,
                            text=True, timeout=60)
         doc = json.loads(r.stdout)
-        comment = path.read_text().split("\napiVersion")[0]
+        if running:
+            risky = [p for p in doc["pods"] if p["outcome"] != "Fine"]
+            assert ("fails on its next container start" in comment) == \
+                any(p["outcome"] == "FailsOnRestart" for p in risky), path.name
+            assert r.returncode == (1 if risky else 0), path.name
+            continue
         denied = [x for x in doc["results"] if not x["allowed"]]
         if "denied" in comment:
             assert denied and r.returncode == 1, path.name

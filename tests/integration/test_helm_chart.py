@@ -59,8 +59,14 @@ def template(tmp_path, values: dict, release: str = "gpupool",
 
 
 def one(objs: list[dict], kind: str, name: str | None = None) -> dict:
+    """The one object of ``kind`` (named ``name``); unnamed, a Deployment is the webhook's
+    (the scan has its own) and a ConfigMap the policy's (the dashboard has its own)."""
     found = [o for o in objs if o["kind"] == kind and
              (name is None or o["metadata"]["name"] == name)]
+    if name is None and kind == "Deployment":
+        found = [o for o in found if o["metadata"]["name"].endswith("-webhook")]
+    if name is None and kind == "ConfigMap":  # the policy's, not the dashboard's
+        found = [o for o in found if o["metadata"]["name"].endswith("-policy")]
     assert len(found) == 1, f"{kind} {name}: {len(found)} found"
     return found[0]
 
@@ -139,9 +145,9 @@ def test_default_values_render_what_kustomize_renders(rendered, kustomized):
         if kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
             assert [_webhook_view(w) for w in c["webhooks"]] == \
                 [_webhook_view(w) for w in k["webhooks"]], key
-        elif kind in ("ClusterRole",):
+        elif kind in ("ClusterRole",) or kind == "Role":
             assert c["rules"] == k["rules"], key
-        elif kind in ("ClusterRoleBinding",):
+        elif kind in ("ClusterRoleBinding", "RoleBinding"):
             assert (c["roleRef"], c["subjects"]) == (k["roleRef"], k["subjects"]), key
         elif kind in ("Deployment", "DaemonSet"):
             cs, ks = c["spec"], k["spec"]
@@ -150,6 +156,11 @@ def test_default_values_render_what_kustomize_renders(rendered, kustomized):
             assert cs["selector"] == ks["selector"], key
             assert {x: cs.get(x) for x in ("replicas", "strategy", "updateStrategy")} == \
                 {x: ks.get(x) for x in ("replicas", "strategy", "updateStrategy")}, key
+        elif kind == "ConfigMap" and "gpupool.json" in k["data"]:
+            assert json.loads(c["data"]["gpupool.json"]) == \
+                json.loads(k["data"]["gpupool.json"]), key
+            assert c["metadata"]["labels"]["grafana_dashboard"] == \
+                k["metadata"]["labels"]["grafana_dashboard"], key
         elif kind == "ConfigMap":
             assert yaml.safe_load(c["data"]["policy.yaml"]) == \
                 yaml.safe_load(k["data"]["policy.yaml"]), key

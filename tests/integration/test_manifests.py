@@ -94,7 +94,8 @@ def test_webhook_configuration_contract(rendered):
 
 def test_deployment_is_safe_to_run(rendered):
     objs = rendered["base"]
-    (dep,) = by_kind(objs, "Deployment")
+    (dep,) = [d for d in by_kind(objs, "Deployment") if d["metadata"]["name"] ==
+              "gpupool-webhook"]
     spec = dep["spec"]["template"]["spec"]
     (c,) = spec["containers"]
     assert dep["spec"]["replicas"] == 3 and spec["topologySpreadConstraints"]

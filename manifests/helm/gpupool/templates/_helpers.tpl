@@ -11,6 +11,7 @@
 
 {{- define "gpupool.webhookName" -}}{{ include "gpupool.fullname" . }}-webhook{{- end -}}
 {{- define "gpupool.agentName" -}}{{ include "gpupool.fullname" . }}-agent{{- end -}}
+{{- define "gpupool.scanName" -}}{{ include "gpupool.fullname" . }}-scan{{- end -}}
 {{- define "gpupool.tlsSecret" -}}
 {{- if eq .Values.certificates.mode "secret" -}}
 {{- required "certificates.secret.name is required with certificates.mode=secret" .Values.certificates.secret.name -}}
@@ -152,4 +153,14 @@ loader (webhook/engine/policy.py), so a bad policy fails at install, not in the 
 {{- fail (printf "policy.pools[%d].labelValues: pool %q is not the default pool, so it needs at least one label value" $i $pool.name) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{/* The pools' schedulers other than kube-scheduler, by name (their Leases' names). */}}
+{{- define "gpupool.schedulerNames" -}}
+{{- $names := list -}}
+{{- range .Values.policy.pools -}}
+{{- if and .schedulerName (ne .schedulerName "default-scheduler") -}}
+{{- $names = append $names .schedulerName -}}
+{{- end -}}
+{{- end -}}
+{{- join ", " ($names | uniq) -}}
 {{- end -}}
