@@ -163,6 +163,11 @@ class Scanner:
 
     # ------------------------------------------------------------ outputs
 
+    def stored(self) -> list[dict[str, Any]]:
+        """The GPU pods kept, as last seen."""
+        with self._lock:
+            return list(self._pods.values())
+
     def answers(self) -> list[Answer]:
         with self._lock:
             return list(self._answers.values())
