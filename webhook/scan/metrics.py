@@ -58,6 +58,8 @@ class ScanCollector:
         stats = self.scanner.stats
         yield CounterMetricFamily("gpupool_scan_rechecks", "Pod decisions the scan made",
                                   value=stats.rechecks)
+        yield CounterMetricFamily("gpupool_scan_pod_errors", "Pods the engine failed on "
+                                  "(logged and left out of the reports)", value=stats.errors)
         yield CounterMetricFamily("gpupool_scan_full_scans", "Times every GPU pod was decided "
                                   "again (start, a relist, a cluster-wide change)",
                                   value=stats.full_scans)

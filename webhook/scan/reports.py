@@ -62,7 +62,8 @@ def result_of(a: Answer) -> dict[str, Any]:
         props["missing"] = ", ".join(ans.missing)
     out: dict[str, Any] = {
         "policy": POLICY, "rule": ans.outcome.value, "source": SOURCE, "category": "GPU",
-        "result": "fail" if ans.outcome.at_risk else "pass",
+        "result": "fail" if ans.outcome.at_risk else "warn" if ans.outcome.doubtful
+        else "pass",
         "message": ans.message or f"pod {ans.namespace}/{ans.name}: fine",
         "properties": {k: v for k, v in props.items() if v},
         "resources": [{"apiVersion": "v1", "kind": "Pod", "name": ans.name,
@@ -70,19 +71,21 @@ def result_of(a: Answer) -> dict[str, Any]:
         "scored": True,
         "timestamp": {"seconds": int(a.since), "nanos": 0},
     }
-    if ans.outcome.at_risk:
-        out["severity"] = SEVERITY.get(ans.outcome.value, "medium")
+    if ans.outcome.at_risk or ans.outcome.doubtful:
+        out["severity"] = SEVERITY.get(ans.outcome.value, "low")
     return out
 
 
 def report_of(api: ReportAPI, namespace: str, answers: Iterable[Answer]) -> dict[str, Any]:
+    order = {"fail": 0, "warn": 1, "pass": 2}
     results = sorted((result_of(a) for a in answers),
-                     key=lambda r: (r["result"] != "fail", r["resources"][0]["name"]))
+                     key=lambda r: (order[r["result"]], r["resources"][0]["name"]))
     return {"apiVersion": api.api_version, "kind": api.kind,
             "metadata": {"name": REPORT_NAME, "namespace": namespace, "labels": MANAGED_BY},
             "summary": {"pass": sum(r["result"] == "pass" for r in results),
                         "fail": sum(r["result"] == "fail" for r in results),
-                        "warn": 0, "error": 0, "skip": 0},
+                        "warn": sum(r["result"] == "warn" for r in results),
+                        "error": 0, "skip": 0},
             "results": results}
 
 

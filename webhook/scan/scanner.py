@@ -10,6 +10,7 @@ DaemonSets, the policy) re-decides every pod.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -26,6 +27,8 @@ from webhook.engine import (
     meta_of,
     recheck,
 )
+
+log = logging.getLogger(__name__)
 
 #: Fields no answer reads and that a stored pod need not keep (a 20,000-pod scan holds
 #: each GPU pod).
@@ -44,6 +47,7 @@ class Answer:
 @dataclass
 class Stats:
     rechecks: int = 0
+    errors: int = 0  # pods the engine failed on (logged, left out)
     full_scans: int = 0
     last_full_scan_seconds: float = 0.0
     last_full_scan: float = 0.0  # wall time
@@ -258,7 +262,14 @@ class Scanner:
             if pod is None:
                 continue
             self.stats.rechecks += 1
-            new = recheck(pod, self.view, self.policy, self.schedulers)
+            try:
+                new = recheck(pod, self.view, self.policy, self.schedulers)
+            except Exception as exc:  # one pod the engine cannot read stops no other
+                self.stats.errors += 1
+                meta = meta_of(pod)
+                log.warning("pod %s/%s not decided (%s: %s); kept out of the reports",
+                            meta.get("namespace"), meta.get("name"), type(exc).__name__, exc)
+                new = None
             old = self._answers.get(uid)
             if new is None:
                 if old is not None:

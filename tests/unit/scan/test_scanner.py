@@ -123,3 +123,59 @@ def test_check_running_lists_the_pods_a_planned_change_would_break(tmp_path):
                            str(pods_file), "--cluster", str(planned_file)],
                           capture_output=True, text=True, timeout=60).stdout
     assert "ml/a" in text and "FailsOnRestart" in text and "2 GPU pod(s): 1 at risk" in text
+
+
+def test_pods_it_cannot_read_stop_no_other(tmp_path):
+    """Every pod of the bad-input corpus, and junk of its own, beside a good pod: nothing
+    raises, the good pod is decided, nothing bad is reported as a GPU pod at risk."""
+    import json as _json
+
+    from tests.badinputs import CASES
+
+    policy, view = cluster(tmp_path)
+    s = Scanner(view, policy)
+    junk: list = []
+    for case in CASES:
+        try:
+            obj = _json.loads(case.body)["request"]["object"]
+        except (ValueError, KeyError, TypeError, RecursionError):
+            continue
+        if isinstance(obj, dict):
+            junk.append(obj)
+    junk += [{"metadata": "x"}, {"spec": {"containers": "junk"}},
+             {"metadata": {"name": "n", "namespace": "ml", "uid": "j1"},
+              "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "lots"}}}],
+                       "nodeName": 7}},
+             {"metadata": {"name": "n2", "namespace": "ml", "uid": "j2"},
+              "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}],
+                       "affinity": {"nodeAffinity": "junk"}, "tolerations": "junk"}}]
+    good = admitted(hami_pod(), view, policy, "good", "hami-1")
+    s.pods_listed([*junk, good])
+    s.sync()
+    for etype in ("ADDED", "MODIFIED"):
+        for obj in junk:
+            s.pod_event(etype, obj)
+    assert s.answer_of("uid-good").answer.outcome is Outcome.FINE
+    assert not [a for a in s.answers() if a.answer.name != "good" and a.answer.outcome.at_risk
+                and a.answer.reason not in ("SchedulerMismatch", "AffinityMismatch")]
+
+
+def test_a_pod_the_engine_fails_on_is_logged_and_the_rest_decided(tmp_path, monkeypatch,
+                                                                   caplog):
+    import webhook.scan.scanner as scanner_module
+
+    policy, view = cluster(tmp_path)
+    real = scanner_module.recheck
+
+    def failing(pod, *a):
+        if pod["metadata"]["name"] == "explodes":
+            raise ValueError("a bug")
+        return real(pod, *a)
+    monkeypatch.setattr(scanner_module, "recheck", failing)
+    s = Scanner(view, policy)
+    s.pods_listed([admitted(hami_pod(), view, policy, n, "hami-1")
+                   for n in ("explodes", "fine")])
+    s.sync()
+    assert s.stats.errors == 1 and s.answer_of("uid-explodes") is None
+    assert s.answer_of("uid-fine").answer.outcome is Outcome.FINE
+    assert "pod ml/explodes not decided (ValueError: a bug)" in caplog.text

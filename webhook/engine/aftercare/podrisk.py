@@ -37,10 +37,19 @@ class Outcome(StrEnum):
     SCHEDULER_NOT_RUNNING = "SchedulerNotRunning"
     #: pending, and no node its pool and placement reach can ever start it
     NEVER_SCHEDULABLE = "NeverSchedulable"
+    #: bound to a node gpupool cannot vouch for (its inventory unknown, the plugin's way
+    #: only inferred): its next container start may fail; a warning, not a failure
+    MAY_FAIL_ON_RESTART = "MayFailOnRestart"
 
     @property
     def at_risk(self) -> bool:
-        return self is not Outcome.FINE
+        """Known to fail, or to be misplaced: what reports mark ``fail``, Events and alerts
+        name."""
+        return self not in (Outcome.FINE, Outcome.MAY_FAIL_ON_RESTART)
+
+    @property
+    def doubtful(self) -> bool:
+        return self is Outcome.MAY_FAIL_ON_RESTART
 
 
 #: Admission denials that say the pod is not routed as the policy says (not about a node).
@@ -108,13 +117,19 @@ def recheck(pod: Mapping[str, Any], view: ClusterView, policy: Policy,
     node = node if isinstance(node, str) and node else None
     outcome = _outcome(d, node, schedulers or {})
     message = d.message
+    doubt = next((f.note for f in d.nodes if node and f.node == node and not f.missing
+                  and f.note), "") if outcome is Outcome.FINE else ""
+    if doubt:
+        outcome = Outcome.MAY_FAIL_ON_RESTART
+        message = (f"pod {namespace}/{meta.get('name')} may fail on its next container start "
+                   f"on node {node}: {doubt}")
     if outcome is Outcome.SCHEDULER_NOT_RUNNING:
         state = (schedulers or {})[str(d.scheduler_name)]
         message = (f"pod {namespace}/{meta.get('name')} waits for scheduler "
                    f"{d.scheduler_name}, which is not running ({state.detail}); start it, or "
                    "the pod stays Pending")
-    reason = Reason.SCHEDULER_NOT_RUNNING if outcome is Outcome.SCHEDULER_NOT_RUNNING \
-        else d.reason
+    reason = {Outcome.SCHEDULER_NOT_RUNNING: Reason.SCHEDULER_NOT_RUNNING,
+              Outcome.MAY_FAIL_ON_RESTART: Reason.DEVICES_UNVERIFIED}.get(outcome, d.reason)
     missing = tuple(m for f in d.nodes if f.node == node for m in f.missing) if node else ()
     return PodAnswer(namespace=namespace or "default", name=str(meta.get("name") or ""),
                      uid=str(meta.get("uid") or ""), node=node, pool=d.pool,

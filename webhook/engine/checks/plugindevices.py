@@ -44,11 +44,13 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
         note = node.inventory_error or "no CDI inventory published (is gpupool's agent running?)"
         return NodeAssessment(node.name, NodeState.UNKNOWN, note=note)
     way = req.delivery
+    inferred = False
     if way is delivery.Way.DETECT:
         # The plugin's configuration beats what it left on disk (a plugin in a CDI
         # strategy that wrote no spec looks like an envvar one).
         way = declared_way if declared_way is not None \
             else delivery.Way(delivery.detected_way(inv, req.device_kind))
+        inferred = declared_way is None and way == delivery.CDI_DEVICES
     if way == delivery.VISIBLE_DEVICES and runtime_class in policy.non_cdi_runtime_classes \
             and not delivery.envvar_ignored(inv, privileged):
         return NodeAssessment(node.name, NodeState.OK, way=way,
@@ -65,6 +67,10 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
     if r.ok is None:
         return NodeAssessment(node.name, NodeState.UNKNOWN, note=r.note, mode=r.mode,
                               way=way)
+    if inferred:
+        doubt = _inferred_doubt(node, inv, gpus, r, handler, req.device_kind, privileged)
+        if doubt is not None:
+            return doubt
     created = sorted(node.hami_mig_gpus().intersection(gpus)) if demand.hami else []
     if created and r.kind and r.kind != delivery.JIT_KIND:
         return _hami_mig_failure(node, r, created, way)
@@ -86,6 +92,42 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
     return NodeAssessment(node.name, NodeState.OK if r.ok else NodeState.MISSING,
                           missing=r.missing, note=r.note, kind=r.kind, mode=r.mode, way=way,
                           undelivered=r.undelivered)
+
+
+def _inferred_doubt(node: NodeInfo, inv: Inventory, gpus: tuple[str, ...],
+                    as_cdi: delivery.Resolution, handler: str | None, device_kind: str,
+                    privileged: bool) -> NodeAssessment | None:
+    """A CDI strategy only inferred from the device plugin's spec on disk (nothing in the
+    cluster says how the plugin hands GPUs): the spec may be left over from an earlier setup,
+    or be NVIDIA's plugin's beside HAMi's, which hands UUIDs (its default, envvar). Where the
+    two ways agree the inference decides nothing; where only the inferred way fails, it is
+    doubt, a warning naming the node and the spec, not a denial (issue 34, item 7); where
+    only the inferred way resolves, it is doubt on nodes whose GPUs HAMi registered. The
+    real runtime shows that side: HAMi's UUIDs refused under a CDI-mode runtime beside a
+    device-plugin spec (tests/integration/test_scan_restart.py)."""
+    as_uuids = delivery.resolve(inv, delivery.VISIBLE_DEVICES, gpus, handler,
+                                device_kind, privileged)
+    if as_uuids.ok is None or as_uuids.ok == as_cdi.ok:
+        return None
+    if as_cdi.ok and not node.gpus:
+        # Resolving as CDI names where no HAMi registered the GPUs: NVIDIA's plugin wrote
+        # that spec, and writes it only in a CDI strategy (as the GPU Operator deploys it
+        # with CDI on). Where HAMi registered them, HAMi's plugin hands them, envvar unless
+        # configured otherwise, and writes the same kind in its CDI strategy
+        # (HAMi v2.10 cmd/device-plugin/nvidia/plugin-manager.go): no telling which.
+        return None
+    fails, runs = ("UUIDs (envvar)", "CDI names") if as_cdi.ok else \
+        ("CDI names", "UUIDs (envvar)")
+    missing = as_uuids.missing if as_cdi.ok else as_cdi.missing
+    shown = ", ".join(missing[:SHOW_DEVICES])
+    return NodeAssessment(
+        node.name, NodeState.UNKNOWN, kind=as_cdi.kind, mode=as_cdi.mode,
+        way=delivery.CDI_DEVICES,
+        note=f"how the device plugin hands GPUs is only inferred from a {device_kind} spec "
+             f"on the node: handed as {runs} they resolve, handed as {fails} they do not"
+             + (f" ({shown})" if shown else "")
+             + "; pin the pool's cdi.delivery in the policy, or deploy the plugin with the "
+               "objects gpupool reads (ClusterPolicy, HAMi's chart)")
 
 
 def declared_way(node: NodeInfo, view: ClusterView) -> delivery.Way | None:

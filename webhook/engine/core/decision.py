@@ -49,6 +49,7 @@ class Reason(StrEnum):
     # after admission (``gpupool scan``): never an admission answer
     SCHEDULER_NOT_RUNNING = "SchedulerNotRunning"
     GPUS_ADVERTISED_TWICE = "GPUsAdvertisedTwice"
+    DEVICES_UNVERIFIED = "DevicesUnverified"
 
     @classmethod
     def codes(cls) -> tuple[str, ...]:
