@@ -52,9 +52,9 @@ def binaries() -> Path:
 def render(helm: Path, work: Path, template: str, *sets: str) -> dict[str, Any]:
     """One template of HAMi's chart, as `helm template` renders it with these values."""
     chart = work / "hami-chart"
-    if not chart.exists():
-        for f in ("Chart.yaml", "values.yaml", "templates/_helpers.tpl",
-                  *(f"templates/{t}" for t in TEMPLATES)):
+    for f in ("Chart.yaml", "values.yaml", "templates/_helpers.tpl", "templates/_commons.tpl",
+              *(f"templates/{t}" for t in (*TEMPLATES, template))):
+        if not (chart / f).exists():
             (chart / f).parent.mkdir(parents=True, exist_ok=True)
             (chart / f).write_bytes((CHART / f).read_bytes())
     args = [a for s in sets for a in ("--set", s)]

@@ -1,0 +1,80 @@
+"""Before a change: ``gpupool check --running`` over the pods running now against a planned
+cluster state, each planned object made by the tool that makes it: HAMi's chart values
+rendered by the real helm from HAMi's own chart, a ClusterPolicy edited as the operator's CRD
+spells it, a node's inventory as the agent publishes it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import jsonpatch
+import yaml
+
+from harness import hami
+from tests.unit.engine.test_steering import agent_node, hami_pod
+from webhook.engine import Stage, Subject, decide, view_from_objects
+from webhook.policyfile import default_policy
+
+
+def _running(tmp_path, nodes: list[dict]) -> list[dict]:
+    policy = default_policy()
+    view = view_from_objects(nodes, policy)
+    out = []
+    for i, node in enumerate(nodes):
+        pod = hami_pod()
+        pod["metadata"].update(name=f"train-{i}", namespace="ml", uid=f"u{i}")
+        m = decide(Stage.MUTATE, Subject(kind="Pod", object=pod, namespace="ml"), view,
+                   policy)
+        pod = jsonpatch.apply_patch(pod, m.patch)
+        pod["spec"]["nodeName"] = node["metadata"]["name"]
+        pod["status"] = {"phase": "Running"}
+        out.append(pod)
+    return out
+
+
+def _check(tmp_path, pods: list[dict], planned: list[dict]) -> tuple[int, dict]:
+    (tmp_path / "pods.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List",
+                                                        "items": pods}))
+    (tmp_path / "planned.yaml").write_text(yaml.safe_dump_all(planned))
+    r = subprocess.run([sys.executable, "-m", "webhook", "check", "--running", "-f",
+                        str(tmp_path / "pods.yaml"), "--cluster", str(tmp_path / "planned.yaml"),
+                        "-o", "json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode in (0, 1), r.stderr
+    return r.returncode, json.loads(r.stdout)
+
+
+def test_hami_chart_values_switching_the_plugin_to_cdi_break_the_running_pods(tmp_path, helm):
+    """HAMi's plugin moved to cdi-annotations on nodes whose specs have no device-plugin
+    kind: every running HAMi pod there fails on its next start; the plan as it stands (the
+    chart's default envvar) breaks nothing."""
+    nodes = [agent_node(tmp_path / "n", "hami-1", "hami", "operator-management",
+                        per_uuid=True)]
+    nodes[0]["metadata"]["labels"]["gpu"] = "on"  # the chart's nvidiaNodeSelector
+    pods = _running(tmp_path, nodes)
+    today = hami.render(helm, tmp_path / "r1", "device-plugin/daemonsetnvidia.yaml")
+    planned = hami.render(helm, tmp_path / "r2", "device-plugin/daemonsetnvidia.yaml",
+                          "devicePlugin.deviceListStrategy=cdi-annotations")
+    assert today["kind"] == planned["kind"] == "DaemonSet"
+    code, doc = _check(tmp_path, pods, [*nodes, today])
+    assert code == 0 and doc["atRisk"] == 0
+    code, doc = _check(tmp_path, pods, [*nodes, planned])
+    assert code == 1 and doc["atRisk"] == 1
+    [p] = doc["pods"]
+    assert (p["name"], p["node"], p["outcome"], p["reason"]) == (
+        "train-0", "hami-1", "FailsOnRestart", "CDIDeviceMissing")
+    assert any(m.startswith("k8s.device-plugin.nvidia.com/gpu=GPU-") for m in p["missing"])
+
+
+def test_a_node_inventory_edited_by_hand_names_the_pods_the_upgrade_breaks(tmp_path):
+    """The seed's clash before it happens: the planned inventory drops the per-UUID spec on
+    one of two nodes; only the pod on that node is listed."""
+    nodes = [agent_node(tmp_path / f"n{i}", f"hami-{i}", "hami", "operator-management",
+                        per_uuid=True) for i in (1, 2)]
+    pods = _running(tmp_path, nodes)
+    planned = [agent_node(tmp_path / "p1", "hami-1", "hami", "operator-management"),
+               nodes[1]]
+    code, doc = _check(tmp_path, pods, planned)
+    risky = [(p["name"], p["node"], p["outcome"]) for p in doc["pods"] if p["outcome"] != "Fine"]
+    assert code == 1 and risky == [("train-0", "hami-1", "FailsOnRestart")]
