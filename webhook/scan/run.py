@@ -42,6 +42,8 @@ class ScanConfig:
     scheduler_leases: list[schedulers.LeaseRef] = field(default_factory=list)
     lease_poll: float = 5.0
     interval: float = 1.0
+    #: every pod decided again this often (seconds), as a controller's resync period
+    resync: float = 600.0
     listen: tuple[str, int] = ("0.0.0.0", 8080)
 
 
@@ -109,6 +111,7 @@ class ScanService:
 
     def _run(self) -> None:
         next_poll = 0.0
+        next_resync = time.monotonic() + self.cfg.resync
         while not self._stop.is_set():
             try:
                 now = time.monotonic()
@@ -119,6 +122,9 @@ class ScanService:
                         lambda name, ns: self._leases.read_namespaced_lease(
                             name, ns, _preload_content=False)))
                 self.scanner.sync()
+                if now >= next_resync:
+                    next_resync = now + self.cfg.resync
+                    self.scanner.resync()
                 self.round()
                 self.last_round = time.monotonic()
             except Exception:  # a bug must not stop the scan; it is logged with its cause

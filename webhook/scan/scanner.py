@@ -85,6 +85,8 @@ class Scanner:
         self._on_node: dict[str, set[str]] = {}
         self._answers: dict[str, Answer] = {}
         self._hazards: dict[str, tuple[NodeHazard, ...]] = {}
+        #: each node's pool as last judged: a node that leaves a pool concerns its pods too
+        self._node_pools: dict[str, str | None] = {}
         self._dirty = Dirty()
         self._scanned = False  # the first full scan ran (the view had synced)
         self.stats = Stats()
@@ -126,6 +128,14 @@ class Scanner:
                         or self._answers[u].answer.scheduler in changed]
                 self._recheck(uids, f"scheduler {', '.join(sorted(changed))} changed state")
 
+    def resync(self) -> None:
+        """Decide every pod again, as a controller's resync does: whatever a narrowed
+        re-check could have missed is caught within one period (writes follow only from
+        answers that changed)."""
+        with self._lock:
+            if self._scanned:
+                self._full("the periodic resync")
+
     def set_policy(self, policy: Policy) -> None:
         with self._lock:
             if policy.cache_key != self.policy.cache_key:
@@ -152,9 +162,17 @@ class Scanner:
                 self._full("a cluster-wide change (a relist, DeviceClasses, RuntimeClasses, "
                            "the ClusterPolicy, HAMi's DaemonSets or namespaces)")
                 return True
-            uids: set[str] = set(self._on_node.get("", ()))  # pending pods
+            uids: set[str] = set()
+            pools: set[str | None] = set()
             for node in changes.nodes:
                 uids |= self._on_node.get(node, set())
+                pools.add(self._node_pools.get(node))
+                pools.add(self._pool_of(node))
+            # pending pods of the pools those nodes were or are in (a node elsewhere is no
+            # candidate of theirs); pods without an answer yet, whatever their pool
+            uids |= {u for u in self._on_node.get("", ()) if (a := self._answers.get(u)) is None
+                     or a.answer.pool in pools or a.answer.pool is None} if changes.nodes \
+                else set()
             if changes.namespaces:
                 uids |= {u for u, p in self._pods.items()
                          if meta_of(p).get("namespace") in changes.namespaces}
@@ -287,7 +305,18 @@ class Scanner:
                 self._dirty.namespaces.add(old.answer.namespace)
             self._dirty.pods.add(uid)
 
+    def _pool_of(self, name: str) -> str | None:
+        node = self.view.node(name)
+        if node is None:
+            return None
+        return self.policy.pool_for_label_value(node.labels.get(self.policy.pool_label))
+
     def _judge_nodes(self, names: Iterable[str] | None) -> None:
+        if names is None:
+            self._node_pools = {n.name: self._pool_of(n.name) for n in self.view.nodes()}
+        else:
+            for name in names:
+                self._node_pools[name] = self._pool_of(name)
         nodes = self.view.nodes() if names is None else [
             n for name in names if (n := self.view.node(name)) is not None]
         if names is None:

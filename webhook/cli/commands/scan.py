@@ -46,7 +46,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
                      renew_deadline=args.lease_duration * 2 / 3,
                      retry=max(0.5, args.lease_duration / 7.5),
                      report_api=args.report_api, events=not args.no_events,
-                     scheduler_leases=refs, listen=args.listen)
+                     scheduler_leases=refs, listen=args.listen, resync=args.resync)
     try:
         svc = ScanService(api, policy, cfg)
         svc.start()
@@ -94,6 +94,9 @@ def register(sub: Any, prog: str) -> None:
                          "pool scheduler in --hami-namespace under its own name)")
     sc.add_argument("--hami-namespace", default="kube-system",
                     help="HAMi's release namespace, where its scheduler's Lease is "
+                         "(default: %(default)s)")
+    sc.add_argument("--resync", type=float, default=600.0, metavar="SECONDS",
+                    help="decide every pod again this often, besides on each change "
                          "(default: %(default)s)")
     sc.add_argument("--listen", type=_listen, default=("0.0.0.0", 8080), metavar="HOST:PORT",
                     help="probes and metrics: /healthz, /readyz, /metrics (default: :8080)")
