@@ -24,6 +24,9 @@ APART = {
     "would run only on nodes without inventory",  # requireInventory says so
     "delivery: detect misreads the plugin's strategy there",  # docs/cdi-inventory.md
     "allowed, no node can take it (pending)",  # the pod asks for more than any node has
+    # every node it can reach fails it, some only in doubt (a way only inferred): steering
+    # keeps it pending rather than failing, with a warning instead of a denial
+    "allowed, steered off every node (pending)",
     "denied for routing",  # pool conflicts: not a CDI matter
     corpus.LEGACY_HOOK,  # the legacy hook needs the driver: gpupool says it cannot tell
 }

@@ -212,8 +212,15 @@ def test_the_nri_fix_applied_the_pod_runs(tmp_path):
     assert "devicePlugin.deviceListStrategy=cdi-annotations" in rv.final.message
     after = agent_node(tmp_path / "b", "hami-nri", "hami", "device-plugin",
                        default_runtime="runc")
-    rv, _, _ = decide([after], hami_pod())
+    # the fix as applied: HAMi's DaemonSet says cdi-annotations, and its plugin wrote its spec
+    from tests.unit.engine.test_hamiplugin import daemonset
+
+    plugin = daemonset("cdi-annotations", selector={"gpupool.io/pool": "hami"})
+    rv, _, _ = decide([after, plugin], hami_pod())
     assert rv.final.allowed and not rv.final.warnings, rv.final.to_json()
+    # with only the spec on disk to go by, the way is an inference: doubt, not a pass
+    rv, _, _ = decide([after], hami_pod())
+    assert rv.final.allowed and rv.final.warnings
     oracle, _ = oracle_for(tmp_path / "o", "device-plugin")
     for uuid in UUIDS:
         v = oracle.inject(f"k8s.device-plugin.nvidia.com/gpu={uuid}")

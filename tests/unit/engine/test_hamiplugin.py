@@ -118,3 +118,78 @@ def test_the_daemonsets_way_holds_on_every_node_it_schedules_to_whatever_the_poo
     node["metadata"]["labels"]["gpu"] = "off"  # not scheduled there: the disk decides
     rv, _, _ = decide([node, daemonset("cdi-annotations")], pod)
     assert rv.final.allowed
+
+
+# ------------------------------------------------------------------ a way only inferred
+
+
+def _stale(node: dict, keep: int = 1) -> dict:
+    """The node's device-plugin spec, as its agent published it, left over from an earlier
+    setup: it names only the first ``keep`` GPUs."""
+    import json
+
+    ann = node["metadata"]["annotations"]
+    inv = json.loads(ann["gpupool.io/cdi-inventory"])
+    kind = "k8s.device-plugin.nvidia.com/gpu"
+    inv["kinds"][kind] = sorted(inv["kinds"][kind])[:keep]
+    ann["gpupool.io/cdi-inventory"] = json.dumps(inv)
+    # and the steering labels the agent publishes from it
+    from webhook.api.delivery import steering_labels
+    from webhook.api.inventory import parse_inventory
+
+    parsed = parse_inventory(ann["gpupool.io/cdi-inventory"])
+    node["metadata"]["labels"].update(steering_labels(parsed, parsed.gpus))
+    return node
+
+
+def test_an_inferred_way_that_alone_fails_is_doubt_and_steers_off(tmp_path):
+    """Issue 34, item 7: nothing says how the plugin hands GPUs; a spec left on disk makes
+    detect infer CDI names, which fail (the spec is stale), while UUIDs would resolve (the
+    runtime's auto mode): a warning naming the node and the spec, and steering keeps the pod
+    off the node, not a denial."""
+    stale = _stale(agent_node(tmp_path / "a", "op-1", None, "device-plugin", mode="auto"))
+    good = agent_node(tmp_path / "b", "op-2", None, "device-plugin", mode="auto")
+    pod = gpu_pod("p", limits={"nvidia.com/gpu": 1})
+    rv, _, _ = decide([stale], pod)
+    assert rv.final.allowed, rv.final.message  # was CDIDeviceMissing
+    assert any(f.node == "op-1" and "only inferred" in f.note
+               and "k8s.device-plugin.nvidia.com/gpu spec" in f.note for f in rv.final.nodes)
+    assert rv.final.warnings
+    # beside a node that runs it: steered off op-1 (its agent's label says the detected way
+    # fails there), onto op-2, without a word
+    rv, _, _ = decide([stale, good], pod)
+    assert rv.final.allowed and not rv.final.warnings, rv.final.to_json()
+    assert stale["metadata"]["labels"]["resolve.gpupool.io/detected"] == "false"
+    [term] = terms(pod, rv.mutation.patch)
+    assert {"key": "resolve.gpupool.io/detected", "operator": "NotIn", "values": ["false"]} \
+        in term["matchExpressions"]
+    # the pool's way pinned in the policy: no inference, the stale spec is a missing device
+    rv, _, _ = decide([stale], pod, policy_text=_pinned("cdiDevices"))
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
+
+
+def _pinned(way: str) -> str:
+    from webhook.policyfile import default_policy_text
+
+    doc = yaml.safe_load(default_policy_text())
+    for p in doc["pools"]:
+        if p["name"] == "operator":
+            p.setdefault("cdi", {})["delivery"] = way
+    return yaml.safe_dump(doc)
+
+
+def test_hami_gpus_beside_a_device_plugin_spec_are_doubt_unless_its_daemonset_says(tmp_path):
+    """HAMi registered the GPUs, a device-plugin spec is on disk, the runtime is in CDI mode:
+    handed as CDI names they resolve, as HAMi's default UUIDs they do not (the real runtime
+    refuses them: tests/integration/test_scan_restart.py). Nothing says which: doubt. HAMi's
+    DaemonSet saying cdi-annotations decides it."""
+    node = agent_node(tmp_path, "hami-1", "hami", "device-plugin")
+    rv, _, _ = decide([node], hami_pod())
+    assert rv.final.allowed and rv.final.warnings
+    assert any("only inferred" in f.note for f in rv.final.nodes)
+    rv, _, _ = decide([node, daemonset("cdi-annotations", selector={"gpupool.io/pool": "hami"})],
+                      hami_pod())
+    assert rv.final.allowed and not rv.final.warnings
+    rv, _, _ = decide([node, daemonset("envvar", selector={"gpupool.io/pool": "hami"})],
+                      hami_pod())
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING

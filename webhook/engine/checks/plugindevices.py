@@ -120,8 +120,10 @@ def _inferred_doubt(node: NodeInfo, inv: Inventory, gpus: tuple[str, ...],
         ("CDI names", "UUIDs (envvar)")
     missing = as_uuids.missing if as_cdi.ok else as_cdi.missing
     shown = ", ".join(missing[:SHOW_DEVICES])
+    # Doubt, not a denial; but one way the GPUs fail there, so steering keeps pods off the
+    # node as it does off a node that fails (``may_fail``), where other nodes can take them.
     return NodeAssessment(
-        node.name, NodeState.UNKNOWN, kind=as_cdi.kind, mode=as_cdi.mode,
+        node.name, NodeState.UNKNOWN, kind=as_cdi.kind, mode=as_cdi.mode, may_fail=True,
         way=delivery.CDI_DEVICES,
         note=f"how the device plugin hands GPUs is only inferred from a {device_kind} spec "
              f"on the node: handed as {runs} they resolve, handed as {fails} they do not"
