@@ -187,7 +187,9 @@ def test_pods_admitted_are_fine_and_the_bypassed_one_is_misrouted(env):
     follower = next(s for s in env.scans if s is not leader)
     assert "gpupool_scan_leader 1.0" in leader.get("/metrics").text
     assert "gpupool_scan_leader 0.0" in follower.get("/metrics").text
-    assert follower.get("/readyz").status_code == 200
+    # ready once its own view, pod listing and first scan are done: a standby takes over warm
+    install.wait_until(lambda: follower.get("/readyz").status_code == 200,
+                       f"the standby ready: {follower.get('/readyz?verbose').text}", 30)
     assert "[+]reports ok" in leader.get("/readyz?verbose").text
 
 
