@@ -274,3 +274,24 @@ def test_a_missing_crd_turns_off_reports_alone_until_it_is_installed(env):
                        timeout=60)
     assert set(env.results(kind=kind)) == {"bypassed", "train", "waiting"}
     assert 'gpupool_scan_output_available{output="reports"} 1.0' in other.get("/metrics").text
+
+
+def test_gpus_advertised_twice_get_an_event_on_the_node_and_a_gauge(env):
+    """The operator's device plugin scheduled onto HAMi's node (its deploy label true) beside
+    HAMi's registration: the node's GPUs go out twice."""
+    env.kubectl("label", "node", "hami-1", "nvidia.com/gpu.deploy.device-plugin=true",
+                "--overwrite")
+    try:
+        def evented() -> list[dict]:
+            out = env.kubectl("get", "events", "-n", "default", "-o", "json",
+                              "--field-selector", "involvedObject.name=hami-1").stdout
+            return [e for e in json.loads(out)["items"]
+                    if e.get("reason") == "GPUsAdvertisedTwice"]
+        install.wait_until(lambda: bool(evented()), "an Event on hami-1", 30)
+        [ev] = evented()
+        assert ev["involvedObject"]["kind"] == "Node" and ev["type"] == "Warning"
+        assert "HAMi's device plugin" in ev["message"] and "=false" in ev["message"]
+        assert "gpupool_scan_nodes_gpus_advertised_twice 1.0" in _leader(env).get(
+            "/metrics").text
+    finally:
+        env.kubectl("label", "node", "hami-1", "nvidia.com/gpu.deploy.device-plugin-")

@@ -76,17 +76,27 @@ def result_of(a: Answer) -> dict[str, Any]:
     return out
 
 
+#: Results one report holds at most: etcd refuses an object over 1.5 MiB, and a result is
+#: about 700 bytes. Failures and warnings come first; results beyond the limit (passes,
+#: unless the failures alone exceed it) are counted in the summary and left out, and the
+#: annotation says how many.
+MAX_RESULTS = 1500
+OMITTED = "gpupool.io/results-omitted"
+
+
 def report_of(api: ReportAPI, namespace: str, answers: Iterable[Answer]) -> dict[str, Any]:
     order = {"fail": 0, "warn": 1, "pass": 2}
     results = sorted((result_of(a) for a in answers),
                      key=lambda r: (order[r["result"]], r["resources"][0]["name"]))
-    return {"apiVersion": api.api_version, "kind": api.kind,
-            "metadata": {"name": REPORT_NAME, "namespace": namespace, "labels": MANAGED_BY},
-            "summary": {"pass": sum(r["result"] == "pass" for r in results),
-                        "fail": sum(r["result"] == "fail" for r in results),
-                        "warn": sum(r["result"] == "warn" for r in results),
-                        "error": 0, "skip": 0},
-            "results": results}
+    summary = {"pass": sum(r["result"] == "pass" for r in results),
+               "fail": sum(r["result"] == "fail" for r in results),
+               "warn": sum(r["result"] == "warn" for r in results), "error": 0, "skip": 0}
+    meta: dict[str, Any] = {"name": REPORT_NAME, "namespace": namespace, "labels": MANAGED_BY}
+    if len(results) > MAX_RESULTS:
+        meta["annotations"] = {OMITTED: str(len(results) - MAX_RESULTS)}
+        results = results[:MAX_RESULTS]
+    return {"apiVersion": api.api_version, "kind": api.kind, "metadata": meta,
+            "summary": summary, "results": results}
 
 
 def _stamp_key(result: Mapping[str, Any]) -> tuple[Any, ...]:
