@@ -77,3 +77,32 @@ def test_gpupool_agrees_with_the_real_nri_plugin(tmp_path, namespace, extra, suf
     if reason is Reason.GPU_NOT_DELIVERED:
         assert "not in one of the allowed namespaces" in v.error  # the plugin's own log line
         assert f"namespace {namespace}" in rv.final.message
+
+
+@pytest.mark.parametrize("namespace, extra", [("team-a", "team-a"), ("team-a", None)])
+def test_a_gpu_that_arrives_but_not_the_one_hami_accounted_for(tmp_path, namespace, extra):
+    """HAMi's envvar pod on a node of the GPU Operator's NRI setup (containerd's default
+    runtime is runc: NVIDIA_VISIBLE_DEVICES, which only NVIDIA's runtime reads, reaches
+    nothing, as modelled in webhook/api/delivery.py), annotated for the NRI plugin. The real
+    plugin decides whether a device arrives: where it injects one, gpupool says a GPU arrives
+    that HAMi did not account for (GPUNotAccounted); where it drops the annotation, that
+    nothing arrives (GPUNotDelivered)."""
+    from tests.stacknames import TOOLKIT_DEPLOY_LABEL
+    from tests.unit.engine.test_steering import agent_node, hami_pod
+
+    node = agent_node(tmp_path, "hami-nri", "hami", "operator-management",
+                      default_runtime="runc")
+    node["metadata"]["labels"][TOOLKIT_DEPLOY_LABEL] = "true"
+    spec_dirs = [tmp_path / "hami-nri" / "etc/cdi", tmp_path / "hami-nri" / "var/run/cdi"]
+    oracle = OracleNode(tmp_path / "oracle", spec_dirs, None)
+    annotations = {DOMAIN + "/pod": ALL}
+    v = oracle.nri(namespace, annotations, "h", (OPERATOR_NS, *([extra] if extra else [])))
+    pod = hami_pod()
+    pod["metadata"]["annotations"] = annotations
+    rv = decide(node, cluster_policy(extra=extra), pod, namespace)
+    assert not rv.final.allowed
+    if v.ok and v.devices:
+        assert rv.final.reason == Reason.GPU_NOT_ACCOUNTED, rv.final.to_json()
+    else:
+        assert rv.final.reason == Reason.GPU_NOT_DELIVERED, (v, rv.final.to_json())
+    assert bool(extra) == bool(v.ok and v.devices)  # both sides met

@@ -166,3 +166,30 @@ def test_a_node_whose_containerd_hosts_no_nri_plugin_never_injects_them(tmp_path
     assert 'plugins."io.containerd.nri.v1.nri" disable = false' in rv.final.message
     # a pod naming nothing for the plugin is not concerned
     assert decide([node, cluster_policy()], gpu_pod("plain"))[0].final.allowed
+
+
+def test_a_gpu_that_arrives_but_not_the_one_accounted_for_has_its_own_reason(tmp_path):
+    """Issue 34, item 3: HAMi's envvar pod on a node of the GPU Operator's NRI setup
+    (containerd's default runtime is runc, so NVIDIA_VISIBLE_DEVICES reaches nothing), whose
+    own annotation makes the NRI plugin inject management.nvidia.com/gpu=all: a GPU does
+    arrive, so "starts without its GPUs" is false; it is not the one HAMi accounted for."""
+    from tests.unit.engine.test_steering import hami_pod
+
+    node = agent_node(tmp_path, "hami-nri", "hami", "operator-management",
+                      default_runtime="runc")
+    node["metadata"]["labels"][TOOLKIT_LABEL] = "true"
+    plain = hami_pod()
+    rv, _, _ = decide([node, cluster_policy(extra="default")], plain)
+    assert not rv.final.allowed and rv.final.reason == Reason.GPU_NOT_DELIVERED
+    pod = hami_pod()
+    pod["metadata"]["annotations"] = {f"{DOMAIN}/pod": ALL}
+    rv, _, _ = decide([node, cluster_policy(extra="default")], pod)
+    assert not rv.final.allowed and rv.final.reason == Reason.GPU_NOT_ACCOUNTED
+    msg = rv.final.message
+    assert "would get a GPU, but not the one its device plugin accounted for" in msg
+    assert "hami-nri" in msg and ALL in msg and "share a GPU" in msg
+    assert "start without" not in msg
+    assert "devicePlugin.deviceListStrategy=cdi-annotations" in msg
+    # where the plugin drops the annotation (namespace not allowed), nothing arrives at all
+    rv, _, _ = decide([node, cluster_policy()], pod)
+    assert not rv.final.allowed and rv.final.reason == Reason.GPU_NOT_DELIVERED

@@ -42,6 +42,9 @@ class NodeAssessment:
     way: str = ""
     #: the GPUs would not reach the container at all (see ``delivery.Resolution``)
     undelivered: bool = False
+    #: a GPU reaches the container, but not the one the device plugin accounted for (the
+    #: pod's NRI annotation injects one where the plugin's never arrives)
+    misaccounted: bool = False
     #: the fix, where the finding itself knows it (``fix_text`` works out the others)
     fix: str = ""
     #: unknown, yet some GPU there can fail the pod (one HAMi's cordon names, which its

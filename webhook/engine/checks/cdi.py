@@ -205,6 +205,7 @@ class Finding(StrEnum):
     UNKNOWN = "unknown"  # none known to work; doubt is not proof
     MISSING = "missing"  # every candidate lacks its devices
     NOT_DELIVERED = "notDelivered"  # on every candidate its containers start without GPUs
+    NOT_ACCOUNTED = "notAccounted"  # on every candidate a GPU arrives, not the one accounted
 
 
 def _on_no_candidates(p: Policy) -> bool:
@@ -222,6 +223,7 @@ OUTCOMES: dict[Finding, _Outcome] = {
                               is OnFinding.DENY or p.require_inventory),
     Finding.MISSING: _Outcome(Reason.CDI_DEVICE_MISSING, lambda p: True),
     Finding.NOT_DELIVERED: _Outcome(Reason.GPU_NOT_DELIVERED, lambda p: True),
+    Finding.NOT_ACCOUNTED: _Outcome(Reason.GPU_NOT_ACCOUNTED, lambda p: True),
 }
 
 
@@ -296,6 +298,8 @@ def _finding(s: Verdicts, facts: PodFacts, hami_pool: bool, policy: Policy) -> F
         return Finding.UNKNOWN
     if all(c.undelivered for c in s.missing + s.unknown):
         return Finding.NOT_DELIVERED
+    if s.missing and not s.unknown and all(c.misaccounted for c in s.missing):
+        return Finding.NOT_ACCOUNTED
     return Finding.MISSING
 
 
@@ -335,6 +339,10 @@ def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy,
         case Finding.NOT_DELIVERED:
             return (f"{who} would start without its GPUs on every candidate node of pool "
                     f"{name}: {s.failing_text}. "
+                    f"Fix: {fix_text(pool, s.missing, policy, runtime_classes)}", "")
+        case Finding.NOT_ACCOUNTED:
+            return (f"{who} would get a GPU, but not the one its device plugin accounted for, "
+                    f"on every candidate node of pool {name}: {s.failing_text}. "
                     f"Fix: {fix_text(pool, s.missing, policy, runtime_classes)}", "")
         case Finding.MISSING:
             return (f"{who} would fail on its node with 'unresolvable CDI devices': no "

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.engine.checks.assessment import Ask, Combine, NodeAssessment, NodeCheck, NodeState
+from webhook.api import delivery
+from webhook.engine.checks.assessment import (
+    Ask,
+    Combine,
+    NodeAssessment,
+    NodeCheck,
+    NodeState,
+    worse,
+)
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import nri
 from webhook.engine.view.nodes import NodeInfo
@@ -37,9 +45,31 @@ def _prepare(ask: Ask) -> Any:
 
 def _assess(node: NodeInfo, ask: Ask, plugin: Any, so_far: NodeAssessment | None
             ) -> NodeAssessment | None:
-    return assess_annotations(node, ask.facts, plugin)
+    """The annotations' own finding, the worse of it and the finding so far; and where the
+    device plugin's GPUs never arrive (``NVIDIA_VISIBLE_DEVICES`` under a default runtime
+    that is not NVIDIA's) while the annotations do inject a device, neither "fine" nor
+    "starts without its GPUs" is true: a GPU arrives, not the one accounted for."""
+    own = assess_annotations(node, ask.facts, plugin)
+    if own is not None:
+        return worse(so_far, own) if so_far is not None else own
+    if so_far is None or so_far.state is not NodeState.MISSING or not so_far.undelivered \
+            or so_far.way != delivery.VISIBLE_DEVICES or not nri.runs_on(node.labels):
+        return None
+    named = sorted({n for _, value in ask.facts.nri_requests for n in value.split(",")})
+    return NodeAssessment(
+        node.name, NodeState.MISSING, way=so_far.way,
+        kind=so_far.kind, mode=so_far.mode, misaccounted=True,
+        note="the GPUs its device plugin accounted for, handed in NVIDIA_VISIBLE_DEVICES, "
+             "are not delivered there, but "
+             f"the GPU Operator's NRI plugin injects what its {nri.DOMAIN} annotations name "
+             f"({', '.join(named[:3])}): its containers get a GPU, not the one accounted "
+             "for, so two pods can share a GPU its device plugin believes is split",
+        fix=f"drop the pod's {nri.DOMAIN} annotation and set HAMi's chart value "
+            "devicePlugin.deviceListStrategy=cdi-annotations (a CDI strategy, which the NRI "
+            "plugin delivers under any handler), or make the NVIDIA runtime containerd's "
+            "default runtime on those nodes")
 
 
 CHECK = NodeCheck("NRI annotations", reads=("NRI annotations",),
                   node_reads=("inventory", "labels", "the cluster's ClusterPolicy"),
-                  combine=Combine.WORSE, prepare=_prepare, assess=_assess)
+                  combine=Combine.REFINE, prepare=_prepare, assess=_assess)

@@ -46,6 +46,7 @@ class Reason(StrEnum):
     DRA_ADMIN_ACCESS_FORBIDDEN = "DRAAdminAccessForbidden"
     USER_NAMESPACE_UNSUPPORTED = "UserNamespaceUnsupported"
     NODE_VIEW_MISSING = "NodeViewMissing"
+    GPU_NOT_ACCOUNTED = "GPUNotAccounted"
     # after admission (``gpupool scan``): never an admission answer
     SCHEDULER_NOT_RUNNING = "SchedulerNotRunning"
     GPUS_ADVERTISED_TWICE = "GPUsAdvertisedTwice"
