@@ -93,6 +93,9 @@ def test_management_devices_outside_the_allowed_namespaces_never_arrive(tmp_path
     msg = rv.final.message
     assert "op-1" in msg and "namespace default" in msg and "allowed: gpu-operator" in msg
     assert f"add namespace default to {NAMESPACES_ENV}" in msg
+    # its device plugin's GPU still arrives: the message says what is lost, not "its GPUs"
+    assert "would not reach its containers (the GPUs its device plugin hands would)" in msg
+    assert "start without its GPUs" not in msg
     # the fix applied: the namespace allowed through the ClusterPolicy's toolkit env
     rv, _, _ = decide([node, cluster_policy(extra="default")], annotated(ALL))
     assert rv.final.allowed and not rv.final.warnings, rv.final.to_json()

@@ -336,6 +336,13 @@ def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy,
             return (f"{who}: CDI devices not verified: {s.failing_text}",
                     f"gpupool: CDI inventory unknown on {len(s.unknown)} candidate node(s); "
                     "devices not verified")
+        case Finding.NOT_DELIVERED if all(c.way == nri.WAY for c in s.missing):
+            # Only what its annotations name is lost: its device plugin's GPUs still arrive
+            # (a plugin finding that says more would have won on the node).
+            return (f"{who}: on every candidate node of pool {name}, the devices its "
+                    f"{nri.DOMAIN} annotations name would not reach its containers (the "
+                    f"GPUs its device plugin hands would): {s.failing_text}. "
+                    f"Fix: {fix_text(pool, s.missing, policy, runtime_classes)}", "")
         case Finding.NOT_DELIVERED:
             return (f"{who} would start without its GPUs on every candidate node of pool "
                     f"{name}: {s.failing_text}. "
