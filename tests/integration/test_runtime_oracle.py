@@ -253,6 +253,33 @@ def test_gpupool_agrees_with_the_real_runtime_on_mig_pods(tmp_path, spec):
             assert m in rv.final.message
 
 
+@pytest.mark.parametrize("spec", ["fresh", "stale", "whole GPUs"])
+def test_gpupool_agrees_with_the_real_runtime_under_the_single_mig_strategy(tmp_path, spec):
+    """The NVIDIA device plugin's single strategy: a plain nvidia.com/gpu pod is handed a MIG
+    device (the kubelet's checkpoint lists MIG ids under nvidia.com/gpu). The real runtime
+    resolves NVIDIA_VISIBLE_DEVICES=MIG-<uuid>; gpupool admits exactly when it creates the
+    container with each, never judging the parent GPUs' UUIDs (issue 34, item 6)."""
+    from harness.kit import gpu_pod
+    from tests.unit.engine.test_mig import BEFORE, single_node
+    from tests.unit.engine.test_steering import decide
+    from tests.unit.node.test_kubelet import MIGS
+
+    names = {"fresh": MIGS, "stale": BEFORE, "whole GPUs": True}[spec]
+    node = single_node(tmp_path, "op-single", names)
+    paths = tmp_path / "op-single"
+    oracle = OracleNode(tmp_path / "oracle", [paths / "etc/cdi", paths / "var/run/cdi"],
+                        paths / "config/config.toml", gpus=UUIDS)
+    verdicts = {m: oracle.create(m) for m in MIGS}
+    runs = all(v.ok and v.devices for v in verdicts.values())
+    rv, _, _ = decide([node], gpu_pod("p", limits={"nvidia.com/gpu": 1}))
+    assert rv.final.allowed == runs, (verdicts, rv.final.to_json())
+    assert runs == (spec == "fresh")  # both sides met
+    for m, v in verdicts.items():
+        if not v.ok:
+            assert f"unresolvable CDI devices management.nvidia.com/gpu={m}" in v.error
+            assert m in rv.final.message
+
+
 def test_a_mig_device_hami_creates_at_allocation_is_in_no_spec(tmp_path):
     """HAMi's MIG mode hands the container a MIG device it has just created. The real
     runtime in cdi mode cannot resolve it from the node's specs (written before), and

@@ -22,6 +22,17 @@ SCHEMA_VERSION = 1
 _GPU_UUID = re.compile(r"^GPU-[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$")
 #: The GPU Operator's MIG resources (its mixed strategy): ``nvidia.com/mig-<profile>``.
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+#: The NVIDIA device plugin's own resource; under its ``single`` MIG strategy it advertises
+#: MIG devices under this name (k8s-device-plugin ``internal/lm/mig-strategy.go``).
+PLUGIN_RESOURCE = "nvidia.com/gpu"
+MIG_ID_PREFIX = "MIG-"
+
+
+def is_mig_resource(resource: str, ids: tuple[str, ...] | list[str]) -> bool:
+    """A resource whose registered devices are MIG devices: ``nvidia.com/mig-*`` (mixed
+    strategy), or ``nvidia.com/gpu`` registered with MIG ids (single strategy)."""
+    return resource.startswith(MIG_RESOURCE_PREFIX) or (
+        resource == PLUGIN_RESOURCE and any(i.startswith(MIG_ID_PREFIX) for i in ids))
 #: Annotation values are capped at 256 KiB for all annotations of an object together.
 MAX_ANNOTATION_BYTES = 200 * 1024
 
@@ -100,7 +111,8 @@ class Inventory:
     #: under the default runtime handler; a way the agent could not judge is absent. Written
     #: for people and tools: admission works it out from ``kinds`` and ``runtime`` itself.
     resolves: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    #: The MIG devices the device plugin registered, per ``nvidia.com/mig-*`` resource, as
+    #: The MIG devices the device plugin registered, per ``nvidia.com/mig-*`` resource (and
+    #: ``nvidia.com/gpu`` under the single strategy), as
     #: the kubelet lists them (None: not known). Added within schema version 1.
     mig: Mapping[str, tuple[str, ...]] | None = None
 

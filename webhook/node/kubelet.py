@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from webhook.api.inventory import MIG_RESOURCE_PREFIX
+from webhook.api.inventory import is_mig_resource
 
 CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
 _MAX_BYTES = 8 << 20
@@ -60,12 +60,14 @@ def registered_devices(path: str = CHECKPOINT) -> dict[str, tuple[str, ...]] | N
 
 def mig_devices(path: str = CHECKPOINT
                 ) -> tuple[dict[str, tuple[str, ...]] | None, list[tuple[str, str]]]:
-    """The MIG devices per ``nvidia.com/mig-*`` resource (None: not known), and (path,
-    reason) for a checkpoint that could not be read."""
+    """The MIG devices per resource (None: not known): ``nvidia.com/mig-*`` under the
+    device plugin's mixed strategy, ``nvidia.com/gpu`` when it registered MIG devices under
+    that name (its single strategy); and (path, reason) for a checkpoint that could not be
+    read."""
     try:
         registered = registered_devices(path)
     except CheckpointError as exc:
         return None, [(path, str(exc))]
     if registered is None:
         return None, []
-    return {r: ids for r, ids in registered.items() if r.startswith(MIG_RESOURCE_PREFIX)}, []
+    return {r: ids for r, ids in registered.items() if is_mig_resource(r, ids)}, []

@@ -155,3 +155,29 @@ def test_doctor_lists_a_nodes_mig_devices_and_flags_those_that_fail(tmp_path):
     assert "fix: define a CDI device" in hazard
     r = run("doctor", "--cluster", str(f))
     assert f"MIG devices: {MIG_RESOURCE}(2)" in r.stdout
+
+
+# ------------------------------------------------------------------ the single strategy
+
+
+def single_node(tmp_path, name: str, spec: tuple[str, ...] | bool) -> dict:
+    """An operator node whose NVIDIA device plugin runs the ``single`` MIG strategy: it
+    registers its MIG devices as ``nvidia.com/gpu`` (k8s-device-plugin
+    ``internal/lm/mig-strategy.go``), and the kubelet's checkpoint lists them so."""
+    return agent_node(tmp_path, name, None, "operator-management", register=False,
+                      per_uuid=spec, mig={"nvidia.com/gpu": MIGS})
+
+
+def test_the_single_strategy_hands_mig_devices_as_nvidia_com_gpu(tmp_path):
+    """Issue 34, item 6: a plain nvidia.com/gpu pod gets a MIG device there; judging the
+    parent GPUs' UUIDs admitted pods that fail with unresolvable ...=MIG-<uuid>."""
+    pod = gpu_pod("p", limits={"nvidia.com/gpu": 1})
+    rv, _, _ = decide([single_node(tmp_path / "a", "op-single", MIGS)], pod)
+    assert rv.final.allowed and not rv.final.warnings, rv.final.to_json()
+    # a spec naming the whole GPUs only (as before MIG was enabled): every MIG device fails
+    rv, _, _ = decide([single_node(tmp_path / "b", "op-single", True)], pod)
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
+    assert f"management.nvidia.com/gpu={MIGS[0]}" in rv.final.message
+    # a spec from before a reconfiguration
+    rv, _, _ = decide([single_node(tmp_path / "c", "op-single", BEFORE)], pod)
+    assert not rv.final.allowed and MIGS[1] in rv.final.message

@@ -81,3 +81,13 @@ def test_the_agent_publishes_them_and_admission_reads_them_back(tmp_path):
     broken = Observer([str(tmp_path / "cdi")], driver_gpus_dir=None,
                       kubelet_checkpoint=str(path)).observe()
     assert broken.mig is None and any(p == str(path) for p, _ in broken.errors)
+
+
+def test_the_single_strategy_lists_mig_devices_under_nvidia_com_gpu(tmp_path):
+    from webhook.node.kubelet import mig_devices
+
+    single = checkpoint(tmp_path / "single", {"nvidia.com/gpu": [f"{m}::0" for m in MIGS]})
+    assert mig_devices(str(single)) == ({"nvidia.com/gpu": MIGS}, [])
+    whole = checkpoint(tmp_path / "whole", {"nvidia.com/gpu": ["GPU-1", "GPU-2"],
+                                            MIG_RESOURCE: list(MIGS)})
+    assert mig_devices(str(whole)) == ({MIG_RESOURCE: MIGS}, [])

@@ -41,7 +41,8 @@ def _judged_by_name(facts: PodFacts, pool_name: str, view: ClusterView | None,
     """Must the pod be steered node by node? The agent's label says whether every GPU of the
     node resolves the pool's way under the default handler, and nothing more: not which
     GPUs a pod narrows to, another RuntimeClass, a privileged container, MIG devices (the
-    kubelet's, or those HAMi creates on a GPU it runs in MIG mode), devices a pod names
+    kubelet's, under either of the plugin's MIG strategies, or those HAMi creates on a GPU
+    it runs in MIG mode), devices a pod names
     itself (in NVIDIA_VISIBLE_DEVICES, or in annotations for the NRI plugin), or a way the
     plugins' own configuration declares (the detected label knows only the disk)."""
     way = policy.by_name[pool_name].cdi.delivery
@@ -55,7 +56,8 @@ def _judged_by_name(facts: PodFacts, pool_name: str, view: ClusterView | None,
     return (way is delivery.DETECT and (view.operator_way() is not None
                                          or view.knows_hami_plugins())) \
         or (bool(facts.nri_requests) and view.operator_nri() is not None) \
-        or (hami_pool and view.has_hami_mig())
+        or (hami_pool and view.has_hami_mig()) \
+        or (not hami_pool and view.has_single_strategy_mig())
 
 
 def requirements(facts: PodFacts, pool_name: str, view: ClusterView | None,

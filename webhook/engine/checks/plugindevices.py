@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.api import delivery
-from webhook.api.inventory import MIG_RESOURCE_PREFIX, Inventory
+from webhook.api.inventory import MIG_RESOURCE_PREFIX, PLUGIN_RESOURCE, Inventory
 from webhook.engine.checks.assessment import (
     Ask,
     Combine,
@@ -55,7 +55,9 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
             and not delivery.envvar_ignored(inv, privileged):
         return NodeAssessment(node.name, NodeState.OK, way=way,
                               note=f"RuntimeClass {runtime_class} uses no CDI")
-    mig = [name for name, _ in demand.requests if name.startswith(MIG_RESOURCE_PREFIX)]
+    mig = [name for name, _ in demand.requests if name.startswith(MIG_RESOURCE_PREFIX)
+           or (name == PLUGIN_RESOURCE and not demand.hami
+               and PLUGIN_RESOURCE in (inv.mig or {}))]
     if mig:
         return _assess_mig(node, inv, mig, way, handler, req.device_kind, privileged)
     gpus = cand.eligible_gpus(node, demand)

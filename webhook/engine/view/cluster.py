@@ -241,6 +241,10 @@ class ClusterView:
         """Does HAMi run a GPU in MIG mode on some node (``NodeInfo.hami_mig_gpus``)?"""
         return bool(self._index.hami_mig)
 
+    def has_single_strategy_mig(self) -> bool:
+        """Does a device plugin hand MIG devices as nvidia.com/gpu on some node?"""
+        return bool(self._index.single_mig)
+
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:
         return self._namespaces.get(name)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from webhook.api.inventory import PLUGIN_RESOURCE
 from webhook.engine.view.labels import NodeLabels
 from webhook.engine.view.nodes import NodeInfo
 
@@ -24,6 +25,9 @@ class NodeIndex:
         self._by_shared: dict[int, tuple[Mapping[str, str], set[str]]] = {}
         #: nodes where HAMi runs a GPU in MIG mode (its steering label cannot tell)
         self.hami_mig: set[str] = set()
+        #: nodes whose device plugin registered MIG devices as nvidia.com/gpu (its single
+        #: MIG strategy, as the agent read the kubelet's checkpoint)
+        self.single_mig: set[str] = set()
 
     def put(self, node: NodeInfo) -> None:
         old = self.nodes.get(node.name)
@@ -66,6 +70,8 @@ class NodeIndex:
         self._by_shared.setdefault(id(shared), (shared, set()))[1].add(node.name)
         if node.hami_mig_gpus():
             self.hami_mig.add(node.name)
+        if node.inventory is not None and PLUGIN_RESOURCE in (node.inventory.mig or {}):
+            self.single_mig.add(node.name)
 
     def _unindex(self, node: NodeInfo) -> None:
         key = node.labels.get(self.pool_label)
@@ -87,6 +93,7 @@ class NodeIndex:
             if not entry[1]:
                 del self._by_shared[id(shared)]
         self.hami_mig.discard(node.name)
+        self.single_mig.discard(node.name)
 
 
 def _split(labels: Mapping[str, str]) -> tuple[Mapping[str, str], Mapping[str, str]]:
