@@ -18,6 +18,8 @@ engine checks candidate nodes with the same functions, so the two can never disa
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -192,12 +194,7 @@ def resolve_own(inv: Inventory, value: str, handler: str | None, gpus: tuple[str
     if mode is None:
         return Resolution(VISIBLE_DEVICES, None, note="runtime mode unknown")
     if mode in NON_CDI_MODES:
-        if all(_defined(inv, JIT_KIND, n, gpus) for n in names):
-            return Resolution(VISIBLE_DEVICES, True, mode=mode)
-        return Resolution(VISIBLE_DEVICES, None, mode=mode,
-                          note=f"NVIDIA_VISIBLE_DEVICES={value}, set by the pod, under mode "
-                               f"{mode}: names that are not the node's GPUs go to the legacy "
-                               "hook, whose answer gpupool does not model")
+        return _legacy_hook(inv, value, names, gpus, mode)
     kind = rt.default_kind or DEFAULT_KIND
     if mode != "cdi" and not qualified:
         kind = JIT_KIND  # auto mode: generated just in time for the node's own GPUs
@@ -206,6 +203,75 @@ def resolve_own(inv: Inventory, value: str, handler: str | None, gpus: tuple[str
     return Resolution(VISIBLE_DEVICES, not missing, missing, mode=mode, kind=kind,
                       note=f"the pod sets NVIDIA_VISIBLE_DEVICES={value} itself, which "
                            "overrides the device plugin's")
+
+
+_MIG_INDEX = re.compile(r"^[0-9]+:[0-9]+$")
+_PCI_BUS_ID = re.compile(r"^[0-9a-fA-F]+:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}\.0$")
+
+
+def _legacy_hook(inv: Inventory, value: str, names: list[str], gpus: tuple[str, ...],
+                 mode: str) -> Resolution:
+    """NVIDIA_VISIBLE_DEVICES as the legacy hook reads it, and as ``nvidia-container-cli``
+    selects the devices it names.
+
+    The hook (toolkit v1.20.2 ``internal/config/image/devices.go``, ``NewVisibleDevices``)
+    takes the first of ``all``, ``none``, ``void`` or an empty name as the whole answer: all
+    GPUs, or none. Otherwise it passes the names to ``nvidia-container-cli --device=``,
+    which (libnvidia-container ``src/cli/common.c``, ``select_devices``) takes each as a
+    whole GPU UUID (``GPU-``, case-insensitive, whole), a PCI bus id, an index below the
+    GPU count, a whole MIG UUID (``MIG-``) or a MIG index ``<gpu>:<mig>``, and fails the
+    container with ``<name>: unknown device`` on anything else. The driver lists the
+    node's GPUs (the inventory's ``gpus``), the kubelet's checkpoint the MIG devices the
+    plugin registered; a PCI bus id, a MIG index, or a MIG UUID where no MIG device is
+    known cannot be told here: doubt. Empty names between commas are dropped first
+    (``devicesFromEnvvars``)."""
+    names = [n for n in names if n]
+    for n in names:
+        if n == "all":
+            return Resolution(VISIBLE_DEVICES, True, mode=mode)
+        if n in NO_DEVICES:
+            return Resolution(VISIBLE_DEVICES, False, undelivered=True, mode=mode,
+                              note=f"the pod sets NVIDIA_VISIBLE_DEVICES={value} itself: "
+                                   f"the legacy hook reads {n} as no GPU, "
+                                   "so its containers get none")
+    known_gpus = {g.lower() for g in gpus}
+    migs = {m.lower() for ids in (inv.mig or {}).values() for m in ids}
+    unknown, doubt = [], []
+    for n in names:
+        low = n.lower()
+        if low.startswith("gpu-") and len(n) > 4:
+            if low in known_gpus:
+                continue
+        elif n.isdigit():
+            if int(n) < len(gpus):
+                continue
+        elif low.startswith("mig-") and len(n) > 4:
+            if low in migs:
+                continue
+            if not migs:
+                doubt.append(n)
+                continue
+        elif _MIG_INDEX.match(n) or _PCI_BUS_ID.match(n):
+            doubt.append(n)
+            continue
+        unknown.append(n)
+    if not gpus:
+        return Resolution(VISIBLE_DEVICES, None, mode=mode,
+                          note="the node's GPUs are not known (no driver list in its "
+                               "inventory): the names its pod sets cannot be checked")
+    if unknown:
+        return Resolution(VISIBLE_DEVICES, False, tuple(unknown), mode=mode,
+                          note=f"the pod sets NVIDIA_VISIBLE_DEVICES={value} itself: "
+                               f"nvidia-container-cli fails the container with "
+                               f"'{unknown[0]}: unknown device' (not a GPU or MIG device of "
+                               "the node by UUID or index)")
+    if doubt:
+        return Resolution(VISIBLE_DEVICES, None, mode=mode,
+                          note=f"NVIDIA_VISIBLE_DEVICES={value}, set by the pod, names "
+                               f"{', '.join(doubt[:3])}: a PCI bus id, a MIG index or a MIG "
+                               "device the node's inventory does not list, which "
+                               "nvidia-container-cli resolves from the driver; not checked")
+    return Resolution(VISIBLE_DEVICES, True, mode=mode)
 
 
 def _defined(inv: Inventory, kind: str, device: str, gpus: tuple[str, ...]) -> bool:

@@ -69,3 +69,33 @@ def test_such_pods_are_steered_node_by_node(tmp_path):
     assert rv.final.allowed, rv.final.to_json()
     fields = [e for t in terms(pod, rv.mutation.patch) for e in t.get("matchFields", [])]
     assert fields == [{"key": "metadata.name", "operator": "NotIn", "values": ["op-bad"]}]
+
+
+def test_the_legacy_hook_reads_a_pods_own_value_as_nvidia_container_cli_selects(tmp_path):
+    """Issue 34, item 8. Under the legacy hook the toolkit takes the first all/none/void/empty
+    name as the whole answer (toolkit v1.20.2 internal/config/image/devices.go,
+    NewVisibleDevices); other names go to nvidia-container-cli --device=, which takes whole
+    GPU or MIG UUIDs (case-insensitive), PCI bus ids, GPU indices and <gpu>:<mig> indices,
+    and fails the container on anything else (libnvidia-container src/cli/common.c,
+    select_devices: '<name>: unknown device'). The cli needs the driver: modelled, cited."""
+    node = agent_node(tmp_path, "op-legacy", None, "operator-management", register=False,
+                      mode="legacy")
+    for value in ("all", "0", "1", UUIDS[1], UUIDS[0].lower(), f"0,{UUIDS[1]}",
+                  f"{UUIDS[0]},all", ",0"):
+        rv, _, _ = decide([node], own(value))
+        assert rv.final.allowed and not rv.final.warnings, (value, rv.final.to_json())
+    for value in ("none", "void", "all,none"[4:], "none,all"):
+        rv, _, _ = decide([node], own(value))
+        assert not rv.final.allowed and rv.final.reason == Reason.GPU_NOT_DELIVERED, value
+    for value, bad in (("2", "2"), ("GPU-00000000-0000-0000-0000-000000000000",
+                                    "GPU-00000000-0000-0000-0000-000000000000"),
+                       (UUIDS[0][:12], UUIDS[0][:12]),  # a prefix: whole UUIDs only
+                       ("nvidia.com/gpu=all", "nvidia.com/gpu=all"), (f"0,{'x'}", "x")):
+        rv, _, _ = decide([node], own(value))
+        assert not rv.final.allowed and rv.final.reason == Reason.UNKNOWN_DEVICE, value
+        assert f"'{bad}: unknown device'" in rv.final.message
+    # what the inventory cannot tell (a PCI bus id, a MIG index or MIG UUID with no MIG
+    # device listed): doubt, not a denial
+    for value in ("0000:17:00.0", "0:1", "MIG-0a1b2c3d-0000-5000-8000-000000000001"):
+        rv, _, _ = decide([node], own(value))
+        assert rv.final.allowed and rv.final.warnings, value

@@ -206,6 +206,7 @@ class Finding(StrEnum):
     MISSING = "missing"  # every candidate lacks its devices
     NOT_DELIVERED = "notDelivered"  # on every candidate its containers start without GPUs
     NOT_ACCOUNTED = "notAccounted"  # on every candidate a GPU arrives, not the one accounted
+    UNKNOWN_DEVICE = "unknownDevice"  # on every candidate the legacy hook names no such GPU
 
 
 def _on_no_candidates(p: Policy) -> bool:
@@ -224,6 +225,7 @@ OUTCOMES: dict[Finding, _Outcome] = {
     Finding.MISSING: _Outcome(Reason.CDI_DEVICE_MISSING, lambda p: True),
     Finding.NOT_DELIVERED: _Outcome(Reason.GPU_NOT_DELIVERED, lambda p: True),
     Finding.NOT_ACCOUNTED: _Outcome(Reason.GPU_NOT_ACCOUNTED, lambda p: True),
+    Finding.UNKNOWN_DEVICE: _Outcome(Reason.UNKNOWN_DEVICE, lambda p: True),
 }
 
 
@@ -300,6 +302,8 @@ def _finding(s: Verdicts, facts: PodFacts, hami_pool: bool, policy: Policy) -> F
         return Finding.NOT_DELIVERED
     if s.missing and not s.unknown and all(c.misaccounted for c in s.missing):
         return Finding.NOT_ACCOUNTED
+    if s.missing and all(c.mode in delivery.NON_CDI_MODES for c in s.missing):
+        return Finding.UNKNOWN_DEVICE
     return Finding.MISSING
 
 
@@ -351,6 +355,14 @@ def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy,
             return (f"{who} would get a GPU, but not the one its device plugin accounted for, "
                     f"on every candidate node of pool {name}: {s.failing_text}. "
                     f"Fix: {fix_text(pool, s.missing, policy, runtime_classes)}", "")
+        case Finding.UNKNOWN_DEVICE:
+            name_ = next((m for c in s.missing for m in c.missing), "")
+            return (f"{who} would fail on its node with '{name_}: unknown device': the "
+                    "legacy hook hands the names in its own NVIDIA_VISIBLE_DEVICES to "
+                    "nvidia-container-cli, which knows no such GPU or MIG device there "
+                    f"(UUID or index): {s.failing_text}. Fix: name the node's GPUs by UUID "
+                    "or index, or remove NVIDIA_VISIBLE_DEVICES from the pod's GPU "
+                    "containers so the device plugin's GPUs are used", "")
         case Finding.MISSING:
             return (f"{who} would fail on its node with 'unresolvable CDI devices': no "
                     f"candidate node of pool {name} defines the CDI devices it needs: "

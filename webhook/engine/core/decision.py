@@ -47,6 +47,7 @@ class Reason(StrEnum):
     USER_NAMESPACE_UNSUPPORTED = "UserNamespaceUnsupported"
     NODE_VIEW_MISSING = "NodeViewMissing"
     GPU_NOT_ACCOUNTED = "GPUNotAccounted"
+    UNKNOWN_DEVICE = "UnknownDevice"
     # after admission (``gpupool scan``): never an admission answer
     SCHEDULER_NOT_RUNNING = "SchedulerNotRunning"
     GPUS_ADVERTISED_TWICE = "GPUsAdvertisedTwice"
