@@ -19,7 +19,6 @@ engine checks candidate nodes with the same functions, so the two can never disa
 from __future__ import annotations
 
 import re
-
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
