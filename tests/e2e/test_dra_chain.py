@@ -409,6 +409,48 @@ def test_gpupool_and_the_scheduler_agree_on_every_dra_shape(dra, tmp_path):
     assert by["hami-or-gpu"]["scheduler"] == "hami-dra-2"
 
 
+def test_a_claim_allocated_already_pins_its_next_pods_as_the_scheduler_does(dra):
+    """Issue 35, item 8. A shared claim any NVIDIA GPU satisfies, allocated by the scheduler
+    for a first pod placed on dra-b: a second pod pinned to dra-a (whose A100s would satisfy
+    the claim's request) is told no node can allocate it, and the real scheduler leaves it
+    Unschedulable; a third, unpinned, gpupool places on dra-b alone, where the scheduler
+    binds it. Without reading the allocation gpupool would have said dra-a can."""
+    c = dra
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "shared-any", "namespace": NS},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                 "deviceClassName": "gpu.nvidia.com"}}]}}}
+    assert install.apply(c.cp, claim).returncode == 0
+    holder = _pod("holder", [], claims=["shared-any"])
+    holder["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "dra-b"}
+    assert install.apply(c.cp, holder).returncode == 0
+    try:
+        assert _outcome(c, "holder")["node"] == "dra-b"
+
+        def allocated() -> bool:
+            got = c.get("resourceclaim", "-n", NS, "shared-any")
+            return bool((got.get("status") or {}).get("allocation"))
+        install.wait_until(allocated, "the shared claim allocated", 60)
+        elsewhere = _pod("elsewhere", [], claims=["shared-any"])
+        elsewhere["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "dra-a"}
+        d = _decision(c, elsewhere)
+        assert d["allowed"] and d["warned"], d
+        assert install.apply(c.cp, elsewhere).returncode == 0
+        got = _outcome(c, "elsewhere")
+        assert got["unschedulable"] and not got["node"], got
+        follower = _pod("follower", [], claims=["shared-any"])
+        d = _decision(c, follower)
+        assert d["allowed"] and not d["warned"], d
+        assert install.apply(c.cp, follower).returncode == 0
+        assert _outcome(c, "follower")["node"] == "dra-b"
+    finally:
+        for name in ("follower", "elsewhere", "holder"):
+            c.kubectl("delete", "pod", "-n", NS, name, "--force", "--grace-period=0",
+                      "--ignore-not-found", "--wait=true", "--timeout=60s")
+        c.kubectl("delete", "resourceclaim", "-n", NS, "shared-any", "--ignore-not-found",
+                  "--wait=true", "--timeout=60s")
+
+
 def test_a_pod_mixing_pools_gpupool_denies_cannot_be_allocated(dra):
     """NVIDIA's class and HAMi-DRA's in one pod: gpupool denies it (no one pool serves
     both); without gpupool the scheduler finds no node with both drivers either."""

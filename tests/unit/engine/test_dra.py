@@ -488,3 +488,52 @@ def test_a_gpu_resource_only_dra_serves_routes_to_the_pool_whose_devices_serve_i
     nodes[2] = node("op-1", allocatable={"nvidia.com/gpu": "1"})  # a device plugin there
     d = review(pod(gpus={"nvidia.com/gpu": 1}), make_view(policy, resources, nodes), policy)
     assert d.pool == "operator", d.to_json()
+
+
+def _shared_claim(allocated_to: str | None) -> dict[str, Any]:
+    """A ResourceClaim several pods share (``resourceClaimName``), allocated or not yet,
+    as the scheduler writes status.allocation (with the node selector of the devices it
+    chose: a node's devices pin the claim to that node)."""
+    claim: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "shared-gpu", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.nvidia.com"}}]}}}
+    if allocated_to is not None:
+        claim["status"] = {"allocation": {
+            "devices": {"results": [{"request": "gpu", "driver": "gpu.nvidia.com",
+                                     "pool": allocated_to, "device": "gpu-0"}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{
+                "key": "metadata.name", "operator": "In", "values": [allocated_to]}]}]}}}
+    return claim
+
+
+def _shared_pod(**spec: Any) -> dict[str, Any]:
+    p = pod(**spec)
+    p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared-gpu"}]
+    return p
+
+
+def test_an_allocated_claim_pins_the_pod_to_its_node(policy):
+    """Issue 35, item 8: a shared claim allocated to dra-node-2's devices; a pod that can
+    only reach dra-node-1 never schedules (the scheduler filters nodes by the allocation's
+    node selector), so it gets onNoCandidates' warning, or a denial under deny."""
+    resources = [*docs("nvidia.yaml"), _shared_claim("dra-node-2")]
+    on_1 = _shared_pod(nodeSelector={"kubernetes.io/hostname": "dra-node-1"})
+    d = review(on_1, make_view(policy, resources), policy)
+    assert d.allowed and any("no node in pool dra has the DRA devices" in w
+                             for w in d.warnings), d.to_json()
+    assert [n.node for n in d.nodes] == ["dra-node-1"]
+    assert "ResourceClaim shared-gpu is allocated already" in d.nodes[0].note
+    strict = load_policy_text(POLICY + "onNoCandidates: deny\n")
+    d = review(on_1, make_view(strict, resources), strict)
+    assert not d.allowed and d.reason == Reason.NO_MATCHING_DEVICES
+    assert "status.allocation.nodeSelector" in d.message
+    # unpinned, or pinned to the claim's node: fine, and only that node can take it
+    d = review(_shared_pod(), make_view(policy, resources), policy)
+    assert d.allowed and not d.warnings, d.to_json()
+    assert {n.node for n in d.nodes} == {"dra-node-2"}
+    # not allocated yet: either node whose devices fit
+    d = review(on_1, make_view(policy, [*docs("nvidia.yaml"), _shared_claim(None)]), policy)
+    assert d.allowed and not d.warnings, d.to_json()

@@ -12,7 +12,9 @@ anything gpupool cannot evaluate is a warning.
 
 from __future__ import annotations
 
+import functools
 import heapq
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -28,7 +30,7 @@ from webhook.engine.core.decision import (
 from webhook.engine.core.policy import OnFinding, Policy
 from webhook.engine.core.resources import pod_requests
 from webhook.engine.placement import candidates as cand
-from webhook.engine.pod import podclaims
+from webhook.engine.pod import affinity, podclaims
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import dra
 from webhook.engine.view.cluster import ClusterView
@@ -58,8 +60,16 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
                 view: ClusterView) -> _NodeCheck:
     """The pod's claims on this node: its own, plus the extended resources the node gets
     through DRA (``extra``); where device plugins serve all it asks, their count."""
-    claims = d.claims + tuple(c for r, c in extra.items()
-                              if podclaims.dra_served(node, r, d.extended))
+    for c in d.claims:
+        if c.spec.allocated is not None and not _reaches(c.spec.allocated, node):
+            return _NodeCheck(node.name, False,
+                              f"{c.source} is allocated already, to devices this node cannot "
+                              "reach (its status.allocation.nodeSelector does not match it)")
+    # an allocated claim asks the allocator for nothing more
+    claims = tuple(c for c in d.claims if c.spec.allocated is None) + tuple(
+        c for r, c in extra.items() if podclaims.dra_served(node, r, d.extended))
+    if not claims and any(c.spec.allocated is not None for c in d.claims):
+        return _NodeCheck(node.name, True)
     if not claims:
         # a device plugin serves all it asks here (its CDI devices: the CDI check's business)
         short = cand.unfit_reason(node, cand.GPUDemand(requests=tuple(sorted(
@@ -75,6 +85,17 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
                           "CDI devices would not reach the container", result.doubt,
                           undelivered=True)
     return _NodeCheck(node.name, True, doubt=result.doubt)
+
+
+@functools.lru_cache(maxsize=1024)
+def _terms(allocated: str) -> tuple[Any, ...]:
+    return tuple(json.loads(allocated))
+
+
+def _reaches(allocated: str, node: NodeInfo) -> bool:
+    """Does an allocation's node selector (ORed terms; none: every node) match the node?"""
+    terms = _terms(allocated)
+    return not terms or any(affinity.term_matches(t, node.labels, node.name) for t in terms)
 
 
 class _Summary(NamedTuple):

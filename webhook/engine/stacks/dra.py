@@ -20,6 +20,7 @@ or fails at run time is doubt, never a reason to deny. Pure: no I/O.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -227,9 +228,16 @@ def _request(name: str, raw: Mapping[str, Any]) -> DeviceRequest:
 
 
 class ClaimSpec(NamedTuple):
-    """A claim's requests; each is a tuple of alternatives (one unless ``firstAvailable``)."""
+    """A claim's requests; each is a tuple of alternatives (one unless ``firstAvailable``).
+    ``allocated``: the claim is allocated already (``status.allocation``), and these are the
+    node selector terms of the allocation, as JSON ("[]": allocated with no node selector,
+    so any node reaches its devices; None: not allocated). The scheduler then places the
+    pod only on a node those terms match, and allocates nothing more for the claim
+    (Kubernetes 1.35 ``pkg/scheduler/framework/plugins/dynamicresources``: an allocated
+    claim's ``nodeSelector`` filters nodes)."""
 
     requests: tuple[tuple[DeviceRequest, ...], ...]
+    allocated: str | None = None
 
     @classmethod
     def from_spec(cls, spec: object) -> ClaimSpec:
@@ -255,7 +263,15 @@ def claim_spec(kind: str, obj: Mapping[str, Any]) -> ClaimSpec:
     """A ResourceClaim's requests (``spec``), or a ResourceClaimTemplate's (``spec.spec``).
     The kind is the caller's: items of a list carry none."""
     spec = _mapping(obj.get("spec"))
-    return ClaimSpec.from_spec(spec.get("spec") if kind == "ResourceClaimTemplate" else spec)
+    if kind == "ResourceClaimTemplate":
+        return ClaimSpec.from_spec(spec.get("spec"))
+    out = ClaimSpec.from_spec(spec)
+    allocation = _mapping(obj.get("status")).get("allocation")
+    if isinstance(allocation, Mapping):
+        terms = _list(_mapping(allocation.get("nodeSelector")).get("nodeSelectorTerms"))
+        out = out._replace(allocated=json.dumps(
+            [t for t in terms if isinstance(t, Mapping)], sort_keys=True))
+    return out
 
 
 # --------------------------------------------------------------------------- a pod's demand
