@@ -120,6 +120,15 @@ EXTRA_TEMPLATES += [
     _template("hami-or-gpu", {"firstAvailable": [
         {"name": "hami", "deviceClassName": HAMI_DRIVER},
         {"name": "full", "deviceClassName": "gpu.nvidia.com"}]}),
+    # Kubernetes' CEL libraries beyond the standard one: cel.bind, and the apiserver's IP,
+    # CIDR, URL, lists and sets libraries (which gpupool once left unevaluated: doubt)
+    _template("k8s-cel-l4", {"exactly": {"deviceClassName": "gpu.nvidia.com", "selectors": [
+        {"cel": {"expression": "cel.bind(g, device.attributes['gpu.nvidia.com'], "
+                               "g.productName.startsWith('NVIDIA L4'))"}},
+        {"cel": {"expression": "isIP('10.0.0.1') && cidr('10.0.0.0/8').containsIP('10.1.2.3')"
+                               " && ip('10.0.0.1').isGlobalUnicast() && isCIDR('10.0.0.0/8')"
+                               " && url('https://example.com:8443/x').getPort() == '8443'"
+                               " && [1, 2, 3].isSorted() && sets.contains([1, 2], [2])"}}]}}),
 ]
 
 
@@ -272,6 +281,7 @@ SHAPES: dict[str, dict[str, Any]] = {
     "a10": _pod("a10", ["a10"]),
     "gpu-or-ghost": _pod("gpu-or-ghost", ["gpu-or-ghost"]),
     "hami-or-gpu": _pod("hami-or-gpu", ["hami-or-gpu"]),
+    "k8s-cel-l4": _pod("k8s-cel-l4", ["k8s-cel-l4"]),
 }
 #: the shapes HAMi-DRA's class routes to HAMi's pool
 HAMI_SHAPES = ("hami-claim", "hami-or-gpu")
@@ -407,6 +417,10 @@ def test_gpupool_and_the_scheduler_agree_on_every_dra_shape(dra, tmp_path):
     assert "ghost.example.com" in by["gpu-or-ghost"]["why"]
     # alternatives in two pools: the first one's pool, where the scheduler takes it
     assert by["hami-or-gpu"]["scheduler"] == "hami-dra-2"
+    # Kubernetes' CEL libraries evaluated on both sides: only the L4 matches, on dra-b
+    assert by["k8s-cel-l4"]["gpupool"] == "can allocate"
+    assert by["k8s-cel-l4"]["nodes that can (gpupool check)"] == ["dra-b"]
+    assert by["k8s-cel-l4"]["scheduler"] == "dra-b"
 
 
 def test_a_claim_allocated_already_pins_its_next_pods_as_the_scheduler_does(dra):

@@ -259,6 +259,34 @@ def test_device_classes_belong_to_one_pool():
     ("semver('1.0.0-alpha').isLessThan(semver('1.0.0'))", True),
     ("isSemver('v1.2.3')", False), ("isSemver('v1.2', true)", True),
     ("isQuantity('12Zi')", False),
+    # cel.bind (cel-go ext.Bindings, which the DRA environment adds)
+    ("cel.bind(x, 2, x * x == 4)", True),
+    # library.IP (k8s.io/apiserver v0.35.4 pkg/cel/library/ip.go): netip, no zones, no
+    # IPv4-mapped IPv6, no leading zeros; Go's idea of global unicast (private counts)
+    ("isIP('1.2.3.4')", True), ("isIP('1.2.3')", False), ("isIP('01.2.3.4')", False),
+    ("isIP('::ffff:1.2.3.4')", False), ("isIP('fe80::1%eth0')", False),
+    ("ip('10.0.0.1').family() == 4 && ip('10.0.0.1').isGlobalUnicast()", True),
+    ("ip('::1').isLoopback() && ip('169.254.1.1').isLinkLocalUnicast()", True),
+    ("ip('ff02::1').isLinkLocalMulticast() && ip('0.0.0.0').isUnspecified()", True),
+    ("ip.isCanonical('2001:db8::1') && !ip.isCanonical('2001:DB8::1')", True),
+    # library.CIDR (cidr.go)
+    ("cidr('10.0.0.0/8').containsIP('10.1.2.3')", True),
+    ("cidr('10.0.0.0/8').containsIP(ip('11.0.0.1'))", False),
+    ("cidr('10.0.0.0/8').containsCIDR('10.1.0.0/16')", True),
+    ("cidr('10.1.2.3/8').masked() == cidr('10.0.0.0/8')", True),
+    ("cidr('10.1.2.3/8').ip() == ip('10.1.2.3') && cidr('10.0.0.0/8').prefixLength() == 8",
+     True),
+    ("isCIDR('10.0.0.0/33')", False),
+    # library.URLs (urls.go: Go's url.ParseRequestURI)
+    ("isURL('https://example.com:80/path?a=b') && isURL('/abs/path')", True),
+    ("isURL('example.com')", False),
+    ("url('https://user@example.com:8080/p').getHostname() == 'example.com'", True),
+    ("url('https://[::1]:80/p').getHostname() == '::1' && "
+     "url('https://[::1]:80/p').getPort() == '80'", True),
+    ("url('https://example.com/p?x=1&x=2').getQuery()['x'] == ['1', '2']", True),
+    # library.Lists (lists.go) and ext.Sets
+    ("[1, 2, 3].isSorted() && [3, 1].min() == 1 && [1, 2, 3].sum() == 6", True),
+    ("sets.contains([1, 2, 3], [2]) && !sets.intersects([1], [2])", True),
 ])
 def test_kubernetes_cel_libraries(expr, expected):
     assert cel.evaluate(cel.compile_selector(expr), {}) is expected

@@ -20,7 +20,10 @@ doubt, never as a reason to deny.
 from __future__ import annotations
 
 import functools
+import ipaddress
+import itertools
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any, NamedTuple
@@ -140,16 +143,173 @@ def _is(parse: Callable[..., Any]) -> Callable[..., bool]:
     return check
 
 
+# ------------------------------------------------------------ IP, CIDR and URL libraries
+#
+# Kubernetes' base CEL environment, which DRA selectors get (k8s.io/apiserver v0.35.4
+# pkg/cel/environment/base.go), loads library.IP, library.CIDR and library.URLs
+# (pkg/cel/library/ip.go, cidr.go, urls.go). They follow Go's net/netip and net/url; the
+# values are one-entry maps here, as quantities are.
+
+IP_KEY = "net.IP"
+CIDR_KEY = "net.IPPrefix"
+URL_KEY = "net.URL"
+
+
+def _parse_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """As ip.go's parseIPAddr: netip.ParseAddr, without a zone and not IPv4-mapped IPv6."""
+    if "%" in text:
+        raise CELError("IP address with zone value is not allowed")
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError as exc:
+        raise CELError(f"IP Address {text!r} parse error during conversion from string: "
+                       f"{exc}") from exc
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        raise CELError("IPv4-mapped IPv6 address is not allowed")
+    return addr
+
+
+def _ip(value: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    if isinstance(value, Mapping) and IP_KEY in value:
+        return ipaddress.ip_address(str(value[IP_KEY]))
+    if isinstance(value, str):
+        return _parse_ip(value)
+    raise CELError(f"not an IP: {value!r}")
+
+
+def ip_value(text: str) -> dict[str, str]:
+    return {IP_KEY: str(_parse_ip(text))}
+
+
+def _global_unicast(a: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Go's netip.Addr.IsGlobalUnicast: not unspecified, loopback, multicast, link-local
+    unicast or the IPv4 broadcast address (private addresses count)."""
+    return not (a.is_unspecified or a.is_loopback or a.is_multicast or a.is_link_local
+                or a == ipaddress.IPv4Address("255.255.255.255"))
+
+
+def _link_local_multicast(a: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    if isinstance(a, ipaddress.IPv4Address):
+        return a in ipaddress.IPv4Network("224.0.0.0/24")
+    return a.is_multicast and (int(a) >> 112) & 0xF == 2  # ff02::/16 scope
+
+
+def _parse_cidr(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """As cidr.go's parseCIDR: netip.ParsePrefix (host bits allowed), not IPv4-mapped."""
+    addr, slash, bits = text.partition("/")
+    if not slash or not bits.isdigit() or (len(bits) > 1 and bits[0] == "0"):
+        raise CELError(f"network address parse error during conversion from string: {text!r}")
+    _parse_ip(addr)
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError as exc:
+        raise CELError(f"network address parse error during conversion from string: "
+                       f"{exc}") from exc
+
+
+def cidr_value(text: str) -> dict[str, str]:
+    net = _parse_cidr(text)
+    addr = text.partition("/")[0]
+    return {CIDR_KEY: f"{_parse_ip(addr)}/{net.prefixlen}"}
+
+
+def _cidr(value: Any) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address,
+                                ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    text = str(value[CIDR_KEY]) if isinstance(value, Mapping) and CIDR_KEY in value \
+        else value if isinstance(value, str) else None
+    if text is None:
+        raise CELError(f"not a CIDR: {value!r}")
+    return _parse_ip(text.partition("/")[0]), _parse_cidr(text)
+
+
+def _contains_ip(c: Any, ip: Any) -> bool:
+    _, net = _cidr(c)
+    addr = _ip(ip)
+    return addr.version == net.version and addr in net
+
+
+def _contains_cidr(c: Any, other: Any) -> bool:
+    _, net = _cidr(c)
+    _, sub = _cidr(other)
+    return sub.version == net.version and sub.subnet_of(net)  # type: ignore[arg-type]
+
+
+def _parse_url(text: str) -> urllib.parse.SplitResult:
+    """As urls.go: Go's url.ParseRequestURI, an absolute URI (a scheme) or an absolute path;
+    no fragment. Not every corner of Go's parser is followed: a name it accepts that this
+    refuses is doubt to the caller, never a denial."""
+    if not text or any(ch in text for ch in " \x7f") or any(ord(ch) < 0x20 for ch in text):
+        raise CELError(f"URL parse error during conversion from string: {text!r}")
+    parts = urllib.parse.urlsplit(text, allow_fragments=False)
+    if parts.scheme:
+        if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*$", parts.scheme):
+            raise CELError(f"URL parse error: invalid scheme in {text!r}")
+    elif not text.startswith("/"):
+        raise CELError(f"URL parse error during conversion from string: {text!r}: invalid "
+                       "URI for request")
+    return parts
+
+
+def url_value(text: str) -> dict[str, str]:
+    _parse_url(text)
+    return {URL_KEY: text}
+
+
+def _u(value: Any) -> urllib.parse.SplitResult:
+    if isinstance(value, Mapping) and URL_KEY in value:
+        return _parse_url(str(value[URL_KEY]))
+    raise CELError(f"not a URL: {value!r}")
+
+
+def _hostname(u: urllib.parse.SplitResult) -> str:
+    host = u.netloc.rpartition("@")[2]
+    if host.startswith("["):
+        return host[1:host.index("]")] if "]" in host else host[1:]
+    return host.rpartition(":")[0] if ":" in host else host
+
+
+def _port(u: urllib.parse.SplitResult) -> str:
+    host = u.netloc.rpartition("@")[2]
+    tail = host[host.index("]") + 1:] if host.startswith("[") and "]" in host else host
+    return tail.rpartition(":")[2] if ":" in tail else ""
+
+
+def _query(u: urllib.parse.SplitResult) -> dict[str, list[str]]:
+    return {k: v for k, v in urllib.parse.parse_qs(u.query, keep_blank_values=True).items()}
+
+
+# ---------------------------------------------------------------- lists and sets libraries
+# library.Lists (pkg/cel/library/lists.go) and cel-go's ext.Sets, in the same base env. The
+# lists' indexOf and lastIndexOf are not here: the string extensions declare those names,
+# and this runtime takes one declaration per name (a selector using them is doubt).
+
+
+def _sorted(xs: list[Any]) -> bool:
+    return all(a <= b for a, b in itertools.pairwise(xs))
+
+
+def _min(xs: list[Any]) -> Any:
+    if not xs:
+        raise CELError("min of empty list")
+    return min(xs)
+
+
+def _max(xs: list[Any]) -> Any:
+    if not xs:
+        raise CELError("max of empty list")
+    return max(xs)
+
+
 # --------------------------------------------------------------------------- environment
 
 
 @functools.cache
 def _env() -> Any:
     from cel_expr_python import cel
-    from cel_expr_python.ext import ext_strings
+    from cel_expr_python.ext import ext_bindings, ext_strings
 
     T = cel.Type
-    M, D, S, N, B = T.MAP, T.DYN, T.STRING, T.INT, T.BOOL
+    M, D, S, N, B, L = T.MAP, T.DYN, T.STRING, T.INT, T.BOOL, T.LIST
 
     def fn(name: str, *overloads: tuple[str, Any, list[Any], bool, Callable[..., Any]]
            ) -> Any:
@@ -180,8 +340,60 @@ def _env() -> Any:
         fn("major", ("major_map", N, [M], True, lambda a: _v(a)[0])),
         fn("minor", ("minor_map", N, [M], True, lambda a: _v(a)[1])),
         fn("patch", ("patch_map", N, [M], True, lambda a: _v(a)[2])),
+        # library.IP
+        fn("isIP", ("isIP_string", B, [S], False, _is(_parse_ip))),
+        fn("ip", ("ip_string", M, [S], False, ip_value),
+           ("cidr_ip", M, [M], True, lambda c: {IP_KEY: str(_cidr(c)[0])})),
+        fn("ip.isCanonical", ("ip_isCanonical", B, [S], False,
+                              lambda t: str(_parse_ip(t)) == t)),
+        fn("family", ("ip_family", N, [M], True, lambda a: _ip(a).version)),
+        fn("isUnspecified", ("ip_isUnspecified", B, [M], True,
+                             lambda a: _ip(a).is_unspecified)),
+        fn("isLoopback", ("ip_isLoopback", B, [M], True, lambda a: _ip(a).is_loopback)),
+        fn("isLinkLocalMulticast", ("ip_isLinkLocalMulticast", B, [M], True,
+                                    lambda a: _link_local_multicast(_ip(a)))),
+        fn("isLinkLocalUnicast", ("ip_isLinkLocalUnicast", B, [M], True,
+                                  lambda a: _ip(a).is_link_local)),
+        fn("isGlobalUnicast", ("ip_isGlobalUnicast", B, [M], True,
+                               lambda a: _global_unicast(_ip(a)))),
+        # library.CIDR
+        fn("isCIDR", ("isCIDR_string", B, [S], False, _is(_parse_cidr))),
+        fn("cidr", ("cidr_string", M, [S], False, cidr_value)),
+        fn("containsIP", ("cidr_contains_ip_ip", B, [M, M], True, _contains_ip),
+           ("cidr_contains_ip_string", B, [M, S], True, _contains_ip)),
+        fn("containsCIDR", ("cidr_contains_cidr", B, [M, M], True, _contains_cidr),
+           ("cidr_contains_cidr_string", B, [M, S], True, _contains_cidr)),
+        fn("masked", ("cidr_masked", M, [M], True,
+                      lambda c: {CIDR_KEY: str(_cidr(c)[1])})),
+        fn("prefixLength", ("cidr_prefix_length", N, [M], True,
+                            lambda c: _cidr(c)[1].prefixlen)),
+        # library.URLs
+        fn("isURL", ("isURL_string", B, [S], False, _is(_parse_url))),
+        fn("url", ("url_string", M, [S], False, url_value)),
+        fn("getScheme", ("url_getScheme", S, [M], True, lambda u: _u(u).scheme)),
+        fn("getHost", ("url_getHost", S, [M], True, lambda u: _u(u).netloc.rpartition("@")[2])),
+        fn("getHostname", ("url_getHostname", S, [M], True, lambda u: _hostname(_u(u)))),
+        fn("getPort", ("url_getPort", S, [M], True, lambda u: _port(_u(u)))),
+        fn("getEscapedPath", ("url_getEscapedPath", S, [M], True, lambda u: _u(u).path)),
+        fn("getQuery", ("url_getQuery", M, [M], True, lambda u: _query(_u(u)))),
+        # library.Lists
+        fn("isSorted", ("list_isSorted", B, [L], True, _sorted)),
+        fn("sum", ("list_sum", D, [L], True, lambda xs: sum(xs))),
+        fn("min", ("list_min", D, [L], True, _min)),
+        fn("max", ("list_max", D, [L], True, _max)),
+        # cel-go ext.Sets
+        fn("sets.contains", ("sets_contains", B, [L, L], False,
+                             lambda a, b: all(x in a for x in b))),
+        fn("sets.equivalent", ("sets_equivalent", B, [L, L], False,
+                               lambda a, b: all(x in a for x in b)
+                               and all(x in b for x in a))),
+        fn("sets.intersects", ("sets_intersects", B, [L, L], False,
+                               lambda a, b: any(x in a for x in b))),
     ]
-    return cel.NewEnv(variables={"device": D}, extensions=[ext_strings.ExtStrings()],
+    # ext.Bindings (cel.bind), which the DRA environment adds (k8s.io/dynamic-resource-
+    # allocation v0.35.4 cel/compile.go, newCompiler)
+    return cel.NewEnv(variables={"device": D},
+                      extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings()],
                       functions=functions)
 
 
