@@ -23,7 +23,6 @@ import functools
 import ipaddress
 import itertools
 import re
-import urllib.parse
 from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any, NamedTuple
@@ -234,20 +233,36 @@ def _contains_cidr(c: Any, other: Any) -> bool:
     return sub.version == net.version and sub.subnet_of(net)  # type: ignore[arg-type]
 
 
-def _parse_url(text: str) -> urllib.parse.SplitResult:
+class _URL(NamedTuple):
+    scheme: str
+    netloc: str
+    path: str
+    query: str
+
+
+#: RFC 3986, appendix B, without the fragment: Go's ParseRequestURI takes '#' as part of
+#: the path or query (a request carries no fragment)
+_URI = re.compile(r"^(?:([^:/?#]+):)?(?://([^/?]*))?([^?]*)(?:\?(.*))?$")
+
+
+def _parse_url(text: str) -> _URL:
     """As urls.go: Go's url.ParseRequestURI, an absolute URI (a scheme) or an absolute path;
-    no fragment. Not every corner of Go's parser is followed: a name it accepts that this
-    refuses is doubt to the caller, never a denial."""
+    a '#' is an ordinary character. Not every corner of Go's parser is followed: a name it
+    accepts that this refuses is doubt to the caller, never a denial."""
     if not text or any(ch in text for ch in " \x7f") or any(ord(ch) < 0x20 for ch in text):
         raise CELError(f"URL parse error during conversion from string: {text!r}")
-    parts = urllib.parse.urlsplit(text, allow_fragments=False)
-    if parts.scheme:
-        if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*$", parts.scheme):
+    m = _URI.match(text)
+    if m is None:
+        raise CELError(f"URL parse error during conversion from string: {text!r}")
+    scheme, netloc, path, query = (m.group(1) or "", m.group(2) or "", m.group(3) or "",
+                                   m.group(4) or "")
+    if scheme:
+        if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*$", scheme):
             raise CELError(f"URL parse error: invalid scheme in {text!r}")
     elif not text.startswith("/"):
         raise CELError(f"URL parse error during conversion from string: {text!r}: invalid "
                        "URI for request")
-    return parts
+    return _URL(scheme, netloc, path, query)
 
 
 def url_value(text: str) -> dict[str, str]:
@@ -255,27 +270,49 @@ def url_value(text: str) -> dict[str, str]:
     return {URL_KEY: text}
 
 
-def _u(value: Any) -> urllib.parse.SplitResult:
+def _u(value: Any) -> _URL:
     if isinstance(value, Mapping) and URL_KEY in value:
         return _parse_url(str(value[URL_KEY]))
     raise CELError(f"not a URL: {value!r}")
 
 
-def _hostname(u: urllib.parse.SplitResult) -> str:
+def _hostname(u: _URL) -> str:
     host = u.netloc.rpartition("@")[2]
     if host.startswith("["):
         return host[1:host.index("]")] if "]" in host else host[1:]
     return host.rpartition(":")[0] if ":" in host else host
 
 
-def _port(u: urllib.parse.SplitResult) -> str:
+def _port(u: _URL) -> str:
     host = u.netloc.rpartition("@")[2]
     tail = host[host.index("]") + 1:] if host.startswith("[") and "]" in host else host
     return tail.rpartition(":")[2] if ":" in tail else ""
 
 
-def _query(u: urllib.parse.SplitResult) -> dict[str, list[str]]:
-    return {k: v for k, v in urllib.parse.parse_qs(u.query, keep_blank_values=True).items()}
+def _unescape(text: str) -> str:
+    """Go's url.QueryUnescape: '+' is a space, %XX a byte."""
+    raw = text.replace("+", " ").encode()
+    out = bytearray()
+    i = 0
+    while i < len(raw):
+        if raw[i] == 0x25 and re.fullmatch(rb"[0-9A-Fa-f]{2}", raw[i + 1:i + 3]):
+            out.append(int(raw[i + 1:i + 3], 16))
+            i += 3
+        else:
+            out.append(raw[i])
+            i += 1
+    return out.decode("utf-8", "replace")
+
+
+def _query(u: _URL) -> dict[str, list[str]]:
+    """Go's url.ParseQuery: pairs split on '&', keys and values unescaped, in order."""
+    out: dict[str, list[str]] = {}
+    for pair in u.query.split("&"):
+        if not pair:
+            continue
+        key, _, value = pair.partition("=")
+        out.setdefault(_unescape(key), []).append(_unescape(value))
+    return out
 
 
 # ---------------------------------------------------------------- lists and sets libraries
