@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,8 +25,9 @@ from harness import install
 from harness.controlplane import ControlPlane
 from harness.gobuild import built
 from harness.kit import ROOT, UPSTREAM
-from harness.layouts import fake_driver, hami_register, per_uuid_spec, write_layout
+from harness.layouts import UUIDS, fake_driver, hami_register, per_uuid_spec, write_layout
 from harness.servers import free_port, stop_server
+from tests.runtime_oracle import OracleNode
 
 pytestmark = pytest.mark.e2e
 NS = "ml"
@@ -216,6 +218,18 @@ def test_a_spec_regenerated_without_per_uuid_devices_fails_the_running_pod(env):
     assert ('gpupool_scan_pods_at_risk{outcome="FailsOnRestart",pool="hami",'
             'reason="CDIDeviceMissing"} 1.0') in metrics
     print(f"reported {took:.1f}s after the agent published the node's new specs")
+    # the restart, through the real nvidia-container-runtime on that node's specs and
+    # runtime config: every GPU the device plugin can hand the pod is refused, naming the
+    # very devices the report says are missing
+    broken = env.layouts["broken"]
+    oracle = OracleNode(env.tmp / "restart", [broken["etc"], broken["run"]], broken["config"],
+                        gpus=UUIDS)
+    for uuid in UUIDS:
+        v = oracle.create(uuid)
+        assert not v.ok and v.by == "nvidia-container-runtime", v
+        device = f"management.nvidia.com/gpu={uuid}"
+        assert f"unresolvable CDI devices {device}" in v.error
+        assert device in r["properties"]["missing"]
     # doctor lists the same pods at risk per node, from the same engine entry
     r = subprocess.run([sys.executable, "-m", "webhook", "doctor", "--kubeconfig",
                         str(env.cp.kubeconfig), "-o", "json"], capture_output=True, text=True,
@@ -291,7 +305,52 @@ def test_gpus_advertised_twice_get_an_event_on_the_node_and_a_gauge(env):
         [ev] = evented()
         assert ev["involvedObject"]["kind"] == "Node" and ev["type"] == "Warning"
         assert "HAMi's device plugin" in ev["message"] and "=false" in ev["message"]
-        assert "gpupool_scan_nodes_gpus_advertised_twice 1.0" in _leader(env).get(
-            "/metrics").text
+        # (another replica group may have written that Event first: the leader's own gauge)
+        install.wait_until(lambda: "gpupool_scan_nodes_gpus_advertised_twice 1.0" in
+                           _leader(env).get("/metrics").text, "the leader's gauge", 30)
     finally:
         env.kubectl("label", "node", "hami-1", "nvidia.com/gpu.deploy.device-plugin-")
+
+
+def test_writes_the_api_server_refuses_are_made_once_it_accepts_them(env):
+    """A ValidatingAdmissionPolicy (the API server's own) refuses every change to the
+    reports: the scan counts the refusals, says so on /readyz, loses nothing, and the report
+    catches up with the first write the API server accepts."""
+    env.wait_result("train", "Fine")
+    vap = {"apiVersion": "admissionregistration.k8s.io/v1",
+           "kind": "ValidatingAdmissionPolicy",
+           "metadata": {"name": "freeze-reports"},
+           "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": [{
+               "apiGroups": ["wgpolicyk8s.io"], "apiVersions": ["*"],
+               "operations": ["CREATE", "UPDATE", "DELETE"],
+               "resources": ["policyreports"]}]},
+               "validations": [{"expression": "false",
+                                "message": "reports are frozen for maintenance"}]}}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1",
+               "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": {"name": "freeze-reports"},
+               "spec": {"policyName": "freeze-reports", "validationActions": ["Deny"]}}
+    assert install.apply(env.cp, [vap, binding]).returncode == 0
+    leader = _leader(env)
+    try:
+        probe = {**env.report(), "results": []}  # the policy is in force once this fails
+        probe["metadata"] = {k: v for k, v in probe["metadata"].items()
+                             if k in ("name", "namespace")}
+        install.wait_until(lambda: install.apply(env.cp, probe, "--dry-run=server")
+                           .returncode != 0, "the policy in force", 30)
+        env.agent("hami-1", "broken")
+
+        def refused() -> bool:
+            m = re.search(r'^gpupool_scan_writes_total\{output="policyreports",'
+                          r'result="failed"\} (\S+)$', leader.get("/metrics").text, re.M)
+            return m is not None and float(m.group(1)) > 0
+        install.wait_until(refused, "a refused write counted", 30)
+        assert env.results()["train"]["rule"] == "Fine"  # not written, not lost
+        assert "[-]reports failed" in leader.get("/readyz?verbose").text
+        assert leader.get("/readyz").status_code == 200
+    finally:
+        env.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy",
+                    "freeze-reports", "--ignore-not-found")
+    assert env.wait_result("train", "FailsOnRestart", timeout=60)["result"] == "fail"
+    env.agent("hami-1", "fixed")
+    env.wait_result("train", "Fine")

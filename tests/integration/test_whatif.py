@@ -78,3 +78,22 @@ def test_a_node_inventory_edited_by_hand_names_the_pods_the_upgrade_breaks(tmp_p
     code, doc = _check(tmp_path, pods, planned)
     risky = [(p["name"], p["node"], p["outcome"]) for p in doc["pods"] if p["outcome"] != "Fine"]
     assert code == 1 and risky == [("train-0", "hami-1", "FailsOnRestart")]
+
+
+def test_a_planned_toolkit_config_moving_the_runtime_to_cdi_breaks_hami_pods(tmp_path):
+    """The seed's clash, before the upgrade: the planned nvidia-container-toolkit config
+    switches the runtime from legacy to cdi mode (the GPU Operator's CDI default) on a node
+    whose specs define only management.nvidia.com/gpu=all. The agent's own reading of the
+    planned config and spec directories gives the planned inventory."""
+    today = agent_node(tmp_path / "now", "hami-1", "hami", "operator-management",
+                       mode="legacy")
+    pods = _running(tmp_path, [today])
+    planned = agent_node(tmp_path / "plan", "hami-1", "hami", "operator-management")
+    assert '"mode":"cdi"' in planned["metadata"]["annotations"][
+        "gpupool.io/cdi-inventory"].replace(" ", "")
+    code, doc = _check(tmp_path, pods, [today])
+    assert code == 0 and doc["atRisk"] == 0
+    code, doc = _check(tmp_path, pods, [planned])
+    [p] = doc["pods"]
+    assert code == 1 and (p["node"], p["outcome"], p["reason"]) == (
+        "hami-1", "FailsOnRestart", "CDIDeviceMissing")
