@@ -101,6 +101,13 @@ class Env:
                 if e.get("reportingComponent") == "gpupool.io/scan"]
 
 
+SCHEDULER_POD = {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "hami-scheduler-0", "namespace": "kube-system",
+                              "labels": {"app.kubernetes.io/component": "hami-scheduler"}},
+                 "spec": {"nodeName": "hami-1", "containers": [
+                     {"name": "kube-scheduler", "image": "registry.k8s.io/kube-scheduler"}]}}
+
+
 def _pod(name: str, **spec) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
             "spec": {"containers": [{"name": "c", "image": "cuda", "resources": {"limits": {
@@ -154,6 +161,9 @@ def env(k8s_bin, tmp_path_factory):
             "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
             "profiles": [{"schedulerName": "hami-scheduler"}]},
             lease=("kube-system", "hami-scheduler"))
+        # ...and its pod, as HAMi's chart labels it (kwok runs it: Ready), which the scan
+        # looks for too; the process above does the scheduling
+        assert install.apply(e.cp, SCHEDULER_POD).returncode == 0
         assert install.apply(e.cp, _pod("train")).returncode == 0
 
         def running() -> bool:
@@ -196,12 +206,21 @@ def test_pods_admitted_are_fine_and_the_bypassed_one_is_misrouted(env):
 
 
 def test_a_stopped_hami_scheduler_leaves_its_pending_pods_waiting(env):
+    # stopped as a Deployment scaled to zero stops it: its process and its pod go
     env.cp.kill("hami-scheduler.yaml")
+    env.kubectl("delete", "pod", "-n", "kube-system", "hami-scheduler-0", "--force",
+                "--grace-period=0")
     assert install.apply(env.cp, _pod("waiting")).returncode == 0  # admitted, routed
     r = env.wait_result("waiting", "SchedulerNotRunning", timeout=45)
-    assert "hami-scheduler" in r["message"] and "kube-system/hami-scheduler" in r["message"]
+    assert "hami-scheduler" in r["message"]
+    assert "no Ready pod matches kube-system/app.kubernetes.io/component=hami-scheduler" \
+        in r["message"]  # at once; its Lease lapses within its duration
+    r = env.wait_result("waiting", "SchedulerNotRunning", timeout=30)
+    install.wait_until(lambda: "Lease kube-system/hami-scheduler" in
+                       env.results()["waiting"]["message"], "the Lease lapsed too", 30)
     assert env.results()["train"]["rule"] == "Fine"  # bound: it waits for no scheduler
-    assert [e["reason"] for e in env.events("waiting")] == ["SchedulerNotRunning"]
+    # one Event per answer: its pod gone, then its Lease lapsed too
+    assert {e["reason"] for e in env.events("waiting")} == {"SchedulerNotRunning"}
 
 
 def test_a_spec_regenerated_without_per_uuid_devices_fails_the_running_pod(env):

@@ -40,6 +40,7 @@ class ScanConfig:
     report_api: str = "wgpolicyk8s"  # or "openreports", or "none"
     events: bool = True
     scheduler_leases: list[schedulers.LeaseRef] = field(default_factory=list)
+    scheduler_pods: list[schedulers.PodsRef] = field(default_factory=list)
     lease_poll: float = 5.0
     interval: float = 1.0
     #: every pod decided again this often (seconds), as a controller's resync period
@@ -67,6 +68,7 @@ class ScanService:
             self.scanner.pod_event, api_client,
             convert=lambda o: o if self.scanner.keeps(o) else None)
         self._leases = client.CoordinationV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
         self.reports = (ReportWriter(api_client, REPORT_APIS[cfg.report_api])
                         if cfg.report_api != "none" else None)
         self.events = EventWriter(api_client, cfg.identity) if cfg.events else None
@@ -115,12 +117,16 @@ class ScanService:
         while not self._stop.is_set():
             try:
                 now = time.monotonic()
-                if self.cfg.scheduler_leases and now >= next_poll:
+                if (self.cfg.scheduler_leases or self.cfg.scheduler_pods) \
+                        and now >= next_poll:
                     next_poll = now + self.cfg.lease_poll
                     self.scanner.set_schedulers(schedulers.poll(
                         self.cfg.scheduler_leases,
                         lambda name, ns: self._leases.read_namespaced_lease(
-                            name, ns, _preload_content=False)))
+                            name, ns, _preload_content=False),
+                        pod_refs=self.cfg.scheduler_pods,
+                        list_pods=lambda ns, sel: self._core.list_namespaced_pod(
+                            ns, label_selector=sel, _preload_content=False)))
                 self.scanner.sync()
                 if now >= next_resync:
                     next_resync = now + self.cfg.resync

@@ -6,7 +6,9 @@ kube-scheduler (and HAMi's scheduler, which is kube-scheduler with HAMi's extend
 ``schedulerName`` in its release namespace). A Lease whose ``renewTime`` is older than its
 ``leaseDurationSeconds`` has no live holder: no instance of that scheduler will bind a pod.
 No Lease at all says nothing (the scheduler may run without leader election), so no pod is
-reported waiting then. Only reads: a scan writes nothing here.
+reported waiting then. HAMi's scheduler runs as pods its chart labels
+``app.kubernetes.io/component=hami-scheduler``: with none Ready it is not running either,
+whether or not it elects a leader. Only reads: a scan writes nothing here.
 """
 
 from __future__ import annotations
@@ -31,6 +33,68 @@ class LeaseRef:
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class PodsRef:
+    """Where a scheduler's own pods are: a namespace and a label selector."""
+
+    scheduler: str
+    namespace: str
+    selector: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.selector}"
+
+
+#: HAMi's chart labels its scheduler's pods so (templates/scheduler/deployment.yaml).
+HAMI_SCHEDULER_PODS = "app.kubernetes.io/component=hami-scheduler"
+
+
+def parse_pods_ref(text: str) -> PodsRef:
+    """``SCHEDULER=NAMESPACE/SELECTOR`` as ``--scheduler-pods`` takes it."""
+    scheduler, eq, rest = text.partition("=")
+    namespace, slash, selector = rest.partition("/")
+    if not (eq and slash and scheduler and namespace and selector):
+        raise ValueError(f"--scheduler-pods {text!r}: use SCHEDULER=NAMESPACE/SELECTOR, e.g. "
+                         f"hami-scheduler=kube-system/{HAMI_SCHEDULER_PODS}")
+    return PodsRef(scheduler, namespace, selector)
+
+
+def default_pod_refs(schedulers: Sequence[str], hami_namespace: str) -> list[PodsRef]:
+    """HAMi's scheduler runs as pods its chart labels; kube-scheduler's are not looked for
+    (a managed control plane runs it where no pod of the cluster shows it)."""
+    return [PodsRef(s, hami_namespace, HAMI_SCHEDULER_PODS) for s in sorted(schedulers)
+            if s != "default-scheduler"]
+
+
+def pods_state(pods: Sequence[Mapping[str, Any]] | None, ref: PodsRef) -> SchedulerState:
+    """Its pods as listed (None: they could not be listed): running while one is Ready."""
+    if pods is None:
+        return SchedulerState(None, f"pods {ref} could not be listed")
+    ready = [p for p in pods if _ready(p)]
+    if ready:
+        return SchedulerState(True, f"{len(ready)} Ready pod(s) match {ref}")
+    return SchedulerState(False, f"no Ready pod matches {ref}")
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status")
+    conds = status.get("conditions") if isinstance(status, Mapping) else None
+    return any(isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+               for c in conds or ())
+
+
+def combined(states: Sequence[SchedulerState]) -> SchedulerState:
+    """Not running when any signal says so (a Lease that lapsed, no Ready pod), running when
+    one says so and none says otherwise, unknown when none can tell."""
+    stopped = [s for s in states if s.running is False]
+    if stopped:
+        return SchedulerState(False, "; ".join(s.detail for s in stopped))
+    running = [s for s in states if s.running]
+    if running:
+        return SchedulerState(True, "; ".join(s.detail for s in running))
+    return SchedulerState(None, "; ".join(s.detail for s in states))
 
 
 def parse_ref(text: str) -> LeaseRef:
@@ -85,11 +149,31 @@ def _time(value: object) -> dt.datetime | None:
 
 
 def poll(refs: Sequence[LeaseRef], read: Callable[[str, str], Any],
-         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
-         ) -> dict[str, SchedulerState]:
-    """Each scheduler's state; ``read(name, namespace)`` is the client's
-    ``read_namespaced_lease`` with raw content. A Lease that cannot be read (forbidden, the
-    API server down) says nothing."""
+         now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+         pod_refs: Sequence[PodsRef] = (),
+         list_pods: Callable[[str, str], Any] | None = None) -> dict[str, SchedulerState]:
+    """Each scheduler's state from its Lease and, where configured, its pods;
+    ``read(name, namespace)`` is the client's ``read_namespaced_lease`` with raw content,
+    ``list_pods(namespace, selector)`` ``list_namespaced_pod`` likewise. A Lease or pods that
+    cannot be read (forbidden, the API server down) say nothing."""
+    leases = _poll_leases(refs, read, now)
+    out = dict(leases)
+    for ref in pod_refs:
+        pods: list[Any] | None = None
+        if list_pods is not None:
+            try:
+                pods = json.loads(list_pods(ref.namespace, ref.selector).data).get("items")
+            except Exception:  # forbidden, unreachable: this signal says nothing
+                pods = None
+        states = [pods_state(pods if isinstance(pods, list) else None, ref)]
+        if ref.scheduler in leases:
+            states.insert(0, leases[ref.scheduler])
+        out[ref.scheduler] = combined(states)
+    return out
+
+
+def _poll_leases(refs: Sequence[LeaseRef], read: Callable[[str, str], Any],
+                 now: Callable[[], dt.datetime]) -> dict[str, SchedulerState]:
     from kubernetes.client.exceptions import ApiException
 
     out: dict[str, SchedulerState] = {}

@@ -52,3 +52,36 @@ def test_where_each_schedulers_lease_is_by_default_and_by_flag():
     for bad in ("hami-scheduler", "x=y", "=ns/name", "x=/name"):
         with pytest.raises(ValueError, match="SCHEDULER=NAMESPACE/NAME"):
             parse_ref(bad)
+
+
+def _pod(ready: bool) -> dict:
+    return {"status": {"conditions": [{"type": "Ready", "status": str(ready)}]}}
+
+
+def test_hamis_scheduler_with_no_ready_pod_is_not_running_whatever_its_lease():
+    """The issue's second signal: no live lease holder, or no Ready pod. HAMi's chart may
+    run its scheduler without leader election (no Lease at all)."""
+    from webhook.scan.schedulers import (
+        HAMI_SCHEDULER_PODS,
+        PodsRef,
+        combined,
+        default_pod_refs,
+        parse_pods_ref,
+        pods_state,
+    )
+
+    ref = PodsRef("hami-scheduler", "kube-system", HAMI_SCHEDULER_PODS)
+    assert pods_state([_pod(True), _pod(False)], ref).running is True
+    gone = pods_state([_pod(False)], ref)
+    assert gone.running is False and "no Ready pod matches kube-system/" in gone.detail
+    assert pods_state(None, ref).running is None  # could not list: says nothing
+    fresh = state_of(lease("a", 1), REF, NOW)
+    assert combined([fresh, gone]).running is False
+    assert combined([state_of(None, REF, NOW), pods_state([_pod(True)], ref)]).running
+    assert combined([state_of(None, REF, NOW), pods_state(None, ref)]).running is None
+    # kube-scheduler's pods are not looked for: a managed control plane shows none
+    assert [r.scheduler for r in default_pod_refs(["default-scheduler", "hami-scheduler"],
+                                                  "hami")] == ["hami-scheduler"]
+    assert parse_pods_ref("s=ns/app=x,tier=y") == PodsRef("s", "ns", "app=x,tier=y")
+    with pytest.raises(ValueError, match="SCHEDULER=NAMESPACE/SELECTOR"):
+        parse_pods_ref("s=ns")

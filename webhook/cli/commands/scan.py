@@ -34,6 +34,14 @@ def cmd_scan(args: argparse.Namespace) -> int:
     named = {r.scheduler for r in refs}
     refs += [r for r in schedulers.default_refs(sorted(policy.schedulers), args.hami_namespace)
              if r.scheduler not in named]
+    try:
+        pod_refs = [schedulers.parse_pods_ref(r) for r in args.scheduler_pods]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    named = {r.scheduler for r in pod_refs}
+    pod_refs += [r for r in schedulers.default_pod_refs(sorted(policy.schedulers),
+                                                        args.hami_namespace)
+                 if r.scheduler not in named]
     if not args.namespace:
         raise UsageError("--namespace is required for the leader-election Lease (or set "
                          "POD_NAMESPACE)")
@@ -46,7 +54,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
                      renew_deadline=args.lease_duration * 2 / 3,
                      retry=max(0.5, args.lease_duration / 7.5),
                      report_api=args.report_api, events=not args.no_events,
-                     scheduler_leases=refs, listen=args.listen, resync=args.resync)
+                     scheduler_leases=refs, scheduler_pods=pod_refs, listen=args.listen,
+                     resync=args.resync)
     try:
         svc = ScanService(api, policy, cfg)
         svc.start()
@@ -92,6 +101,12 @@ def register(sub: Any, prog: str) -> None:
                     help="where a scheduler keeps its leader-election Lease (repeatable; "
                          "default: default-scheduler=kube-system/kube-scheduler, each other "
                          "pool scheduler in --hami-namespace under its own name)")
+    sc.add_argument("--scheduler-pods", action="append", default=[],
+                    metavar="SCHEDULER=NAMESPACE/SELECTOR",
+                    help="where a scheduler's own pods are (repeatable; with none Ready it is "
+                         "not running; default: each pool scheduler other than "
+                         "default-scheduler in --hami-namespace, labelled "
+                         "app.kubernetes.io/component=hami-scheduler as HAMi's chart does)")
     sc.add_argument("--hami-namespace", default="kube-system",
                     help="HAMi's release namespace, where its scheduler's Lease is "
                          "(default: %(default)s)")
