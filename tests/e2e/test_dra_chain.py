@@ -465,6 +465,49 @@ def test_a_claim_allocated_already_pins_its_next_pods_as_the_scheduler_does(dra)
                   "--wait=true", "--timeout=60s")
 
 
+def test_a_selector_failing_on_one_nodes_device_places_the_pod_nowhere(dra, tmp_path):
+    """Issue 35, item 4. A selector that A100s pass (dra-a) and that fails at run time on
+    the other NVIDIA devices (a missing attribute, read after a false left side of ||):
+    the real scheduler's DRA plugin returns the CEL error and the scheduling attempt ends,
+    though dra-a could serve the pod. gpupool says no node can allocate it, naming the
+    failure; guarded with has(), both place it on dra-a."""
+    c = dra
+    expr = ("device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA A100') || "
+            "device.attributes['gpu.nvidia.com'].missingAttr == 'x'")
+    guarded = ("device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA A100') || "
+               "(has(device.attributes['gpu.nvidia.com'].missingAttr) && "
+               "device.attributes['gpu.nvidia.com'].missingAttr == 'x')")
+    templates = [_template(name, {"exactly": {"deviceClassName": "gpu.nvidia.com",
+                                              "selectors": [{"cel": {"expression": e}}]}})
+                 for name, e in (("fails-elsewhere", expr), ("guarded", guarded))]
+    assert install.apply(c.cp, templates).returncode == 0
+    try:
+        bad = _pod("fails-elsewhere", ["fails-elsewhere"])
+        d = _decision(c, bad)
+        assert d["allowed"] and "fails at run time" in d["warnings"], d
+        assert install.apply(c.cp, bad).returncode == 0
+        seen: dict[str, Any] = {}
+
+        def refused() -> bool:
+            p = c.get("pod", "-n", NS, "fails-elsewhere")
+            conds = {x["type"]: x for x in p.get("status", {}).get("conditions", [])}
+            seen.update(p=p["spec"].get("nodeName"), cond=conds.get("PodScheduled", {}))
+            return bool(seen["cond"].get("status") == "False")
+        install.wait_until(refused, "the scheduler's verdict on fails-elsewhere", 60)
+        assert not seen["p"], seen
+        assert "CEL runtime error" in seen["cond"].get("message", ""), seen
+        ok = _pod("guarded", ["guarded"])
+        d = _decision(c, ok)
+        assert d["allowed"] and not d["warned"] and "fails at run time" not in d["warnings"]
+        assert _checked(c, ok, tmp_path) == ["dra-a"]
+        assert install.apply(c.cp, ok).returncode == 0
+        assert _outcome(c, "guarded")["node"] == "dra-a"
+    finally:
+        for name in ("fails-elsewhere", "guarded"):
+            c.kubectl("delete", "pod", "-n", NS, name, "--force", "--grace-period=0",
+                      "--ignore-not-found", "--wait=true", "--timeout=60s")
+
+
 def test_a_pod_mixing_pools_gpupool_denies_cannot_be_allocated(dra):
     """NVIDIA's class and HAMi-DRA's in one pod: gpupool denies it (no one pool serves
     both); without gpupool the scheduler finds no node with both drivers either."""

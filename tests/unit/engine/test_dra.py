@@ -393,7 +393,7 @@ JUNK: list[Any] = [None, 7, "x", [], {"spec": None}, {"spec": {"devices": "all"}
 @pytest.mark.parametrize("junk", JUNK)
 def test_malformed_dra_objects_never_crash_and_never_deny(policy, junk):
     """Bad objects as a cluster file or a watch could carry them: skipped or read for what
-    they hold; the pod is judged on the rest, and doubt never denies."""
+    they hold; the pod is judged on the rest, and neither doubt nor junk denies."""
     resources = docs("nvidia.yaml") + docs("claims.yaml")
     for kind in ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate"):
         bad = {"kind": kind, **junk} if isinstance(junk, dict) else {"kind": kind,
@@ -401,7 +401,10 @@ def test_malformed_dra_objects_never_crash_and_never_deny(policy, junk):
         view = make_view(policy, [*resources, bad])
         for template in ("one-gpu", "big-gpu"):
             d = review(pod(template), view, policy)
-            assert d.allowed and not d.warnings, (kind, junk, d.to_json())
+            # (a device whose attributes the class's selector cannot read fails it at run
+            # time, as it would the scheduler's: a warning, never a denial)
+            assert d.allowed and all("fails at run time" in w for w in d.warnings), \
+                (kind, junk, d.to_json())
     # a claim whose requests are junk asks for nothing gpupool can judge: allowed
     junk_claim = {"kind": "ResourceClaimTemplate", "metadata": {"name": "junk",
                                                                 "namespace": "default"},
@@ -565,3 +568,38 @@ def test_an_allocated_claim_pins_the_pod_to_its_node(policy):
     # not allocated yet: either node whose devices fit
     d = review(on_1, make_view(policy, [*docs("nvidia.yaml"), _shared_claim(None)]), policy)
     assert d.allowed and not d.warnings, d.to_json()
+
+
+def _selecting(name: str, expression: str) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "gpu.nvidia.com",
+                "selectors": [{"cel": {"expression": expression}}]}}]}}}}
+
+
+def test_a_selector_failing_at_run_time_on_one_device_places_the_pod_nowhere(policy):
+    """Issue 35, item 4: the allocator returns a CEL runtime error (allocator_stable.go,
+    selectorsMatch) and kube-scheduler's Filter ends the whole attempt with it, though
+    another node's A100s pass the selector (the real scheduler agrees: test_dra_chain.py).
+    A selector that does not compile here stays doubt; one guarded with has() is fine."""
+    a100 = "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA A100')"
+    templates = [
+        _selecting("fails-on-l4", f"{a100} || device.attributes['gpu.nvidia.com'].nope == 1"),
+        _selecting("guarded", f"{a100} || (has(device.attributes['gpu.nvidia.com'].nope) "
+                              "&& device.attributes['gpu.nvidia.com'].nope == 1)"),
+        _selecting("unknown-fn", f"{a100} && device.attributes['gpu.nvidia.com'].productName"
+                                 ".someFunctionOfANewerKubernetes()")]
+    resources = [*docs("nvidia.yaml"), *templates]
+    d = review(pod("fails-on-l4"), make_view(policy, resources), policy)
+    assert d.allowed and any("fails at run time on node dra-node-2" in w for w in d.warnings)
+    assert [n.node for n in d.nodes] == ["dra-node-2"] and "nope" in d.nodes[0].note
+    strict = load_policy_text(POLICY + "onNoCandidates: deny\n")
+    d = review(pod("fails-on-l4"), make_view(strict, resources), strict)
+    assert not d.allowed and d.reason == Reason.NO_MATCHING_DEVICES
+    assert "ends the pod's whole scheduling attempt" in d.message and "has(" in d.message
+    d = review(pod("guarded"), make_view(policy, resources), policy)
+    assert d.allowed and not d.warnings, d.to_json()
+    assert {n.node for n in d.nodes} == {"dra-node-1"}
+    d = review(pod("unknown-fn"), make_view(policy, resources), policy)
+    assert d.allowed and not any("fails at run time" in w for w in d.warnings)

@@ -44,6 +44,7 @@ class _NodeCheck(NamedTuple):
     doubt: str = ""
     undelivered: bool = False
     device_plugin: bool = False
+    fatal: str = ""  # a selector's runtime failure here (``dra.RuntimeFailure``)
 
 
 def _extended_claims(d: dra.ClaimDemand, spec: Mapping[str, Any]
@@ -77,7 +78,7 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
         return _NodeCheck(node.name, short is None, short or "", device_plugin=short is None)
     result = dra.judge_node(claims, view.slices_for(node.name), view.device_classes() or {})
     if not result.ok:
-        return _NodeCheck(node.name, False, result.why, result.doubt)
+        return _NodeCheck(node.name, False, result.why, result.doubt, fatal=result.fatal)
     runtime = node.inventory.runtime if node.inventory is not None else None
     if runtime is not None and runtime.containerd_cdi is False:
         return _NodeCheck(node.name, False,
@@ -110,6 +111,7 @@ class _Summary(NamedTuple):
     all_undelivered: bool  # every failing node fails it only for want of CDI
     doubt: str
     mixed: tuple[str, str, str] | None  # (node, resource, class): served both ways there
+    fatal: tuple[str, str] | None  # (node, failure): a selector fails at run time there
 
     @property
     def total(self) -> int:
@@ -124,7 +126,10 @@ def _summarise(values: dict[str, tuple[_NodeCheck, tuple[str, str] | None]]) -> 
     undelivered = True
     doubt: tuple[str, str] | None = None
     mixed: tuple[str, str, str] | None = None
+    fatal: tuple[str, str] | None = None
     for name, (c, hit) in values.items():
+        if c.fatal and (fatal is None or name < fatal[0]):
+            fatal = (name, c.fatal)
         if c.ok:
             if c.device_plugin:
                 served += 1
@@ -141,7 +146,7 @@ def _summarise(values: dict[str, tuple[_NodeCheck, tuple[str, str] | None]]) -> 
                                      for n in heapq.nsmallest(MAX_FINDINGS, able)),
                     served, len(failing),
                     tuple(heapq.nsmallest(MAX_FINDINGS, failing, key=lambda c: c.node)),
-                    undelivered, doubt[1] if doubt else "", mixed)
+                    undelivered, doubt[1] if doubt else "", mixed, fatal)
 
 
 def _summary(facts: PodFacts, d: dra.ClaimDemand, pool: str, view: ClusterView, policy: Policy
@@ -234,6 +239,16 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
         node, resource, cls = s.mixed
         out.warn(f"gpupool: node {node} serves {resource} by device plugin and by DeviceClass "
                  f"{cls}; see gpupool doctor")
+    if s.fatal is not None:
+        node, failure = s.fatal
+        return _no_devices(facts, pool_name, policy, Reason.NO_MATCHING_DEVICES,
+                           f"{who}: on node {node}, {failure}. The scheduler's DRA plugin "
+                           "ends the pod's whole scheduling attempt at such an error, "
+                           "whichever other node could serve it, so the pod is placed "
+                           "nowhere while that device is there. Fix: guard the selector "
+                           "(has(...), or test the device's driver or type first)",
+                           f"gpupool: a DRA selector fails at run time on node {node}; the "
+                           "pod stays pending", [NodeFinding(node, note=failure)])
     if not s.total:
         return _no_devices(facts, pool_name, policy, Reason.NO_MATCHING_DEVICES,
                            f"{who}: no node of pool {pool_name} that its placement allows "

@@ -337,13 +337,23 @@ def extended_classes(names: Iterable[str], classes: Mapping[str, DeviceClass]
 # --------------------------------------------------------------------------- one node
 
 
+class RuntimeFailure(str):
+    """A selector that compiled but failed evaluating a device (a missing attribute, say):
+    the allocator returns the error and the scheduler's DRA plugin fails the whole
+    scheduling attempt with it (k8s.io/dynamic-resource-allocation v0.35.4,
+    structured/internal/stable/allocator_stable.go: selectorsMatch's "CEL runtime error";
+    kube-scheduler's Filter then returns an Error status, which ends the cycle for every
+    node). A selector gpupool's runtime cannot compile is doubt instead."""
+
+
 class Matched(NamedTuple):
     """A request's devices on one slice: how many match, how many only a taint keeps out,
-    and the first selector error seen (doubt)."""
+    the first selector error seen (doubt), and the first runtime failure (fatal)."""
 
     found: int
     tainted: int
     error: str
+    fatal: str = ""
 
 
 def match_slice(s: Slice, request: DeviceRequest, device_class: DeviceClass) -> Matched:
@@ -366,7 +376,7 @@ def match_slice(s: Slice, request: DeviceRequest, device_class: DeviceClass) -> 
     for d in range(len(s)):
         groups.setdefault(tuple(s.varying[i][1][d] for i, _ in columns), []).append(d)
     count = tainted = 0
-    error = ""
+    error = fatal = ""
     for values, members in groups.items():
         vkey = (selectors, s.driver, s.shared, tuple(k for _, k in columns), values)
         verdict = _VERDICTS.get(vkey)
@@ -375,11 +385,16 @@ def match_slice(s: Slice, request: DeviceRequest, device_class: DeviceClass) -> 
             verdict = True
             for sel in compiled:
                 verdict = cel.evaluate(sel, device)
+                if isinstance(verdict, str) and sel.program is not None:
+                    verdict = RuntimeFailure(verdict)
                 if verdict is not True:
                     break
             if len(_VERDICTS) >= _VERDICTS_LIMIT:
                 _VERDICTS.clear()
             _VERDICTS[vkey] = verdict
+        if isinstance(verdict, RuntimeFailure):
+            fatal = fatal or f"device {s.names[members[0]]}: {verdict}"
+            continue
         if isinstance(verdict, str):
             error = error or f"on device {s.names[members[0]]}: {verdict}"
             continue
@@ -390,7 +405,7 @@ def match_slice(s: Slice, request: DeviceRequest, device_class: DeviceClass) -> 
                 tainted += 1
             else:
                 count += 1
-    out = Matched(count, tainted, error)
+    out = Matched(count, tainted, error, fatal)
     if len(s.memo) < 64:
         s.memo[key] = out
     return out
@@ -404,25 +419,31 @@ def class_has_devices(slices: Iterable[Slice], device_class: DeviceClass) -> boo
 
 class NodeResult(NamedTuple):
     """Whether a node could allocate a pod's claims; ``why`` names the first request it
-    cannot serve, ``doubt`` what kept gpupool from telling."""
+    cannot serve, ``doubt`` what kept gpupool from telling, ``fatal`` a selector's runtime
+    failure on one of its devices (``RuntimeFailure``)."""
 
     ok: bool
     why: str = ""
     doubt: str = ""
+    fatal: str = ""
 
 
 def _judge_request(claim: PodClaim, r: DeviceRequest, slices: tuple[Slice, ...],
-                   classes: Mapping[str, DeviceClass]) -> tuple[bool, str, str]:
-    """(served, why not, doubt) for one request, or one ``firstAvailable`` alternative."""
+                   classes: Mapping[str, DeviceClass]) -> tuple[bool, str, str, str]:
+    """(served, why not, doubt, fatal) for one request, or one ``firstAvailable``
+    alternative."""
     dc = classes.get(r.device_class)
     if dc is None:
-        return False, f"DeviceClass {r.device_class} does not exist", ""
+        return False, f"DeviceClass {r.device_class} does not exist", "", ""
     found = tainted = 0
-    doubt = ""
+    doubt = fatal = ""
     for s in slices:
         m = match_slice(s, r, dc)
         found, tainted = found + m.found, tainted + m.tainted
         doubt = doubt or m.error
+        fatal = fatal or (f"{claim.source} request {r.name}: {m.fatal}" if m.fatal else "")
+    if fatal:
+        return False, fatal, doubt, fatal
     if r.amount == 0 and tainted:
         # allocationMode All takes every device the class and selectors match, tainted or
         # not, then refuses one whose taint the request does not tolerate
@@ -430,15 +451,15 @@ def _judge_request(claim: PodClaim, r: DeviceRequest, slices: tuple[Slice, ...],
         # from isSelectable, which reads no taint; allocateDevice -> allTaintsTolerated).
         return False, (f"{claim.source} request {r.name} asks for all devices of class "
                        f"{r.device_class}, and {tainted} of them are behind device taints it "
-                       "does not tolerate"), doubt
+                       "does not tolerate"), doubt, ""
     if (r.amount == 0 and found) or (r.amount and found >= r.amount):
-        return True, "", doubt
+        return True, "", doubt, ""
     need = "at least one device" if r.amount == 0 else \
         f"{r.amount} device{'s' if r.amount > 1 else ''}"
     return False, (f"{claim.source} request {r.name} needs {need} of class {r.device_class}"
                    f"{' matching its selectors' if r.selectors else ''}; {found} found"
                    + (f", {tainted} more behind device taints it does not tolerate"
-                      if tainted else "")), doubt
+                      if tainted else "")), doubt, ""
 
 
 def judge_node(claims: Iterable[PodClaim], slices: Iterable[Slice],
@@ -451,8 +472,10 @@ def judge_node(claims: Iterable[PodClaim], slices: Iterable[Slice],
         for alternatives in claim.spec.requests:
             why = ""
             for r in alternatives:
-                served, reason, seen = _judge_request(claim, r, slices, classes)
+                served, reason, seen, fatal = _judge_request(claim, r, slices, classes)
                 doubt = doubt or seen
+                if fatal:
+                    return NodeResult(False, fatal, doubt, fatal)
                 if served:
                     break
                 why = why or reason
