@@ -309,7 +309,7 @@ class Scanner:
         node = self.view.node(name)
         if node is None:
             return None
-        return self.policy.pool_for_label_value(node.labels.get(self.policy.pool_label))
+        return self.policy.node_pool(node.labels)
 
     def _judge_nodes(self, names: Iterable[str] | None) -> None:
         if names is None:

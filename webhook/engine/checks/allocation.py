@@ -162,7 +162,7 @@ def _summary(facts: PodFacts, d: dra.ClaimDemand, pool: str, view: ClusterView, 
         if not facts.placement.reaches(n):
             return None
         if not facts.node_name and (
-                policy.pool_for_label_value(n.labels.get(policy.pool_label)) != pool
+                policy.node_pool(n.labels) != pool
                 or not (n.is_gpu_node(policy) or view.slices_for(n.name, own=True))):
             return None
         hits = [(r, c) for r, c in mixed_resources(n, view.device_classes(),

@@ -445,7 +445,7 @@ def node_verdict(node: NodeInfo, view: ClusterView, policy: Policy,
     """How a pod of the node's pool that asks for nothing in particular (or for one of
     ``resource``) fares on the node: ``doctor``'s row, from the same verdicts admission and
     steering use."""
-    pool_name = policy.pool_for_label_value(node.labels.get(policy.pool_label))
+    pool_name = policy.node_pool(node.labels)
     spec: dict[str, object] = {"nodeName": node.name}
     if resource is not None:
         spec["containers"] = [{"name": "probe", "resources": {"limits": {resource: 1}}}]

@@ -176,6 +176,11 @@ class Policy:
             return self.default_pool
         return self.pool_by_label_value.get(value, self.default_pool)
 
+    def node_pool(self, labels: Mapping[str, str]) -> str:
+        """The pool of a node with these labels: the one question every reader of a node's
+        pool asks."""
+        return self.pool_for_label_value(labels.get(self.pool_label))
+
     @cached_property
     def serves_dra(self) -> bool:
         """Whether any pool serves DRA DeviceClasses."""

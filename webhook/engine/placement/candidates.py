@@ -30,8 +30,7 @@ def shape_key(placement: Placement, extra: Any = None) -> str:
 
 def in_pool(node: NodeInfo, pool: str, policy: Policy) -> bool:
     """A GPU node whose pool label puts it in ``pool``."""
-    return node.is_gpu_node(policy) and policy.pool_for_label_value(
-        node.labels.get(policy.pool_label)) == pool
+    return node.is_gpu_node(policy) and policy.node_pool(node.labels) == pool
 
 
 def candidates(placement: Placement, pool: str, view: ClusterView, policy: Policy

@@ -270,7 +270,7 @@ class ClusterView:
                     # set_pool_label when its policy changes): scan, and leave it alone.
                     return tuple(sorted(
                         (n for n in index.nodes.values() if n.is_gpu_node(policy)
-                         and policy.pool_for_label_value(n.labels.get(policy.pool_label))
+                         and policy.node_pool(n.labels)
                          == pool), key=lambda n: n.name))
                 names: set[str] = set()
                 if pool == policy.default_pool:
