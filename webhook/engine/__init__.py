@@ -47,8 +47,11 @@ _SURFACE = {
     "name_of": "core.objects", "template_pod": "admission.workloads",
     # JSON patches as the API server takes them
     "encode_patch": "core.patch",
+    # what a pod names in its containers' resources (the scan's look before deciding)
+    "resource_names": "core.resources",
     # after admission: pods re-checked as the cluster changes, nodes whose GPUs go out twice
-    "recheck": "aftercare.podrisk", "Outcome": "aftercare.podrisk",
+    "recheck": "aftercare.podrisk", "finished": "aftercare.podrisk",
+    "Outcome": "aftercare.podrisk",
     "PodAnswer": "aftercare.podrisk",
     "SchedulerState": "aftercare.podrisk", "NodeHazard": "aftercare.nodehazards",
     "advertised_twice": "aftercare.nodehazards",
@@ -83,6 +86,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.aftercare.podrisk import Outcome as Outcome
     from webhook.engine.aftercare.podrisk import PodAnswer as PodAnswer
     from webhook.engine.aftercare.podrisk import SchedulerState as SchedulerState
+    from webhook.engine.aftercare.podrisk import finished as finished
     from webhook.engine.aftercare.podrisk import recheck as recheck
     from webhook.engine.checks.allocation import mixed_resources as mixed_resources
     from webhook.engine.checks.assessment import NodeAssessment as NodeAssessment
@@ -105,6 +109,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.core.policy import PolicyError as PolicyError
     from webhook.engine.core.policy import load_policy_text as load_policy_text
     from webhook.engine.core.policy import parse_policy as parse_policy
+    from webhook.engine.core.resources import resource_names as resource_names
     from webhook.engine.pod.affinity import without_steering as without_steering
     from webhook.engine.stacks.clusterpolicy import cluster_operator as cluster_operator
     from webhook.engine.stacks.dra import DeviceClass as DeviceClass

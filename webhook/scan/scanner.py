@@ -24,8 +24,10 @@ from webhook.engine import (
     Policy,
     SchedulerState,
     advertised_twice,
+    finished,
     meta_of,
     recheck,
+    resource_names,
 )
 
 log = logging.getLogger(__name__)
@@ -226,28 +228,13 @@ class Scanner:
     def keeps(self, pod: Mapping[str, Any]) -> bool:
         """Pods that could be GPU pods: a quick look before the engine decides (a scan of
         200,000 pods must not store the 180,000 that are not)."""
-        meta = meta_of(pod)
-        if meta.get("deletionTimestamp"):
-            return False
-        status = pod.get("status")
-        if isinstance(status, Mapping) and status.get("phase") in ("Succeeded", "Failed"):
+        if finished(pod):
             return False
         spec = pod.get("spec")
         if not isinstance(spec, Mapping):
             return False
-        if spec.get("resourceClaims"):
-            return True
-        for key in ("containers", "initContainers"):
-            for c in spec.get(key) or ():
-                res = c.get("resources") if isinstance(c, Mapping) else None
-                if not isinstance(res, Mapping):
-                    continue
-                for part in ("limits", "requests"):
-                    asks = res.get(part)
-                    if isinstance(asks, Mapping) and any(
-                            isinstance(r, str) and self.policy.is_gpu_resource(r) for r in asks):
-                        return True
-        return False
+        return bool(spec.get("resourceClaims")) or any(
+            self.policy.is_gpu_resource(r) for r in resource_names(spec))
 
     def _store(self, uid: str, pod: dict[str, Any]) -> None:
         old = self._pods.get(uid)

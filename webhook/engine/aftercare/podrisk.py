@@ -99,14 +99,19 @@ def as_admitted(pod: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in pod.items() if k != "status"}
 
 
+def finished(pod: Mapping[str, Any]) -> bool:
+    """Succeeded, failed or being deleted: no later start can fail it."""
+    return as_mapping(pod.get("status")).get("phase") in _FINISHED \
+        or bool(meta_of(pod).get("deletionTimestamp"))
+
+
 def recheck(pod: Mapping[str, Any], view: ClusterView, policy: Policy,
             schedulers: Mapping[str, SchedulerState] | None = None) -> PodAnswer | None:
     """The answer for one pod; None for a pod gpupool does not judge (not a GPU pod, a
     custom scheduler's, finished or being deleted) or cannot judge yet (no node view)."""
-    meta = meta_of(pod)
-    status = as_mapping(pod.get("status"))
-    if status.get("phase") in _FINISHED or meta.get("deletionTimestamp"):
+    if finished(pod):
         return None
+    meta = meta_of(pod)
     namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
     d = decide(Stage.VALIDATE, Subject(kind="Pod", object=as_admitted(pod),
                                         namespace=namespace or "default"), view, policy)
