@@ -89,6 +89,7 @@ class Change(Enum):
     ALL_SLICES = "a ResourceSlice every node reaches"
     SLICE_LISTING = "every ResourceSlice replaced (a listing)"
     SYNCED = "whether the watch has synced"
+    CLAIMS = "ResourceClaims or templates (read on demand: nothing kept reads them)"
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ EFFECTS: dict[Change, Effect] = {
     Change.ALL_SLICES: Effect(memo=False, folds="clear", slices=True),
     Change.SLICE_LISTING: Effect(memo=True, folds="clear", slices=True),
     Change.SYNCED: Effect(memo=True, folds="keep"),
+    Change.CLAIMS: Effect(memo=False, folds="keep"),
 }
 
 
@@ -148,17 +150,13 @@ class Caches:
         self.log: Changes | None = None
 
     def changed(self, change: Change, nodes: Iterable[NodeInfo] = (),
-                names: Iterable[str] = ()) -> None:
+                names: Iterable[str] = (), namespaces: Iterable[str] = ()) -> None:
         """Apply what ``change`` takes away; ``nodes`` are the nodes stored or re-judged,
-        ``names`` the nodes deleted. Call with the lock held."""
+        ``names`` the nodes deleted, ``namespaces`` those whose labels or claims changed
+        (none given: every namespace). Call with the lock held."""
         effect = EFFECTS[change]
         if self.log is not None:
-            if change in (Change.NODE, Change.SLICES):
-                self.log.nodes.update(n.name for n in nodes)
-            elif change is Change.NODE_GONE:
-                self.log.nodes.update(names)
-            elif change is not Change.NAMESPACES:  # namespaces are noted by name
-                self.log.everything = True
+            self._note(change, nodes, names, tuple(namespaces))
         if effect.folds == "clear":
             self.folds.clear()
         elif effect.folds == "update":
@@ -179,6 +177,19 @@ class Caches:
         if effect.memo:
             self.version += 1
             self.memo_store.clear()
+
+    def _note(self, change: Change, nodes: Iterable[NodeInfo], names: Iterable[str],
+              namespaces: tuple[str, ...]) -> None:
+        """Keep what changed for the reader that asked (``ClusterView.track_changes``)."""
+        assert self.log is not None
+        if change in (Change.NODE, Change.SLICES):
+            self.log.nodes.update(n.name for n in nodes)
+        elif change is Change.NODE_GONE:
+            self.log.nodes.update(names)
+        elif change in (Change.NAMESPACES, Change.CLAIMS) and namespaces:
+            self.log.namespaces.update(namespaces)
+        else:
+            self.log.everything = True
 
     def fold(self, key: Any, fn: Callable[[NodeInfo], T | None],
              initial: Callable[[], Iterable[NodeInfo]], *, reads_slices: bool = False

@@ -106,16 +106,12 @@ class ClusterView:
                 self._namespaces.pop(name, None)
             else:
                 self._namespaces[name] = intern_map(labels)
-            self._caches.changed(Change.NAMESPACES)
-            if self._caches.log is not None:
-                self._caches.log.namespaces.add(name)
+            self._caches.changed(Change.NAMESPACES, namespaces=(name,))
 
     def replace_namespaces(self, namespaces: Mapping[str, Mapping[str, str]]) -> None:
         with self._lock:
             self._namespaces = {k: intern_map(v) for k, v in namespaces.items()}
             self._caches.changed(Change.NAMESPACES)
-            if self._caches.log is not None:
-                self._caches.log.everything = True
 
     def _setting(self, changed: Callable[[], bool]) -> None:
         with self._lock:
@@ -175,15 +171,13 @@ class ClusterView:
         """Every ResourceClaim or ResourceClaimTemplate (``kind``), by (namespace, name)."""
         with self._lock:
             self._dra.replace_claims(kind, claims)
-            if self._caches.log is not None:
-                self._caches.log.everything = True
+            self._caches.changed(Change.CLAIMS)
 
     def set_claim(self, kind: str, namespace: str, name: str,
                   spec: dra.ClaimSpec | None) -> None:
         with self._lock:
             self._dra.set_claim(kind, namespace, name, spec)
-            if self._caches.log is not None:
-                self._caches.log.namespaces.add(namespace)
+            self._caches.changed(Change.CLAIMS, namespaces=(namespace,))
 
     # ---------------------------------------------------------------- reads
 
