@@ -51,14 +51,19 @@ class PodsRef:
 HAMI_SCHEDULER_PODS = "app.kubernetes.io/component=hami-scheduler"
 
 
+def _split(text: str, flag: str, what: str, example: str) -> tuple[str, str, str]:
+    """``SCHEDULER=NAMESPACE/<what>`` as the flag takes it."""
+    scheduler, eq, rest = text.partition("=")
+    namespace, slash, tail = rest.partition("/")
+    if not (eq and slash and scheduler and namespace and tail):
+        raise ValueError(f"{flag} {text!r}: use SCHEDULER=NAMESPACE/{what}, e.g. {example}")
+    return scheduler, namespace, tail
+
+
 def parse_pods_ref(text: str) -> PodsRef:
     """``SCHEDULER=NAMESPACE/SELECTOR`` as ``--scheduler-pods`` takes it."""
-    scheduler, eq, rest = text.partition("=")
-    namespace, slash, selector = rest.partition("/")
-    if not (eq and slash and scheduler and namespace and selector):
-        raise ValueError(f"--scheduler-pods {text!r}: use SCHEDULER=NAMESPACE/SELECTOR, e.g. "
-                         f"hami-scheduler=kube-system/{HAMI_SCHEDULER_PODS}")
-    return PodsRef(scheduler, namespace, selector)
+    return PodsRef(*_split(text, "--scheduler-pods", "SELECTOR",
+                           f"hami-scheduler=kube-system/{HAMI_SCHEDULER_PODS}"))
 
 
 def default_pod_refs(schedulers: Sequence[str], hami_namespace: str) -> list[PodsRef]:
@@ -99,12 +104,8 @@ def combined(states: Sequence[SchedulerState]) -> SchedulerState:
 
 def parse_ref(text: str) -> LeaseRef:
     """``SCHEDULER=NAMESPACE/NAME`` as ``--scheduler-lease`` takes it."""
-    scheduler, eq, rest = text.partition("=")
-    namespace, slash, name = rest.partition("/")
-    if not (eq and slash and scheduler and namespace and name):
-        raise ValueError(f"--scheduler-lease {text!r}: use SCHEDULER=NAMESPACE/NAME, e.g. "
-                         "hami-scheduler=kube-system/hami-scheduler")
-    return LeaseRef(scheduler, namespace, name)
+    return LeaseRef(*_split(text, "--scheduler-lease", "NAME",
+                            "hami-scheduler=kube-system/hami-scheduler"))
 
 
 def default_refs(schedulers: Sequence[str], hami_namespace: str) -> list[LeaseRef]:
