@@ -240,16 +240,16 @@ class _URL(NamedTuple):
     query: str
 
 
-#: RFC 3986, appendix B, without the fragment: Go's ParseRequestURI takes '#' as part of
-#: the path or query (a request carries no fragment)
-_URI = re.compile(r"^(?:([^:/?#]+):)?(?://([^/?]*))?([^?]*)(?:\?(.*))?$")
+#: RFC 3986, appendix B: a URI split into its parts (no I/O module needed for it)
+_URI = re.compile(r"^(?:([^:/?#]+):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?(?:#(.*))?$")
 
 
 def _parse_url(text: str) -> _URL:
-    """As urls.go: Go's url.ParseRequestURI, an absolute URI (a scheme) or an absolute path;
-    a '#' is an ordinary character. Not every corner of Go's parser is followed: a name it
-    accepts that this refuses is doubt to the caller, never a denial."""
-    if not text or any(ch in text for ch in " \x7f") or any(ord(ch) < 0x20 for ch in text):
+    """As urls.go: an absolute URI (a scheme) or an absolute path; the fragment is dropped,
+    the scheme lower-cased, control characters refused. Checked against Kubernetes' own
+    library by tests/integration/test_cel_judge.py; a name Kubernetes accepts that this
+    refuses is doubt to the caller, never a denial."""
+    if not text or "\x7f" in text or any(ord(ch) < 0x20 for ch in text):
         raise CELError(f"URL parse error during conversion from string: {text!r}")
     m = _URI.match(text)
     if m is None:
@@ -262,7 +262,7 @@ def _parse_url(text: str) -> _URL:
     elif not text.startswith("/"):
         raise CELError(f"URL parse error during conversion from string: {text!r}: invalid "
                        "URI for request")
-    return _URL(scheme, netloc, path, query)
+    return _URL(scheme.lower(), netloc, path, query)
 
 
 def url_value(text: str) -> dict[str, str]:
