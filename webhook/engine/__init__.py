@@ -57,6 +57,7 @@ _SURFACE = {
     "advertised_twice": "aftercare.nodehazards",
     # a pod read as the engine reads it, for judges that compare it with the real stack
     "annotation_requests": "stacks.nri", "without_steering": "pod.affinity",
+    "selector_verdict": "stacks.cel",
 }
 
 __all__ = sorted(_SURFACE)
@@ -111,6 +112,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.core.policy import parse_policy as parse_policy
     from webhook.engine.core.resources import resource_names as resource_names
     from webhook.engine.pod.affinity import without_steering as without_steering
+    from webhook.engine.stacks.cel import selector_verdict as selector_verdict
     from webhook.engine.stacks.clusterpolicy import cluster_operator as cluster_operator
     from webhook.engine.stacks.dra import DeviceClass as DeviceClass
     from webhook.engine.stacks.dra import Slice as Slice

@@ -494,6 +494,16 @@ def evaluate(selector: Selector, device: Mapping[str, Any]) -> bool | str:
     return result
 
 
+def selector_verdict(text: str, device: Mapping[str, Any]) -> bool | str | None:
+    """One selector on one device, as the allocator would answer: True or False, a string
+    for a runtime failure, None when it does not compile here (doubt). For judges that
+    compare gpupool with Kubernetes' own compiler."""
+    selector = compile_selector(text)
+    if selector.program is None:
+        return None
+    return evaluate(selector, device)
+
+
 _DOMAIN = re.compile(r"device\.(attributes|capacity)\s*\[\s*('[^']*'|\"[^\"]*\")\s*\]")
 _TOKENS = re.compile(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"|([A-Za-z_][A-Za-z0-9_]*)")
 #: Macros and functions that read a map's keys without naming them: a selector using any
