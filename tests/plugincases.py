@@ -1,0 +1,168 @@
+"""Device-plugin pods as teams deploy them, and the plugin's own code as their judge.
+
+``plugin_pod`` draws one NVIDIA (or HAMi) device-plugin pod: the standalone chart (strategy in
+a variable, or in a config file from a ConfigMap, picked by config-manager), the GPU Operator's
+way (a variable), flags, HAMi's chart (a variable, its own config file), and the corners:
+a strategy list, an empty or unknown strategy, a config file that is missing, does not parse
+or has another version. ``judge`` asks ``plugin-judge`` (tests/pluginjudge: the plugin's
+``NewConfig`` and CLI library) what the plugin settles on, from the same arguments,
+environment and file text the pod gives it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.kit import ROOT
+
+BUILD = ROOT / "tests" / "pluginjudge" / "build.sh"
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+_STRATEGIES = ("envvar", "cdi-annotations", "cdi-cri", "envvar,cdi-annotations",
+               "cdi-annotations,cdi-cri")
+_CORNERS = ("", "bogus", " cdi-cri", "volume-mounts")
+
+
+@dataclass
+class PluginPod:
+    pod: dict[str, Any]
+    config_maps: dict[tuple[str, str], dict[str, str]]
+    labels: dict[str, str]
+    #: what the plugin process is given: (args after its command, env, config file text)
+    request: dict[str, Any]
+    what: str
+
+
+def _config(rng: random.Random, strategy: str) -> str:
+    shape = rng.choice(("string", "list", "absent", "absent-flags"))
+    if shape == "string":
+        body = f"flags:\n  plugin:\n    deviceListStrategy: {strategy}\n"
+    elif shape == "list":
+        body = "flags:\n  plugin:\n    deviceListStrategy: [" + ", ".join(
+            strategy.split(",")) + "]\n"
+    elif shape == "absent":
+        body = "flags:\n  migStrategy: none\n"
+    else:
+        body = ("sharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
+                "      replicas: 2\n")
+    return ("version: v1\n" if rng.random() < 0.7 else "") + body
+
+
+def plugin_pod(rng: random.Random, name: str, *, corners: bool = True,
+               strategy: str | None = None) -> PluginPod:
+    """One device-plugin pod on node ``name``. ``strategy``: the strategy its deployer
+    meant (drawn when None); ``corners`` adds the setups a plugin refuses."""
+    meant = strategy or rng.choice(_STRATEGIES)
+    if corners and rng.random() < 0.08:
+        meant = rng.choice(_CORNERS)
+    way = rng.choice(("env", "env", "flag", "config", "config-manager", "hami", "default"))
+    ns = "nvidia-device-plugin"
+    container: dict[str, Any] = {"name": "nvidia-device-plugin-ctr",
+                                 "image": "nvcr.io/nvidia/k8s-device-plugin:v0.19.3"}
+    spec: dict[str, Any] = {"containers": [container], "volumes": []}
+    config_maps: dict[tuple[str, str], dict[str, str]] = {}
+    labels: dict[str, str] = {}
+    args: list[str] = []
+    env: dict[str, str] = {}
+    text: str | None = None
+    if way == "env":
+        env["DEVICE_LIST_STRATEGY"] = meant
+    elif way == "flag":
+        container["command"] = ["nvidia-device-plugin"]
+        parts = meant.split(",")
+        if rng.random() < 0.5 or len(parts) == 1:
+            args = [rng.choice(("--device-list-strategy=", "-device-list-strategy="))
+                    + meant]
+        else:
+            args = [a for p in parts for a in ("--device-list-strategy", p)]
+        if rng.random() < 0.3:
+            args.insert(0, "--mig-strategy=none")
+        container["args"] = args
+    elif way == "hami":
+        ns = "kube-system"
+        container.update(name="device-plugin", image="projecthami/hami:v2.7.0",
+                         command=["nvidia-device-plugin", "--config-file=/device-config.yaml",
+                                  "--mig-strategy=none"])
+        args = container["command"][1:]
+        env["DEVICE_LIST_STRATEGY"] = meant
+        container["volumeMounts"] = [{"name": "device-config",
+                                      "mountPath": "/device-config.yaml",
+                                      "subPath": "device-config.yaml"}]
+        spec["volumes"].append({"name": "device-config",
+                                "configMap": {"name": "hami-device-plugin"}})
+        text = "nvidia:\n  resourceCountName: nvidia.com/gpu\n  defaultMemory: 0\n"
+        config_maps[(ns, "hami-device-plugin")] = {"device-config.yaml": text}
+    elif way in ("config", "config-manager"):
+        text = _config(rng, meant)
+        if corners and rng.random() < 0.1:
+            text = rng.choice(("version: v2\n", "flags: [\n", "flags:\n  plugin:\n    "
+                               "deviceListStrategy: {a: b}\n"))
+        missing = corners and rng.random() < 0.05
+        if way == "config":
+            env["CONFIG_FILE"] = "/config/config.yaml"
+            container["volumeMounts"] = [{"name": "config", "mountPath": "/config"}]
+            spec["volumes"].append({"name": "config", "configMap": {"name": "dp-config"}})
+            config_maps[(ns, "dp-config")] = {} if missing else {"config.yaml": text}
+        else:  # the standalone chart with config.map: config-manager picks one by label
+            container["volumeMounts"] = [{"name": "config", "mountPath": "/config"}]
+            env["CONFIG_FILE"] = "/config/config.yaml"
+            spec["volumes"] += [{"name": "config", "emptyDir": {}},
+                                {"name": "available-configs",
+                                 "configMap": {"name": "dp-configs"}}]
+            manager = {"name": "nvidia-device-plugin-init",
+                       "image": container["image"], "command": ["config-manager"],
+                       "env": [{"name": "ONESHOT", "value": "true"},
+                               {"name": "NODE_LABEL", "value": CONFIG_LABEL},
+                               {"name": "CONFIG_FILE_SRCDIR", "value": "/available-configs"},
+                               {"name": "CONFIG_FILE_DST", "value": "/config/config.yaml"},
+                               {"name": "DEFAULT_CONFIG", "value": "default"},
+                               {"name": "FALLBACK_STRATEGIES", "value": "named,single"}],
+                       "volumeMounts": [{"name": "available-configs",
+                                         "mountPath": "/available-configs"},
+                                        {"name": "config", "mountPath": "/config"}]}
+            spec["initContainers"] = [manager]
+            other = _config(rng, rng.choice(_STRATEGIES))
+            if rng.random() < 0.5:
+                labels[CONFIG_LABEL] = "picked"
+                configs = {"default": other, "picked": text}
+            else:
+                configs = {"default": text, "other": other}
+            if missing:
+                configs.pop(labels.get(CONFIG_LABEL, "default"))
+                text = None
+            config_maps[(ns, "dp-configs")] = configs
+        if missing and way == "config":
+            text = None
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": f"device-plugin-{name}", "namespace": ns},
+           "spec": {"nodeName": name, **spec}, "status": {"phase": "Running"}}
+    request: dict[str, Any] = {"args": args, "env": env}
+    if text is not None:
+        request["config"] = text
+    if way in ("config", "config-manager") and text is None:
+        # the path it names holds nothing
+        request["env"] = {**env, "CONFIG_FILE": "/nonexistent/config.yaml"}
+    return PluginPod(pod, config_maps, labels, request, f"plugin {way} {meant!r}")
+
+
+class Judge:
+    """``plugin-judge``, one process for many questions."""
+
+    def __init__(self, bin_dir: Path) -> None:
+        self.exe = bin_dir / "plugin-judge"
+
+    def ask(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not requests:
+            return []
+        r = subprocess.run([str(self.exe)], input="".join(json.dumps(q) + "\n"
+                                                          for q in requests),
+                           capture_output=True, text=True, timeout=120, check=True)
+        answers = [json.loads(line) for line in r.stdout.splitlines()]
+        assert len(answers) == len(requests), r.stderr[-2000:]
+        return answers

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds plugin-judge (main.go: the device-list strategy NVIDIA's device plugin settles on,
+# decided by its own configuration code, github.com/NVIDIA/k8s-device-plugin v0.19.3
+# api/config/v1) into a cache outside git, keyed by this module's files, and prints the bin
+# directory.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../tools/gocache.sh"
+gocache_bin pluginjudge "$(cd "$here" && cat go.mod go.sum build.sh main.go | sha256sum | cut -c1-16)"
+if gocache_have plugin-judge; then echo "$bin"; exit 0; fi
+gocache_start
+cd "$here"
+echo "build.sh: building plugin-judge into $bin" >&2
+go build -trimpath -ldflags "-s -w" -o "$tmp/plugin-judge" . >&2
+gocache_publish

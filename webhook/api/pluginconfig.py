@@ -1,0 +1,422 @@
+"""How a GPU device plugin hands out GPUs, learned from the pod that runs it on a node.
+
+NVIDIA's device plugin settles its device-list strategy once, at start-up
+(k8s-device-plugin v0.19.3 ``api/config/v1/config.go``, ``NewConfig``): the config file
+that ``--config-file`` or ``CONFIG_FILE`` names first; ``--device-list-strategy`` or
+``DEVICE_LIST_STRATEGY`` over it whenever either is set (``flags.go``, ``updateFromCLIFlag``:
+``c.IsSet``); else the flag's default, ``envvar`` (``cmd/nvidia-device-plugin/main.go``).
+A strategy it does not know, a config file it cannot open or parse, or a config version other
+than ``v1`` stops it before it registers a GPU. HAMi's plugin loads its configuration through
+the same ``NewConfig`` (HAMi v2.10 ``cmd/device-plugin/nvidia/main.go``, ``loadConfig``).
+``tests/pluginjudge`` runs that code itself, and the suite holds this module to its answers.
+
+Neither the cluster's objects nor the node's disk say this for every setup (the standalone
+chart keeps the strategy in a ConfigMap's config file, which its ``config-manager`` picks by
+node label; other tools deploy the plugin under other labels). The pod scheduled on the node
+says it, whoever deployed it. Pure: the caller reads ConfigMaps.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+STRATEGIES = frozenset({"envvar", "volume-mounts", "cdi-annotations", "cdi-cri"})
+DEFAULT_STRATEGY = "envvar"
+PLUGIN_COMMAND = "nvidia-device-plugin"
+#: NVIDIA's image, whose entrypoint is the plugin (its config-manager runs from it too)
+PLUGIN_IMAGE = "k8s-device-plugin"
+CONFIG_MANAGER = "config-manager"
+#: config-manager's defaults (k8s-device-plugin v0.19.3 ``cmd/config-manager/main.go``)
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+_STRATEGY_FLAG, _STRATEGY_ENV = "device-list-strategy", "DEVICE_LIST_STRATEGY"
+_CONFIG_FLAG, _CONFIG_ENV = "config-file", "CONFIG_FILE"
+#: The plugin's flags that take no value (its main.go ``BoolFlag``s; HAMi's adds its own).
+_BOOL_FLAGS = frozenset({"fail-on-init-error", "pass-device-specs", "gdrcopy-enabled",
+                         "gds-enabled", "mofed-enabled", "imex-required",
+                         "disable-core-limit", "help", "h", "version", "v"})
+_SHELLS = frozenset({"sh", "bash", "ash", "dash"})
+
+#: ``(namespace, name)`` -> the ConfigMap's data; None: it cannot be read.
+ConfigMaps = Callable[[str, str], Mapping[str, str] | None]
+
+
+class _Unknown(Exception):
+    """What cannot be known from the pod: the reason, for the user."""
+
+
+class _NeverStarts(_Unknown):
+    """What stops the plugin at start-up, whatever its flags say: no GPU is registered."""
+
+
+@dataclass(frozen=True)
+class Settled:
+    """One device-plugin container's strategy, and where it came from. ``strategies`` is
+    None when it cannot be known; ``unknown`` then says why."""
+
+    pod: str  # namespace/name
+    container: str
+    strategies: tuple[str, ...] | None
+    source: str = ""
+    unknown: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"pod": self.pod, "container": self.container}
+        if self.strategies is not None:
+            out["strategies"] = list(self.strategies)
+            out["source"] = self.source
+        else:
+            out["unknown"] = self.unknown
+        return out
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Settled:
+        if not isinstance(doc, Mapping):
+            raise ValueError("expected an object")
+        raw = doc.get("strategies")
+        if raw is not None and not (isinstance(raw, list)
+                                    and all(isinstance(s, str) for s in raw)):
+            raise ValueError("strategies: expected a list of strings")
+        return cls(str(doc.get("pod", "")), str(doc.get("container", "")),
+                   None if raw is None else tuple(raw), str(doc.get("source", "")),
+                   str(doc.get("unknown", "")) if raw is None else "")
+
+    def describe(self) -> str:
+        if self.strategies is None:
+            return f"{self.pod} ({self.container}): unknown, {self.unknown}"
+        return f"{self.pod} ({self.container}): {','.join(self.strategies)} ({self.source})"
+
+
+def _argv(c: Mapping[str, Any]) -> list[str]:
+    return [a for a in (*_strings(c.get("command")), *_strings(c.get("args")))]
+
+
+def _strings(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _is(argv0: str, command: str) -> bool:
+    return posixpath.basename(argv0) == command
+
+
+def _image_is_plugin(c: Mapping[str, Any]) -> bool:
+    repo = str(c.get("image") or "").split("@")[0].rsplit(":", 1)[0]
+    return posixpath.basename(repo) == PLUGIN_IMAGE
+
+
+def is_plugin(c: Mapping[str, Any]) -> bool:
+    """Does this container run NVIDIA's device plugin (or HAMi's)? By its command, or by
+    NVIDIA's image run with its entrypoint."""
+    command = _strings(c.get("command"))
+    if command:
+        if _is(command[0], PLUGIN_COMMAND):
+            return True
+        return (_is(command[0], "sh") or posixpath.basename(command[0]) in _SHELLS) and \
+            any(PLUGIN_COMMAND in a for a in (*command[1:], *_strings(c.get("args"))))
+    args = _strings(c.get("args"))
+    return (_image_is_plugin(c) and not (args and _is(args[0], CONFIG_MANAGER))) or \
+        bool(args and _is(args[0], PLUGIN_COMMAND))
+
+
+def plugin_containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    return [c for c in spec.get("containers") or () if isinstance(c, Mapping) and is_plugin(c)]
+
+
+def _flags(c: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The plugin's flags as Go's flag package reads them (urfave/cli v2 parses with it):
+    ``-name``/``--name``, ``=value`` or the next argument, up to ``--`` or the first
+    argument that is not a flag; a repeated slice flag adds up."""
+    argv = _argv(c)
+    if argv and (posixpath.basename(argv[0]) in _SHELLS):
+        script = " ".join(argv[1:])
+        if any(w in script for w in (_STRATEGY_FLAG, _CONFIG_FLAG, _STRATEGY_ENV,
+                                     _CONFIG_ENV)):
+            raise _Unknown("the plugin is started by a shell script that sets its strategy "
+                           "or config file")
+        return {}
+    if argv and (_is(argv[0], PLUGIN_COMMAND) or _strings(c.get("command"))):
+        argv = argv[1:]
+    out: dict[str, list[str]] = {}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--" or not a.startswith("-") or a == "-":
+            break
+        name = a.lstrip("-")
+        value: str | None = None
+        if "=" in name:
+            name, value = name.split("=", 1)
+        elif name not in _BOOL_FLAGS and i + 1 < len(argv):
+            i += 1
+            value = argv[i]
+        if value is not None:
+            out.setdefault(name, []).append(value)
+        i += 1
+    return out
+
+
+def _env(c: Mapping[str, Any], name: str, pod_ns: str, config_maps: ConfigMaps
+         ) -> str | None:
+    """A variable as the kubelet sets it: ``env`` over ``envFrom``, the last of a name."""
+    found: str | None = None
+    for e in c.get("env") or ():
+        if isinstance(e, Mapping) and e.get("name") == name:
+            if e.get("valueFrom") is not None:
+                raise _Unknown(f"{name} comes from valueFrom")
+            found = str(e.get("value") or "")
+    if found is not None:
+        return found
+    for src in c.get("envFrom") or ():
+        if not isinstance(src, Mapping):
+            continue
+        prefix = str(src.get("prefix") or "")
+        if not name.startswith(prefix):
+            continue
+        ref = src.get("configMapRef")
+        if isinstance(ref, Mapping):
+            data = config_maps(pod_ns, str(ref.get("name") or ""))
+            if data is None:
+                raise _Unknown(f"envFrom ConfigMap {pod_ns}/{ref.get('name')} cannot be read")
+            if name[len(prefix):] in data:
+                found = str(data[name[len(prefix):]])
+        elif src.get("secretRef") is not None:
+            raise _Unknown(f"envFrom a Secret may set {name}")
+    return found
+
+
+def _split(values: Sequence[str]) -> tuple[str, ...]:
+    # urfave/cli's StringSlice: each value split on commas, each part trimmed
+    return tuple(p.strip() for v in values for p in v.split(","))
+
+
+def _mount_for(c: Mapping[str, Any], path: str) -> tuple[Mapping[str, Any], str] | None:
+    """The container's volume mount that holds ``path``, and the path inside the volume."""
+    best: tuple[Mapping[str, Any], str] | None = None
+    best_len = -1
+    for m in c.get("volumeMounts") or ():
+        if not isinstance(m, Mapping):
+            continue
+        at = posixpath.normpath(str(m.get("mountPath") or "/"))
+        sub = str(m.get("subPath") or "")
+        if path == at:
+            rel = sub
+        elif path.startswith(at.rstrip("/") + "/") and not sub:
+            rel = path[len(at.rstrip("/")) + 1:]
+        elif path.startswith(at.rstrip("/") + "/"):
+            rel = posixpath.join(sub, path[len(at.rstrip("/")) + 1:])
+        else:
+            continue
+        if len(at) > best_len:
+            best, best_len = (m, rel), len(at)
+    return best
+
+
+def _volume(pod: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    for v in spec.get("volumes") or ():
+        if isinstance(v, Mapping) and v.get("name") == name:
+            return v
+    return {}
+
+
+def _config_map_file(ns: str, vol: Mapping[str, Any], rel: str, config_maps: ConfigMaps
+                     ) -> str | None:
+    """The text of ``rel`` in a ConfigMap volume (None: no such file)."""
+    cm = vol["configMap"]
+    name = str(cm.get("name") or "")
+    data = config_maps(ns, name)
+    if data is None:
+        raise _Unknown(f"its config file comes from ConfigMap {ns}/{name}, which cannot be "
+                       "read")
+    items = cm.get("items")
+    if isinstance(items, list):
+        key = next((str(i.get("key")) for i in items
+                    if isinstance(i, Mapping) and i.get("path") == rel), None)
+        return None if key is None else data.get(key)
+    return data.get(rel)
+
+
+def _written_by_config_manager(pod: Mapping[str, Any], vol_name: str, rel: str,
+                               labels: Mapping[str, str], config_maps: ConfigMaps) -> str:
+    """The config file NVIDIA's config-manager writes into a shared volume: one of the
+    ConfigMap's configs, picked by the node's label, else its default, else its fallbacks
+    (k8s-device-plugin v0.19.3 ``cmd/config-manager/main.go``, ``updateConfigName``)."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    ns = _namespace(pod)
+    for c in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
+        if not isinstance(c, Mapping):
+            continue
+        argv = _argv(c)
+        if not argv or not _is(argv[0], CONFIG_MANAGER):
+            continue
+        env = {str(e.get("name")): e for e in c.get("env") or () if isinstance(e, Mapping)}
+
+        def value(name: str, default: str = "", env: dict[str, Any] = env) -> str:
+            e = env.get(name)
+            if e is None:
+                return default
+            if e.get("valueFrom") is not None:
+                raise _Unknown(f"config-manager's {name} comes from valueFrom")
+            return str(e.get("value") or "")
+
+        dst = value("CONFIG_FILE_DST")
+        mount = _mount_for(c, posixpath.normpath(dst)) if dst else None
+        if mount is None or mount[0].get("name") != vol_name or mount[1] != rel:
+            continue
+        src = _mount_for(c, posixpath.normpath(value("CONFIG_FILE_SRCDIR")) + "/x")
+        src_vol = _volume(pod, str(src[0].get("name"))) if src else {}
+        if not isinstance(src_vol.get("configMap"), Mapping):
+            raise _Unknown("config-manager reads its configs from a volume that is not a "
+                           "ConfigMap")
+        cm_name = str(src_vol["configMap"].get("name") or "")
+        data = config_maps(ns, cm_name)
+        if data is None:
+            raise _Unknown(f"its configs come from ConfigMap {ns}/{cm_name}, which cannot "
+                           "be read")
+        files = {k for k in data if not k.startswith("..")}
+        chosen = labels.get(value("NODE_LABEL", CONFIG_LABEL), "")
+        if not chosen:
+            chosen = value("DEFAULT_CONFIG")
+        if chosen:
+            if chosen not in files:
+                raise _NeverStarts(f"config-manager is told to use config {chosen!r}, which "
+                               f"ConfigMap {ns}/{cm_name} does not hold: the plugin never "
+                               "starts")
+            return data[chosen]
+        for fallback in _split([value("FALLBACK_STRATEGIES")]):
+            if fallback == "named" and "default" in files:
+                return data["default"]
+            if fallback == "single" and len(files) == 1:
+                return data[next(iter(files))]
+            if fallback == "empty":
+                return ""
+        raise _NeverStarts(f"config-manager finds no config to use in ConfigMap {ns}/{cm_name}: "
+                       "the plugin never starts")
+    raise _Unknown(f"its config file is on volume {vol_name!r}, which nothing gpupool reads "
+                   "writes")
+
+
+def _namespace(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    assert isinstance(meta, Mapping)
+    return str(meta.get("namespace") or "default")
+
+
+def _config_text(pod: Mapping[str, Any], c: Mapping[str, Any], path: str,
+                 labels: Mapping[str, str], config_maps: ConfigMaps) -> str | None:
+    """The text of the plugin's config file as it will find it (None: no such file)."""
+    path = posixpath.normpath(path if path.startswith("/") else "/" + path)
+    found = _mount_for(c, path)
+    if found is None:
+        raise _Unknown(f"its config file {path} is in the image, which gpupool cannot read")
+    mount, rel = found
+    vol = _volume(pod, str(mount.get("name")))
+    if isinstance(vol.get("configMap"), Mapping):
+        return _config_map_file(_namespace(pod), vol, rel, config_maps)
+    if "emptyDir" in vol:
+        return _written_by_config_manager(pod, str(mount.get("name")), rel, labels,
+                                          config_maps)
+    raise _Unknown(f"its config file {path} is on a volume gpupool does not read "
+                   f"({', '.join(k for k in vol if k != 'name') or 'none'})")
+
+
+def _from_config(text: str, path: str) -> tuple[str, ...] | None:
+    try:
+        doc = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as exc:
+        raise _NeverStarts(f"its config file {path} does not parse, so the plugin never starts "
+                       f"({str(exc).splitlines()[0]})") from exc
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, Mapping):
+        raise _NeverStarts(f"its config file {path} is not a mapping, so the plugin never starts")
+    version = doc.get("version") or "v1"
+    if version != "v1":
+        raise _Unknown(f"its config file {path} has version {version!r}, so the plugin never "
+                       "starts")
+    flags = doc.get("flags")
+    plugin = flags.get("plugin") if isinstance(flags, Mapping) else None
+    raw = plugin.get("deviceListStrategy") if isinstance(plugin, Mapping) else None
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        return (raw,)
+    if isinstance(raw, list) and all(isinstance(s, str) for s in raw):
+        return tuple(raw)
+    raise _NeverStarts(f"its config file {path} sets deviceListStrategy to {raw!r}, so the plugin "
+                   "never starts")
+
+
+def settle(pod: Mapping[str, Any], c: Mapping[str, Any], labels: Mapping[str, str],
+           config_maps: ConfigMaps) -> Settled:
+    """The strategy one device-plugin container runs with, on a node with these labels."""
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    assert isinstance(meta, Mapping)
+    who, name = f"{_namespace(pod)}/{meta.get('name', '')}", str(c.get("name") or "")
+    try:
+        strategies, source = _settle(pod, c, labels, config_maps)
+    except _Unknown as exc:
+        return Settled(who, name, None, unknown=str(exc))
+    bad = sorted(set(strategies) - STRATEGIES)
+    if bad:
+        return Settled(who, name, None, unknown=f"{source} names strategy {bad[0]!r}, which "
+                                               "the plugin refuses: it never starts")
+    return Settled(who, name, strategies, source)
+
+
+def _settle(pod: Mapping[str, Any], c: Mapping[str, Any], labels: Mapping[str, str],
+            config_maps: ConfigMaps) -> tuple[tuple[str, ...], str]:
+    flags = _flags(c)
+    ns = _namespace(pod)
+    given: tuple[tuple[str, ...], str] | None = None
+    if flags.get(_STRATEGY_FLAG):
+        given = _split(flags[_STRATEGY_FLAG]), f"flag --{_STRATEGY_FLAG}"
+    else:
+        env = _env(c, _STRATEGY_ENV, ns, config_maps)
+        if env is not None:
+            given = _split([env]), f"variable {_STRATEGY_ENV}"
+    path = flags[_CONFIG_FLAG][-1] if flags.get(_CONFIG_FLAG) else \
+        _env(c, _CONFIG_ENV, ns, config_maps)
+    found: tuple[str, ...] | None = None
+    if path:
+        # The file is read first, and a file the plugin cannot load stops it whatever its
+        # flags say; what only gpupool cannot read gives way to a flag that is set.
+        try:
+            text = _config_text(pod, c, path, labels, config_maps)
+            if text is None:
+                raise _NeverStarts(f"its config file {path} does not exist, so the plugin "
+                                   "never starts")
+            found = _from_config(text, path)
+        except _NeverStarts:
+            raise
+        except _Unknown:
+            if given is None:
+                raise
+    if given is not None:
+        return given
+    if found is not None:
+        return found, f"config file {path}"
+    return (DEFAULT_STRATEGY,), "the plugin's default"
+
+
+def settle_pods(pods: Sequence[Mapping[str, Any]], labels: Mapping[str, str],
+                config_maps: ConfigMaps) -> tuple[Settled, ...]:
+    """Every device-plugin container among a node's pods (pods that have finished or are
+    being deleted run nothing)."""
+    out = []
+    for pod in pods:
+        status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+        assert isinstance(status, Mapping) and isinstance(meta, Mapping)
+        if status.get("phase") in ("Succeeded", "Failed") or meta.get("deletionTimestamp"):
+            continue
+        out += [settle(pod, c, labels, config_maps) for c in plugin_containers(pod)]
+    return tuple(sorted(out, key=lambda s: (s.pod, s.container)))
