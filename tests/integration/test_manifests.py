@@ -134,8 +134,13 @@ def test_least_privilege_rbac(rendered):
                                          "verbs": ["get", "list", "watch"]},
                                         {"apiGroups": ["apps"], "resources": ["daemonsets"],
                                          "verbs": ["get", "list", "watch"]}]
+    # it writes only its Node; it reads the pods on its node and their ConfigMaps
     assert roles["gpupool-agent"] == [{"apiGroups": [""], "resources": ["nodes"],
-                                       "verbs": ["get", "patch"]}]
+                                       "verbs": ["get", "patch"]},
+                                      {"apiGroups": [""], "resources": ["pods"],
+                                       "verbs": ["list"]},
+                                      {"apiGroups": [""], "resources": ["configmaps"],
+                                       "verbs": ["get"]}]
 
 
 def test_the_webhooks_role_grants_exactly_what_gpupool_reads(rendered):

@@ -90,11 +90,47 @@ def strategy_way(strategy: str) -> Way | None:
     return None
 
 
-def detected_way(inv: Inventory, device_kind: str = DEVICE_PLUGIN_KIND) -> str:
-    """A node whose device plugin writes its CDI spec hands out CDI names; otherwise UUIDs.
+@dataclass(frozen=True)
+class Learned:
+    """How the device plugin running on a node hands GPUs, as the agent learned it from the
+    plugin's pod (``Inventory.plugins``). ``way`` None: not known; ``why`` then says what is
+    unknown (empty: the agent did not look)."""
 
-    The one case this cannot see is a plugin set to a CDI strategy whose spec is missing
-    altogether: pin the pool's way in the policy (``cdi.delivery``) to catch it."""
+    way: Way | None
+    why: str = ""
+
+
+def learned_way(inv: Inventory) -> Learned:
+    plugins = inv.plugins
+    if plugins is None:
+        return Learned(None)
+    if not plugins:
+        return Learned(None, "the agent found no device-plugin pod on the node")
+    unknown = [p for p in plugins if p.strategies is None]
+    if unknown:
+        return Learned(None, "; ".join(p.describe() for p in unknown))
+    ways = {strategy_way(",".join(p.strategies or ())) for p in plugins}
+    if len(ways) > 1:
+        return Learned(None, "device plugins there hand GPUs in different ways: "
+                             + "; ".join(p.describe() for p in plugins))
+    way = ways.pop()
+    if way is None:
+        return Learned(None, f"{plugins[0].describe()}, a way gpupool does not model")
+    return Learned(way)
+
+
+def detected_way(inv: Inventory, device_kind: str = DEVICE_PLUGIN_KIND) -> str:
+    """The way the node's device plugin hands GPUs, as the agent learned it from the
+    plugin's pod; where that is not known, inferred from the disk: a node whose device
+    plugin writes its CDI spec hands out CDI names, otherwise UUIDs.
+
+    The inference cannot see a plugin set to a CDI strategy whose spec is missing
+    altogether, nor a spec left behind by an earlier setup: the engine holds an inferred way
+    as doubt (``checks.plugindevices``)."""
+    if inv.plugins:
+        learned = learned_way(inv).way
+        if learned is not None:
+            return learned
     return CDI_DEVICES if inv.kinds.get(device_kind) else VISIBLE_DEVICES
 
 

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.api.pluginconfig import Settled
+
 INVENTORY_ANNOTATION = "gpupool.io/cdi-inventory"
 #: The NVIDIA runtime's CDI default kind when its config.toml names none.
 DEFAULT_KIND = "nvidia.com/gpu"
@@ -115,6 +117,10 @@ class Inventory:
     #: ``nvidia.com/gpu`` under the single strategy), as
     #: the kubelet lists them (None: not known). Added within schema version 1.
     mig: Mapping[str, tuple[str, ...]] | None = None
+    #: The device-plugin containers the agent found running on the node, each with the
+    #: strategy it settles on (``webhook.api.pluginconfig``); None: the agent did not look.
+    #: Added within schema version 1.
+    plugins: tuple[Settled, ...] | None = None
 
     @property
     def gpu_uuids(self) -> tuple[str, ...]:
@@ -142,6 +148,8 @@ class Inventory:
                if self.resolves else {}),
             **({"mig": {k: list(v) for k, v in sorted(self.mig.items())}}
                if self.mig is not None else {}),
+            **({"plugins": [p.to_json() for p in self.plugins]}
+               if self.plugins is not None else {}),
         }
 
     def content(self) -> dict[str, Any]:
@@ -233,5 +241,13 @@ def parse_inventory(text: str) -> Inventory:
         raise InventoryError("mig: expected an object of resource -> device ids")
     mig = None if mig_raw is None else {
         str(k): _str_list(v, f"mig[{k}]") for k, v in mig_raw.items()}
+    plugins_raw = doc.get("plugins")
+    if plugins_raw is not None and not isinstance(plugins_raw, list):
+        raise InventoryError("plugins: expected a list of device-plugin containers")
+    try:
+        plugins = None if plugins_raw is None else tuple(
+            Settled.from_json(p) for p in plugins_raw)
+    except ValueError as exc:
+        raise InventoryError(f"plugins: {exc}") from exc
     return Inventory(kinds=kinds, runtime=runtime, errors=errors, observed_at=observed,
-                     gpus=gpus, resolves=resolves, mig=mig)
+                     gpus=gpus, resolves=resolves, mig=mig, plugins=plugins)

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from webhook.api import delivery
 from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
+from webhook.api.pluginconfig import Settled
 from webhook.node import specdirs as registry
 from webhook.node.driver import DRIVER_GPUS_DIR, driver_gpus
 from webhook.node.kubelet import mig_devices
@@ -63,6 +64,9 @@ class Observer:
     driver_gpus_dir: str | None = DRIVER_GPUS_DIR
     #: the kubelet's device-manager checkpoint (MIG devices; ``webhook.node.kubelet``)
     kubelet_checkpoint: str | None = None
+    #: reads the device-plugin pods on the node (``webhook.node.pluginpods``); None: not
+    #: looked at, and the inventory says nothing of them
+    plugin_pods: Callable[[], tuple[Settled, ...] | None] | None = None
     settle_seconds: float = 5.0
     clock: Callable[[], float] = time.time
     _last_good: dict[str, tuple[Spec, int]] = field(default_factory=dict)
@@ -118,8 +122,9 @@ class Observer:
         if self.kubelet_checkpoint:
             mig, mig_errors = mig_devices(self.kubelet_checkpoint)
             errors += mig_errors
+        plugins = self.plugin_pods() if self.plugin_pods is not None else None
         inv = Inventory(kinds=reg.kinds(), runtime=rt, errors=tuple(errors + reg.error_list()),
-                        observed_at=_now(), gpus=gpus, mig=mig)
+                        observed_at=_now(), gpus=gpus, mig=mig, plugins=plugins)
         return dataclasses.replace(inv, resolves=delivery.resolving_gpus(inv, gpus))
 
     def watch_paths(self) -> list[str]:

@@ -40,6 +40,10 @@ def cmd_agent(args: argparse.Namespace) -> int:
                          "--once --print to only print)")
     api = api_client(kubeconfig=args.kubeconfig, context=args.context,
                      in_cluster=not args.kubeconfig and not args.context)
+    if args.plugin_pods:
+        from webhook.node.pluginpods import KubePluginPods
+
+        observer.plugin_pods = KubePluginPods(api, args.node_name)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     publisher = Publisher(KubeNodeClient(api, args.node_name))
@@ -73,6 +77,9 @@ def register(sub: Any, prog: str) -> None:
                     help="the kubelet's device-manager checkpoint, for the MIG devices the "
                          "device plugin registered (the DaemonSet: /host/var/lib/kubelet/"
                          "device-plugins/kubelet_internal_checkpoint)")
+    ag.add_argument("--plugin-pods", action=argparse.BooleanOptionalAction, default=True,
+                    help="learn how the device plugin hands GPUs from its pods on this node "
+                         "(needs pods list and configmaps get; default: on)")
     ag.add_argument("--once", action="store_true", help="observe (and publish) once, then exit")
     ag.add_argument("--print", action="store_true", help="print the annotation value")
     ag.add_argument("--poll-interval", type=positive(float), default=30.0, metavar="SECONDS",

@@ -120,6 +120,7 @@ def _inferred_doubt(node: NodeInfo, inv: Inventory, gpus: tuple[str, ...],
         return None
     fails, runs = ("UUIDs (envvar)", "CDI names") if as_cdi.ok else \
         ("CDI names", "UUIDs (envvar)")
+    unknown = delivery.learned_way(inv).why
     missing = as_uuids.missing if as_cdi.ok else as_cdi.missing
     shown = ", ".join(missing[:SHOW_DEVICES])
     # Doubt, not a denial; but one way the GPUs fail there, so steering keeps pods off the
@@ -130,16 +131,22 @@ def _inferred_doubt(node: NodeInfo, inv: Inventory, gpus: tuple[str, ...],
         note=f"how the device plugin hands GPUs is only inferred from a {device_kind} spec "
              f"on the node: handed as {runs} they resolve, handed as {fails} they do not"
              + (f" ({shown})" if shown else "")
+             + (f"; from its pod: {unknown}" if unknown else "")
              + "; pin the pool's cdi.delivery in the policy, or deploy the plugin with the "
                "objects gpupool reads (ClusterPolicy, HAMi's chart)")
 
 
 def declared_way(node: NodeInfo, view: ClusterView) -> delivery.Way | None:
-    """How the node's device plugin hands GPUs, as the cluster's own configuration says: the
-    GPU Operator's ClusterPolicy on the nodes it runs its plugin on, HAMi's device-plugin
-    DaemonSet on the nodes it schedules to (``hamiplugin``), whatever their pool: a
-    DaemonSet's selector that also lands on another pool's nodes runs HAMi's plugin there.
-    None: it does not say."""
+    """How the node's device plugin hands GPUs: first as the pod that runs it there says,
+    whoever deployed it (the agent reads it: ``delivery.learned_way``); else as the cluster's
+    own configuration says: the GPU Operator's ClusterPolicy on the nodes it runs its plugin
+    on, HAMi's device-plugin DaemonSet on the nodes it schedules to (``hamiplugin``),
+    whatever their pool: a DaemonSet's selector that also lands on another pool's nodes runs
+    HAMi's plugin there. None: nothing says."""
+    if node.inventory is not None and node.inventory.plugins is not None:
+        learned = delivery.learned_way(node.inventory).way
+        if learned is not None:
+            return learned
     operator = view.operator_way()
     if operator is not None and clusterpolicy.runs_operator_plugin(node.labels):
         return operator

@@ -270,25 +270,35 @@ def without_steering(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     if not terms:
         return spec
     kept = []
-    changed = False
+    changed = emptied = False
     for term in terms:
         if not isinstance(term, dict):
             kept.append(term)
             continue
         new = dict(term)
+        removed = False
         for fieldname in ("matchExpressions", "matchFields"):
             reqs = term.get(fieldname)
             if isinstance(reqs, list):
                 left = [r for r in reqs if not (isinstance(r, dict)
                                                 and is_steering(fieldname, r))]
                 if len(left) != len(reqs):
-                    changed = True
+                    changed = removed = True
                     new[fieldname] = left
+        # A term that held only steering stood for "anywhere" before it was added (an empty
+        # term matches no node, so it cannot stay); terms are ORed, so the pod could go
+        # anywhere its other fields allow.
+        emptied = emptied or (removed and not any(new.get(f) for f in ("matchExpressions",
+                                                                         "matchFields")))
         kept.append(new)
     if not changed:
         return spec
     aff = dict(spec.get("affinity") or {})
     node_aff = dict(aff.get("nodeAffinity") or {})
+    if emptied:
+        node_aff.pop(REQUIRED, None)
+        aff["nodeAffinity"] = node_aff
+        return {**spec, "affinity": aff}
     node_aff[REQUIRED] = {**node_aff[REQUIRED], "nodeSelectorTerms": kept}
     aff["nodeAffinity"] = node_aff
     return {**spec, "affinity": aff}
