@@ -20,6 +20,7 @@ from harness.layouts import (
 )
 from webhook.api import delivery
 from webhook.api.inventory import Inventory, RuntimeInfo
+from webhook.api.pluginconfig import Settled
 from webhook.engine.admission import admit
 from webhook.engine.core.decision import Reason
 from webhook.engine.core.policy import PolicyError, load_policy_text
@@ -37,7 +38,8 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
                types: tuple[str, ...] = (), cordon: str | None = None,
                default_runtime: str | None = None, envvar_unprivileged: bool = True,
                default_kind: str | None = None, mode: str | None = None,
-               mig: dict[str, tuple[str, ...]] | None = None) -> dict:
+               mig: dict[str, tuple[str, ...]] | None = None,
+               plugins: tuple[Settled, ...] | None = None) -> dict:
     """A node as gpupool's agent publishes it (inventory annotation and steering labels);
     ``per_uuid``: a per-UUID spec for every GPU, or for those listed; ``mig``: the MIG
     devices the kubelet's checkpoint lists, per resource."""
@@ -84,7 +86,8 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
         inv = Observer([str(paths["etc"]), str(paths["run"])], str(paths["config"]),
                        str(paths["containerd"]),
                        driver_gpus_dir=str(fake_driver(tmp_path / name / "drv")),
-                       kubelet_checkpoint=str(checkpoint) if checkpoint else None).observe()
+                       kubelet_checkpoint=str(checkpoint) if checkpoint else None,
+                       plugin_pods=None if plugins is None else lambda: plugins).observe()
         ann["gpupool.io/cdi-inventory"] = inv.dumps()
         labels.update({k: v for k, v in node_labels(inv).items() if v})
     if cordon is not None:
@@ -589,3 +592,74 @@ def test_mig_pods_are_fine_where_no_name_can_be_missing(tmp_path):
                      default_kind=delivery.JIT_KIND)
     rv, _, _ = decide([jit], mig)
     assert rv.final.allowed and not rv.final.warnings
+
+
+# ------------------------------------------------------------------ learned from the plugin's pod
+
+ONE_POOL = """apiVersion: gpupool.io/v1alpha1
+kind: PoolPolicy
+defaultPool: gpu
+gpuResources: [nvidia.com/gpu]
+pools:
+  - name: gpu
+    schedulerName: default-scheduler
+    cdi: {delivery: detect}
+"""
+
+
+def _plugin(*strategies: str, unknown: str = "") -> Settled:
+    return Settled("nvidia-device-plugin/nvdp-x", "nvidia-device-plugin-ctr",
+                   strategies or None, "config file /config/config.yaml" if strategies else "",
+                   unknown)
+
+
+@pytest.mark.parametrize("plugins, label, allowed", [
+    # the disk alone: no device-plugin spec, so envvar, and the UUIDs resolve
+    (None, "true", True),
+    # the plugin's pod says CDI names: a spec was never written, every GPU fails
+    ((_plugin("cdi-cri"),), "false", False),
+    ((_plugin("envvar"),), "true", True),
+    # not known from the pod: back to the disk, and the inventory says why
+    ((_plugin(unknown="DEVICE_LIST_STRATEGY comes from valueFrom"),), "true", True),
+    # plugins that disagree decide nothing either
+    ((_plugin("envvar"), _plugin("cdi-annotations")), "true", True),
+])
+def test_the_strategy_learned_from_the_plugins_pod_decides_detect(tmp_path, plugins, label,
+                                                                  allowed):
+    node = agent_node(tmp_path, "n1", None, "operator-management", per_uuid=True,
+                      register=False, allocatable=2, plugins=plugins)
+    assert node["metadata"]["labels"][DETECTED] == label
+    rv, _, _ = decide([node], gpu_pod("p", limits={"nvidia.com/gpu": 1}), ONE_POOL)
+    assert rv.final.allowed is allowed, rv.final.message
+    if not allowed:
+        assert rv.final.reason == Reason.CDI_DEVICE_MISSING
+        assert "k8s.device-plugin.nvidia.com/gpu=GPU-" in rv.final.message
+
+
+def test_an_unknown_plugin_is_named_where_the_disk_is_only_an_inference(tmp_path):
+    """The disk says CDI names (a plugin spec), the pod cannot say: doubt naming what is
+    unknown, never a denial."""
+    node = agent_node(tmp_path, "n1", None, "device-plugin", register=True, allocatable=2,
+                      plugins=(_plugin(unknown="envFrom a Secret may set "
+                                               "DEVICE_LIST_STRATEGY"),))
+    rv, _, _ = decide([node], gpu_pod("p", limits={"nvidia.com/gpu": 1}), ONE_POOL)
+    assert rv.final.allowed
+    assert any("not verified" in w and "(n1)" in w for w in rv.final.warnings), \
+        rv.final.warnings
+    said = " ".join(d.message for d in (rv.mutation, rv.validation) if d is not None)
+    assert "n1: how the device plugin hands GPUs is only inferred" in said
+    assert "from its pod: nvidia-device-plugin/nvdp-x (nvidia-device-plugin-ctr): unknown, " \
+        "envFrom a Secret may set DEVICE_LIST_STRATEGY" in said
+
+
+def test_a_single_pool_policy_finds_its_nodes(tmp_path):
+    """One pool and no pool label: the pod's only required term is gpupool's steering, and
+    without it the pod could go anywhere (it once found no candidate at all)."""
+    good = agent_node(tmp_path, "good", None, "operator-management", per_uuid=True,
+                      register=False, allocatable=2)
+    bad = agent_node(tmp_path, "bad", None, "operator-management", register=False,
+                     allocatable=2)
+    rv, _, _ = decide([good, bad], gpu_pod("p", limits={"nvidia.com/gpu": 1}), ONE_POOL)
+    assert rv.final.allowed and not rv.final.warnings, rv.final.warnings
+    rv, _, _ = decide([bad], gpu_pod("p", limits={"nvidia.com/gpu": 1}), ONE_POOL)
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING

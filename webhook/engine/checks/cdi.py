@@ -337,9 +337,11 @@ def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy,
             if OUTCOMES[finding].denies(policy):
                 return (f"{who}: CDI inventory unknown on every candidate node of pool "
                         f"{name}: {_summary(s.unknown)}", "")
+            names = ", ".join(c.node for c in s.unknown[:2]) + \
+                (", ..." if len(s.unknown) > 2 else "")
             return (f"{who}: CDI devices not verified: {s.failing_text}",
-                    f"gpupool: CDI inventory unknown on {len(s.unknown)} candidate node(s); "
-                    "devices not verified")
+                    f"gpupool: devices not verified on {len(s.unknown)} candidate node(s) "
+                    f"({names}); see gpupool doctor")
         case Finding.NOT_DELIVERED if all(c.way == nri.WAY for c in s.missing):
             # Only what its annotations name is lost: its device plugin's GPUs still arrive
             # (a plugin finding that says more would have won on the node).
