@@ -121,6 +121,11 @@ def test_the_agent_learns_the_strategy_config_manager_picks_and_check_follows_it
     r = _check(cp, tmp)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "CDIDeviceMissing" in r.stdout and "k8s.device-plugin.nvidia.com/gpu=GPU-" in r.stdout
+    doctor = subprocess.run([sys.executable, "-m", "webhook", "doctor", "--policy",
+                             str(tmp / "policy.yaml"), "--kubeconfig", str(cp.kubeconfig)],
+                            capture_output=True, text=True, timeout=120)
+    assert f"device plugin: {NS}/nvdp-gpu-1 (nvidia-device-plugin-ctr): cdi-cri (config " \
+        "file /config/config.yaml)" in doctor.stdout, doctor.stdout + doctor.stderr
     # the node relabelled to the envvar config: the plugin hands UUIDs, which resolve
     cp.kubectl("label", "node", NODE, "nvidia.com/device-plugin.config=envvar", "--overwrite")
     install.agent(cp, NODE, layout)

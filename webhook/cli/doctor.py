@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from webhook.api.delivery import LABEL_PREFIX
+from webhook.api.inventory import Inventory
 from webhook.cli.table import names, table
 from webhook.engine import (
     ClusterView,
@@ -49,6 +50,9 @@ class Row:
     hazards: list[str]
     #: the MIG devices the device plugin registered, per resource (the kubelet's list)
     mig_devices: dict[str, int]
+    #: the device plugins the agent found running there, and how each hands GPUs (or what
+    #: is unknown); empty: the agent did not look
+    device_plugins: list[str] = field(default_factory=list)
 
 
 def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
@@ -94,8 +98,14 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
             steering={k.removeprefix(LABEL_PREFIX): v for k, v in sorted(node.labels.items())
                       if k.startswith(LABEL_PREFIX)},
             dra_devices=dict(sorted(dra_devices.items())), hazards=hazards,
-            mig_devices=mig))
+            mig_devices=mig, device_plugins=_plugins(inv)))
     return rows
+
+
+def _plugins(inv: Inventory | None) -> list[str]:
+    if inv is None or inv.plugins is None:
+        return []
+    return [p.describe() for p in inv.plugins] or ["none found running on the node"]
 
 
 @dataclass
@@ -269,6 +279,7 @@ def format_table(rows: list[Row], cert: CertificateStatus | None = None,
             lines.extend(f"{indent}missing: {m}" for m in r.missing)
         if r.fix:
             fixes.setdefault(r.fix, []).append(r.node)
+        lines.extend(f"{indent}device plugin: {p}" for p in r.device_plugins)
         if r.mig_devices:
             lines.append(f"{indent}MIG devices: "
                          + ", ".join(f"{d}({n})" for d, n in r.mig_devices.items()))
