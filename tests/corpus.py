@@ -31,6 +31,7 @@ from typing import Any
 
 import jsonpatch
 
+from harness.gobuild import built
 from harness.layouts import (
     CONTAINERD_SRC,
     device_plugin_spec,
@@ -40,11 +41,14 @@ from harness.layouts import (
     nvidia_ctk_spec,
     per_uuid_spec,
 )
+from tests.plugincases import BUILD as PLUGIN_JUDGE_BUILD
+from tests.plugincases import Judge, PluginPod, plugin_pod
 from tests.runtime_oracle import OracleNode, Verdict
 from tests.stacknames import DEVICE_PLUGIN_DEPLOY_LABEL as DEPLOY_LABEL
 from tests.stacknames import NRI_DOMAIN as DOMAIN
 from tests.stacknames import NRI_NAMESPACES_ENV as NAMESPACES_ENV
 from tests.stacknames import TOOLKIT_DEPLOY_LABEL as TOOLKIT_LABEL
+from webhook.api.pluginconfig import settle_pods
 from webhook.engine import (
     Policy,
     Reason,
@@ -94,6 +98,11 @@ class NodeSetup:
     reads_kubelet: bool = True
     #: GPUs HAMi runs in MIG mode (it creates the MIG device it hands out)
     hami_mig: tuple[str, ...] = ()
+    #: the device-plugin pod running there (tests.plugincases), and whether the agent can
+    #: learn from it: "yes", "no access" (the agent not allowed to list pods), "valueFrom"
+    #: (its strategy comes from a reference the agent does not follow)
+    plugin_pod: PluginPod | None = None
+    learns: str = "no access"
 
 
 def _uuid(rng: random.Random) -> str:
@@ -230,10 +239,13 @@ def node_object(n: NodeSetup, paths: dict[str, Path]) -> dict[str, Any]:
               "health": True, "index": i, "mode": "mig" if u in n.hami_mig else "hami-core"}
              for i, (u, t) in enumerate(zip(n.gpus, n.types, strict=True))])
     if n.agent:
+        pp = n.plugin_pod
+        learned = None if pp is None or n.learns == "no access" else settle_pods(
+            [pp.pod], pp.labels, lambda ns, name: pp.config_maps.get((ns, name)))
         inv = Observer([str(paths["etc"]), str(paths["run"])], str(paths["config"]),
                        str(paths["containerd"]), driver_gpus_dir=str(paths["driver"]),
-                       kubelet_checkpoint=str(paths["kubelet"]) if n.reads_kubelet else None
-                       ).observe()
+                       kubelet_checkpoint=str(paths["kubelet"]) if n.reads_kubelet else None,
+                       plugin_pods=None if learned is None else lambda: learned).observe()
         annotations["gpupool.io/cdi-inventory"] = inv.dumps()
         labels.update({k: v for k, v in node_labels(inv).items() if v is not None})
     count = len(n.gpus) * (10 if n.pool == "hami" else 1)
@@ -447,6 +459,8 @@ def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
                          operator=way[plugins["operator"]] if pinned else "detect")
     nodes = [make_node(rng, f"c{index}-{pool}-{i}", pool, plugins[pool])
              for pool in ("hami", "operator") for i in range(rng.choice((2, 3, 4)))]
+    # (their own generator, seeded by the cluster: the rest of the corpus draws as before)
+    _run_plugin_pods(random.Random(f"{index}/{nodes[0].gpus[0]}"), nodes)
     objects, oracles = [], {}
     for n in nodes:
         paths = write_node(root / n.name / "node", n)
@@ -484,6 +498,33 @@ def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
             f"{', ClusterPolicy and HAMi DaemonSet' if with_policy else ''}"
             f"{', NRI' if nri_allowed else ''}")
     return Cluster(load_policy_text(text), name, nodes, objects, oracles, root, nri_allowed)
+
+
+_CDI_STRATEGIES = ("cdi-annotations", "cdi-cri")
+
+
+def _run_plugin_pods(rng: random.Random, nodes: list[NodeSetup]) -> None:
+    """Each node's device-plugin pod, deployed one of the ways teams deploy it
+    (tests.plugincases), meant for the node's strategy. What the plugin really runs with is
+    the plugin's own code's answer (``plugin-judge``), and that is the node's truth."""
+    for n in nodes:
+        meant = rng.choice(_CDI_STRATEGIES) if n.plugin == "cdi" else "envvar"
+        n.plugin_pod = plugin_pod(rng, n.name, corners=False, strategy=meant)
+        roll = rng.random()
+        n.learns = "no access" if roll < 0.1 else "valueFrom" if roll < 0.15 else "yes"
+        if n.learns == "valueFrom":
+            c = n.plugin_pod.pod["spec"]["containers"][0]
+            c["env"] = [{"name": "DEVICE_LIST_STRATEGY", "valueFrom": {"configMapKeyRef": {
+                "name": "plugin-env", "key": "strategy"}}}]
+            n.plugin_pod.request = {"args": [], "env": {"DEVICE_LIST_STRATEGY": meant}}
+        n.what.append(f"{n.plugin_pod.what}, agent learns: {n.learns}")
+    answers = Judge(built(PLUGIN_JUDGE_BUILD, "plugin-judge")).ask(
+        [n.plugin_pod.request for n in nodes if n.plugin_pod is not None])
+    for n, real in zip(nodes, answers, strict=True):
+        assert "error" not in real, (n.what, real)  # (corners=False: every plugin starts)
+        cdi = set(real["strategies"]) <= set(_CDI_STRATEGIES)
+        assert cdi or real["strategies"] == ["envvar"], real
+        n.plugin = "cdi" if cdi else "envvar"
 
 
 def node_oracles(root: Path, n: NodeSetup, paths: dict[str, Path]
@@ -685,7 +726,7 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
             elif cluster.policy_name.startswith("detect") and all(
                     _misdetected(cluster, _setup(cluster, f)) or not _setup(cluster, f).agent
                     for f in failing):
-                j.apart = "delivery: detect misreads the plugin's strategy there"
+                j.apart = MISREAD
             elif all(_legacy_hook(cluster, mutated, _setup(cluster, f)) for f in failing):
                 j.apart = LEGACY_HOOK
         return j
@@ -704,13 +745,17 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
         j.apart = "would run only on nodes without inventory (requireInventory)"
     elif good and cluster.policy_name.startswith("detect") and all(
             _misdetected(cluster, _setup(cluster, g)) for g in good):
-        j.apart = "delivery: detect misreads the plugin's strategy there"
+        j.apart = MISREAD
     elif good and all(_legacy_hook(cluster, routed, _setup(cluster, g)) or (
             cluster.policy.require_inventory and not _setup(cluster, g).agent) for g in good):
         j.apart = LEGACY_HOOK
     return j
 
 
+#: Counted apart: ``detect`` reads the disk where the plugin's pod cannot tell the agent its
+#: strategy (the agent not allowed to list pods, or a strategy from valueFrom), and the disk
+#: misleads it (a CDI strategy that wrote no spec, a spec left over from an earlier setup).
+MISREAD = "delivery: detect misreads the plugin's strategy where its pod does not say"
 #: Counted apart: the pod's own NVIDIA_VISIBLE_DEVICES names devices that are not the
 #: node's GPUs, under the legacy hook, which the oracle does not run (it needs the driver);
 #: gpupool says it cannot tell.
@@ -736,7 +781,7 @@ def _misdetected(cluster: Cluster, n: NodeSetup) -> bool:
     """What ``delivery: detect`` cannot see: a plugin in a CDI strategy that wrote no spec,
     or one in envvar that left a spec from an earlier configuration behind. (Not where the
     plugin's configuration is in view: the operator's ClusterPolicy, HAMi's DaemonSet.)"""
-    if "ClusterPolicy" in cluster.policy_name:
+    if "ClusterPolicy" in cluster.policy_name or n.learns == "yes":
         return False
     has_spec = any(f.startswith("k8s.device-plugin") for _, f, _ in n.specs)
     return (n.plugin == "cdi") != has_spec

@@ -37,8 +37,10 @@ class PluginPod:
     what: str
 
 
-def _config(rng: random.Random, strategy: str) -> str:
+def _config(rng: random.Random, strategy: str, corners: bool = True) -> str:
     shape = rng.choice(("string", "list", "absent", "absent-flags"))
+    if shape.startswith("absent") and strategy != "envvar" and not corners:
+        shape = "string"  # (only envvar can be meant by saying nothing)
     if shape == "string":
         body = f"flags:\n  plugin:\n    deviceListStrategy: {strategy}\n"
     elif shape == "list":
@@ -60,6 +62,8 @@ def plugin_pod(rng: random.Random, name: str, *, corners: bool = True,
     if corners and rng.random() < 0.08:
         meant = rng.choice(_CORNERS)
     way = rng.choice(("env", "env", "flag", "config", "config-manager", "hami", "default"))
+    if way == "default" and meant != "envvar" and not corners:
+        way = "env"  # (only envvar can be meant by saying nothing)
     ns = "nvidia-device-plugin"
     container: dict[str, Any] = {"name": "nvidia-device-plugin-ctr",
                                  "image": "nvcr.io/nvidia/k8s-device-plugin:v0.19.3"}
@@ -97,7 +101,7 @@ def plugin_pod(rng: random.Random, name: str, *, corners: bool = True,
         text = "nvidia:\n  resourceCountName: nvidia.com/gpu\n  defaultMemory: 0\n"
         config_maps[(ns, "hami-device-plugin")] = {"device-config.yaml": text}
     elif way in ("config", "config-manager"):
-        text = _config(rng, meant)
+        text = _config(rng, meant, corners)
         if corners and rng.random() < 0.1:
             text = rng.choice(("version: v2\n", "flags: [\n", "flags:\n  plugin:\n    "
                                "deviceListStrategy: {a: b}\n"))
