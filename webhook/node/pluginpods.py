@@ -5,12 +5,18 @@ reads the ConfigMaps a plugin's configuration comes from, each at most once per 
 ``webhook.api.pluginconfig`` turns them into the strategy each plugin settles on. RBAC: pods
 ``list``, configmaps ``get``. A look that fails keeps what the last good look found, so a
 blip at the API server never flips what the node publishes.
+
+It looks at most once per ``interval`` (300 s by default, ``agent --plugin-pods-interval``),
+however often the agent rescans its files: a plugin's strategy changes only when its pod is
+replaced, and a cluster of 5,000 nodes then costs the API server about 17 filtered lists a
+second rather than 170.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook.api.pluginconfig import Settled, settle_pods
@@ -21,13 +27,17 @@ log = logging.getLogger(__name__)
 class KubePluginPods:
     """``__call__`` reads the node's device-plugin pods now (None: the look failed)."""
 
-    def __init__(self, api: Any, node_name: str) -> None:
+    def __init__(self, api: Any, node_name: str, interval: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         from kubernetes import client
 
         self.api = api
         self.core = client.CoreV1Api(api)
         self.node_name = node_name
+        self.interval = interval
+        self.clock = clock
         self._last: tuple[Settled, ...] | None = None
+        self._looked: float | None = None
 
     def _plain(self, obj: Any) -> Any:
         return self.api.sanitize_for_serialization(obj)
@@ -35,6 +45,10 @@ class KubePluginPods:
     def __call__(self) -> tuple[Settled, ...] | None:
         from kubernetes.client.exceptions import ApiException
 
+        now = self.clock()
+        if self._looked is not None and now - self._looked < self.interval:
+            return self._last
+        self._looked = now
         try:
             pods = self._plain(self.core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={self.node_name}")).get("items") or []

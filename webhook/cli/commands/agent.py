@@ -43,7 +43,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     if args.plugin_pods:
         from webhook.node.pluginpods import KubePluginPods
 
-        observer.plugin_pods = KubePluginPods(api, args.node_name)
+        observer.plugin_pods = KubePluginPods(api, args.node_name, args.plugin_pods_interval)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     publisher = Publisher(KubeNodeClient(api, args.node_name))
@@ -80,6 +80,9 @@ def register(sub: Any, prog: str) -> None:
     ag.add_argument("--plugin-pods", action=argparse.BooleanOptionalAction, default=True,
                     help="learn how the device plugin hands GPUs from its pods on this node "
                          "(needs pods list and configmaps get; default: on)")
+    ag.add_argument("--plugin-pods-interval", type=positive(float), default=300.0,
+                    metavar="SECONDS", help="how often to look at the device-plugin pods "
+                                            "(default: %(default)s)")
     ag.add_argument("--once", action="store_true", help="observe (and publish) once, then exit")
     ag.add_argument("--print", action="store_true", help="print the annotation value")
     ag.add_argument("--poll-interval", type=positive(float), default=30.0, metavar="SECONDS",
