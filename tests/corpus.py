@@ -4,20 +4,39 @@ Each cluster is a handful of GPU nodes drawn from the setups platform teams real
 operator's management-only spec, fixed per-UUID specs, the full ``nvidia.com/gpu`` spec,
 device-plugin specs present, missing, partial or stale, specs in ``/etc/cdi`` or
 ``/var/run/cdi``, broken files, one device in two files of a directory; runtime modes cdi,
-auto, legacy or none; NVIDIA's and HAMi's device plugins with their envvar and CDI strategies;
-taints; nodes without gpupool's agent). Every node's inventory and steering labels come from
-gpupool's own agent code scanning that node's files.
+auto, legacy or none; NVIDIA's and HAMi's device plugins with their envvar and CDI strategies,
+each run by a device-plugin pod deployed one of the ways teams deploy it; MIG devices under
+the mixed and the single strategy; HAMi GPUs in MIG mode or cordoned after HAMi last
+registered them; the GPU Operator's NRI plugin, some nodes with containerd's default runtime
+left at runc; taints; nodes without gpupool's agent). Every node's inventory and steering
+labels come from gpupool's own agent code scanning that node's files and its plugin's pod.
 
 Every pod goes through gpupool (``admit.review``: mutate, apply, validate). Then, on every
 node the pod can land on (this module's own model of the scheduler: nodeName, nodeSelector,
 required affinity, taints, GPU count or allocatable, HAMi's annotations) and for every GPU the
-device plugin could hand it there, the real runtime or CDI library says whether the container
-would be created (``tests.runtime_oracle``). ``classify`` turns that into the table issue #12
-asks for.
+device plugin could hand it there, the real programs say whether the container would be
+created with it (``tests.runtime_oracle``). ``table`` prints the outcomes.
+
+Where the truth comes from, per class:
+
+- the device plugin's strategy and MIG strategy: the plugin's own ``NewConfig``
+  (``plugin-judge``, k8s-device-plugin v0.19.3);
+- CDI names a plugin hands: the CDI library (v1.1.2), as containerd injects them;
+- ``NVIDIA_VISIBLE_DEVICES`` in ``cdi`` mode, and the unprivileged-envvar switch there:
+  nvidia-container-runtime (toolkit v1.20.2), with a stub runc that keeps the spec;
+- the ``legacy`` mode: the real ``nvidia-container-runtime-hook``; which devices the cli then
+  mounts follows libnvidia-container ``src/cli/common.c`` ``select_devices`` (commit
+  1aea987), since it needs the driver;
+- ``auto`` mode and the just-in-time kind: NVML is needed, so the toolkit's rule
+  (``internal/modifier/cdi.go``, ``newJitCDIModifier``): the node's own GPUs resolve;
+- ``nvidia.cdi.k8s.io`` annotations: NVIDIA's NRI plugin through containerd/nri;
+- runc as containerd's default runtime: it reads no ``NVIDIA_VISIBLE_DEVICES``;
+- which GPUs a plugin may hand: HAMi's annotations (``pkg/device/devices.go``), HAMi's
+  cordon read at registration only (v2.10 ``pkg/scheduler/scheduler.go``, ``register``), the
+  MIG strategies (k8s-device-plugin ``internal/lm/mig-strategy.go``): modelled here.
 
 Run a bigger corpus by hand: ``python -m tests.corpus --pods 3000 --seed 7``.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -69,7 +88,7 @@ TAINT = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
 #: Denials the oracle judges: would the pod have run on a node it could reach?
 CDI_REASONS = {Reason.CDI_DEVICE_MISSING, Reason.INVENTORY_MISSING,
                Reason.GPU_UUID_UNAVAILABLE, Reason.NO_CANDIDATE_NODES,
-               Reason.GPU_NOT_DELIVERED}
+               Reason.GPU_NOT_DELIVERED, Reason.UNKNOWN_DEVICE, Reason.GPU_NOT_ACCOUNTED}
 OUTCOMES = ("fine", "potential late failure", "certain late failure", "false denial",
             "denied correctly")
 
@@ -103,6 +122,16 @@ class NodeSetup:
     #: (its strategy comes from a reference the agent does not follow)
     plugin_pod: PluginPod | None = None
     learns: str = "no access"
+    #: GPUs listed in hami.io/device-cordon since HAMi's scheduler last registered the node:
+    #: it may still hand them out (HAMi v2.10 pkg/scheduler/scheduler.go, register)
+    cordoned: tuple[str, ...] = ()
+    #: the device plugin's MIG strategy where it registered MIG devices: "mixed" (as
+    #: ``nvidia.com/mig-<profile>``) or "single" (as ``nvidia.com/gpu``,
+    #: k8s-device-plugin internal/lm/mig-strategy.go)
+    mig_strategy: str = "mixed"
+    #: containerd's default runtime: "nvidia", or "runc" as the GPU Operator's NRI setup
+    #: leaves it (its NRI plugin injects CDI devices; NVIDIA_VISIBLE_DEVICES reaches nothing)
+    default_runtime: str = "nvidia"
 
 
 def _uuid(rng: random.Random) -> str:
@@ -168,7 +197,8 @@ def make_node(rng: random.Random, name: str, pool: str, plugin: str) -> NodeSetu
     hami_mig = (gpus[0],) if pool == "hami" and rng.random() < 0.15 else ()
     if hami_mig:
         what.append("HAMi MIG mode on its first GPU")
-    agent = rng.random() > 0.12
+    # (new nodes before the agent's DaemonSet pod starts there, or where it crash-loops)
+    agent = rng.random() > 0.01
     tainted = rng.random() < 0.15
     # The toolkit told to ignore unprivileged containers' NVIDIA_VISIBLE_DEVICES.
     strict = rng.random() < 0.1
@@ -178,9 +208,19 @@ def make_node(rng: random.Random, name: str, pool: str, plugin: str) -> NodeSetu
         what.append("tainted")
     if strict:
         what.append(f"{ENVVAR_KEY} = false")
+    reads_kubelet = rng.random() > 0.1
+    # (their own generator: the draws above stay as they were)
+    more = random.Random(f"{name}/{gpus[0]}")
+    cordoned = (gpus[-1],) if pool == "hami" and more.random() < 0.15 else ()
+    if cordoned:
+        what.append(f"GPU {cordoned[0]} cordoned after HAMi last registered the node")
+    single = bool(mig) and more.random() < 0.4
+    if single:
+        what.append("MIG strategy single: MIG devices registered as nvidia.com/gpu")
     return NodeSetup(name, pool, plugin, mode, kind, gpus, types, specs, agent, tainted, what,
-                     envvar_unprivileged=not strict, mig=mig,
-                     reads_kubelet=rng.random() > 0.1, hami_mig=hami_mig)
+                     envvar_unprivileged=not strict, mig=mig, reads_kubelet=reads_kubelet,
+                     hami_mig=hami_mig, cordoned=cordoned,
+                     mig_strategy="single" if single else "mixed")
 
 
 def created_mig(gpu: str) -> str:
@@ -193,6 +233,9 @@ def _mig(rng: random.Random) -> str:
 
 
 ENVVAR_KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+#: Verdicts of the legacy mode: the real hook, and the cli's device selection as its source
+#: has it (tests.runtime_oracle.OracleNode.legacy)
+HOOK = "nvidia-container-runtime-hook"
 #: The kind the runtime generates just in time, without a spec file.
 JIT_KIND = "runtime.nvidia.com/gpu"
 
@@ -214,14 +257,18 @@ def write_node(root: Path, n: NodeSetup) -> dict[str, Path]:
     for where, fname, text in n.specs:
         ((etc if where == "etc" else run) / fname).write_text(text)
     (cfg / "config.toml").write_text(_config(n.mode, n.default_kind, n.envvar_unprivileged))
-    (cfg / "containerd.toml").write_text(
-        CONTAINERD_SRC.read_text().replace("{{ .toolkitRoot }}", "/usr/local/nvidia"))
+    containerd = CONTAINERD_SRC.read_text().replace("{{ .toolkitRoot }}", "/usr/local/nvidia")
+    if n.default_runtime != "nvidia":
+        assert 'default_runtime_name = "nvidia"' in containerd
+        containerd = containerd.replace('default_runtime_name = "nvidia"',
+                                        f'default_runtime_name = "{n.default_runtime}"')
+    (cfg / "containerd.toml").write_text(containerd)
     # The kubelet's device-manager checkpoint (its struct: Kubernetes
     # pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go).
+    registered = {"nvidia.com/gpu": list(n.mig)} if n.mig_strategy == "single" else {
+        "nvidia.com/gpu": list(n.gpus), **({MIG_RESOURCE: list(n.mig)} if n.mig else {})}
     (cfg / "kubelet_internal_checkpoint").write_text(json.dumps({"Data": {
-        "PodDeviceEntries": [], "RegisteredDevices": {
-            "nvidia.com/gpu": list(n.gpus), **({MIG_RESOURCE: list(n.mig)} if n.mig else {})}},
-        "Checksum": 0}))
+        "PodDeviceEntries": [], "RegisteredDevices": registered}, "Checksum": 0}))
     return {"etc": etc, "run": run, "config": cfg / "config.toml",
             "containerd": cfg / "containerd.toml",
             "kubelet": cfg / "kubelet_internal_checkpoint",
@@ -248,12 +295,21 @@ def node_object(n: NodeSetup, paths: dict[str, Path]) -> dict[str, Any]:
                        plugin_pods=None if learned is None else lambda: learned).observe()
         annotations["gpupool.io/cdi-inventory"] = inv.dumps()
         labels.update({k: v for k, v in node_labels(inv).items() if v is not None})
-    count = len(n.gpus) * (10 if n.pool == "hami" else 1)
+    if n.cordoned:
+        annotations["hami.io/device-cordon"] = ",".join(n.cordoned)
+    count = len(_gpu_devices(n)) * (10 if n.pool == "hami" else 1)
+    mixed = n.mig and n.mig_strategy == "mixed"
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": n.name, "labels": labels, "annotations": annotations},
             "spec": {"taints": [TAINT] if n.tainted else []},
             "status": {"allocatable": {"nvidia.com/gpu": str(count), "cpu": "64",
-                                       **({MIG_RESOURCE: str(len(n.mig))} if n.mig else {})}}}
+                                       **({MIG_RESOURCE: str(len(n.mig))} if mixed else {})}}}
+
+
+def _gpu_devices(n: NodeSetup) -> tuple[str, ...]:
+    """What the device plugin registers as ``nvidia.com/gpu``: the GPUs, or their MIG
+    devices under the single strategy."""
+    return n.mig if n.mig_strategy == "single" else n.gpus
 
 
 # ------------------------------------------------------------------ pods
@@ -355,9 +411,9 @@ def _type_ok(t: str, ann: dict[str, str]) -> bool:
 def plugin_gpus(pod: dict, n: NodeSetup) -> tuple[str, ...]:
     """The GPUs (or MIG devices) this node's device plugin could hand the pod."""
     if _asks_mig(pod):
-        return n.mig
+        return n.mig if n.mig_strategy == "mixed" else ()
     if n.pool != "hami":
-        return n.gpus
+        return _gpu_devices(n)
     ann = pod["metadata"].get("annotations") or {}
     use = [u for u in (ann.get("nvidia.com/use-gpuuuid") or "").split(",") if u]
     nouse = [u for u in (ann.get("nvidia.com/nouse-gpuuuid") or "").split(",") if u]
@@ -388,8 +444,9 @@ def reachable(pod: dict, n: NodeSetup, labels: dict[str, str]) -> bool:
             for t in terms):
         return False
     if _asks_mig(pod):  # counted against the MIG resource's allocatable
-        return not hami_sched and sum(c["resources"]["limits"].get(MIG_RESOURCE, 0)
-                                      for c in spec["containers"]) <= len(n.mig)
+        return not hami_sched and n.mig_strategy == "mixed" and sum(
+            c["resources"]["limits"].get(MIG_RESOURCE, 0) for c in spec["containers"]
+        ) <= len(n.mig)
     counts = [c["resources"]["limits"].get("nvidia.com/gpu", 0) for c in spec["containers"]]
     if n.pool == "hami" and (hami_sched or spec.get("nodeName")):
         # HAMi's filter picks enough GPUs its annotations allow per container; a pod bound by
@@ -399,7 +456,7 @@ def reachable(pod: dict, n: NodeSetup, labels: dict[str, str]) -> bool:
     if hami_sched:
         return False
     # The kubelet and the default scheduler count the resource against allocatable.
-    return sum(counts) <= len(n.gpus) * (10 if n.pool == "hami" else 1)
+    return sum(counts) <= len(_gpu_devices(n)) * (10 if n.pool == "hami" else 1)
 
 
 # ------------------------------------------------------------------ the corpus
@@ -463,13 +520,16 @@ def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
     _run_plugin_pods(random.Random(f"{index}/{nodes[0].gpus[0]}"), nodes)
     objects, oracles = [], {}
     for n in nodes:
+        # where the operator runs its toolkit (every operator node, some of HAMi's)
+        toolkit = with_policy and (n.pool == "operator" or rng.random() < 0.5)
+        if nri_allowed and toolkit and random.Random(f"{n.name}/runc").random() < 0.4:
+            n.default_runtime = "runc"
+            n.what.append("containerd's default runtime runc (NRI injects CDI devices)")
         paths = write_node(root / n.name / "node", n)
         obj = node_object(n, paths)
         if with_policy:  # where the operator runs its device plugin (HAMi's nodes: not)
             obj["metadata"]["labels"][DEPLOY_LABEL] = str(n.pool == "operator").lower()
-            # and its toolkit (every operator node, some of HAMi's)
-            obj["metadata"]["labels"][TOOLKIT_LABEL] = str(
-                n.pool == "operator" or rng.random() < 0.5).lower()
+            obj["metadata"]["labels"][TOOLKIT_LABEL] = str(toolkit).lower()
         objects.append(obj)
         oracles.update(node_oracles(root, n, paths))
     if with_policy:
@@ -509,14 +569,21 @@ def _run_plugin_pods(rng: random.Random, nodes: list[NodeSetup]) -> None:
     the plugin's own code's answer (``plugin-judge``), and that is the node's truth."""
     for n in nodes:
         meant = rng.choice(_CDI_STRATEGIES) if n.plugin == "cdi" else "envvar"
-        n.plugin_pod = plugin_pod(rng, n.name, corners=False, strategy=meant)
+        mig = n.mig_strategy if n.mig else rng.choice((None, "none"))
+        n.plugin_pod = plugin_pod(rng, n.name, corners=False, strategy=meant, mig=mig)
         roll = rng.random()
-        n.learns = "no access" if roll < 0.1 else "valueFrom" if roll < 0.15 else "yes"
+        # (the chart grants the agent its read access: "no access" is a cluster that took it
+        # away, or runs the agent with --no-plugin-pods)
+        n.learns = "no access" if roll < 0.04 else "valueFrom" if roll < 0.07 else "yes"
         if n.learns == "valueFrom":
+            # its strategy from a reference the agent does not follow; the plugin reads the
+            # value it points to
             c = n.plugin_pod.pod["spec"]["containers"][0]
-            c["env"] = [{"name": "DEVICE_LIST_STRATEGY", "valueFrom": {"configMapKeyRef": {
-                "name": "plugin-env", "key": "strategy"}}}]
-            n.plugin_pod.request = {"args": [], "env": {"DEVICE_LIST_STRATEGY": meant}}
+            c["env"] = [e for e in c.get("env") or () if e["name"] != "DEVICE_LIST_STRATEGY"]
+            c["env"].append({"name": "DEVICE_LIST_STRATEGY", "valueFrom": {"configMapKeyRef": {
+                "name": "plugin-env", "key": "strategy"}}})
+            req = n.plugin_pod.request
+            req["env"] = {**req["env"], "DEVICE_LIST_STRATEGY": meant}
         n.what.append(f"{n.plugin_pod.what}, agent learns: {n.learns}")
     answers = Judge(built(PLUGIN_JUDGE_BUILD, "plugin-judge")).ask(
         [n.plugin_pod.request for n in nodes if n.plugin_pod is not None])
@@ -525,6 +592,7 @@ def _run_plugin_pods(rng: random.Random, nodes: list[NodeSetup]) -> None:
         cdi = set(real["strategies"]) <= set(_CDI_STRATEGIES)
         assert cdi or real["strategies"] == ["envvar"], real
         n.plugin = "cdi" if cdi else "envvar"
+        assert real["migStrategy"] == (n.mig_strategy if n.mig else "none"), (n.what, real)
 
 
 def node_oracles(root: Path, n: NodeSetup, paths: dict[str, Path]
@@ -555,17 +623,24 @@ def runs(cluster: Cluster, n: NodeSetup, rc: str | None, gpu: str) -> Verdict:
         else:
             handler = rc if rc in ("nvidia-cdi", "nvidia-legacy") else None
             oracle = cluster.oracles[(n.name, handler)]
-            v = oracle.create(gpu)
-            if v.ok and v.by == "nvidia-container-runtime" and oracle.mode == "cdi" \
+            if handler is None and n.default_runtime == "runc":
+                _verdicts[key] = RUNC
+                return RUNC
+            v = oracle.legacy(gpu) if oracle.mode == "legacy" else oracle.create(gpu)
+            if v.ok and v.by.startswith(HOOK) and not v.devices:
+                # The real hook mounted nothing (it ignored the variable): no GPU.
+                v = Verdict(False, "the legacy hook mounted no device (started without its "
+                                   "GPU)", by=v.by, spec=v.spec)
+            elif v.ok and v.by == "nvidia-container-runtime" and oracle.mode == "cdi" \
                     and not v.devices:
                 # Created, with nothing injected: the container starts without its GPU.
                 v = Verdict(False, "created without any device: NVIDIA_VISIBLE_DEVICES was "
                                    "ignored (started without its GPU)", spec=v.spec)
-            elif v.ok and not n.envvar_unprivileged and not (
+            elif v.ok and not n.envvar_unprivileged and not v.by.startswith(HOOK) and not (
                     v.by == "nvidia-container-runtime" and oracle.mode == "cdi"):
                 # Where the oracle does not run the variable through the runtime's CDI path
-                # (just-in-time CDI needs NVML; legacy's hook is not run here) it is read
-                # with the same rule
+                # or the legacy hook (just-in-time CDI needs NVML) it is read with the same
+                # rule
                 # (toolkit v1.20.2 internal/config/image/cuda_image.go VisibleDevices, used
                 # by cmd/nvidia-container-runtime-hook/container_config.go).
                 v = Verdict(False, f"{ENVVAR_KEY} = false: an unprivileged container's "
@@ -586,6 +661,19 @@ class Judged:
     nodes: dict[str, bool] = field(default_factory=dict)  # reachable node -> would run
     admitted: dict | None = None  # the pod as stored, after gpupool's mutation
     apart: str = ""  # counted apart: why
+    note: str = ""  # within its outcome, what kind of it (shown under the outcome's line)
+
+
+#: Fine, and pending: every node the pod can reach fails it, some only in doubt (a way only
+#: inferred, MIG names unread): steering keeps it pending, with a warning, not failing.
+STEERED_PENDING = "pending: every node it reaches fails it, steered off them all"
+#: A GPU arrived, but not the one accounted for (``misaccounted``): two pods can then share a
+#: card HAMi (or the kubelet) believes split.
+MISACCOUNTED = "a GPU arrived, but not the one accounted for"
+#: Denied as ``requireInventory`` asks: only nodes without inventory would run it.
+REQUIRED_INVENTORY = "requireInventory: it would run only on nodes without inventory"
+#: Fine, and pending: it asks for more than any node it can reach has (not a CDI matter).
+NO_NODE_PENDING = "pending: no node it reaches has what it asks for"
 
 
 def node_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
@@ -625,6 +713,8 @@ def own_runs(cluster: Cluster, n: NodeSetup, rc: str | None, value: str) -> bool
     handler = rc if rc in ("nvidia-cdi", "nvidia-legacy") else None
     oracle = cluster.oracles[(n.name, handler)]
     v = runs_value(cluster, n, handler, value)
+    if v.by.startswith(HOOK):  # the real hook read the variable; the cli's rule mounted
+        return v.ok and bool(v.devices)
     if not n.envvar_unprivileged and not (v.by == "nvidia-container-runtime"
                                           and oracle.mode == "cdi"):
         # The variable is ignored (the toolkit's rule, as in ``runs``): nothing arrives.
@@ -653,23 +743,35 @@ def injected_own_runs(cluster: Cluster, n: NodeSetup, rc: str | None, handed: li
     return v.ok and bool(v.devices)
 
 
+#: runc, containerd's default runtime on such a node, reads no NVIDIA_VISIBLE_DEVICES: only
+#: NVIDIA's runtime (or its hook) turns it into devices (toolkit v1.20.2
+#: internal/config/image/cuda_image.go is read by nvidia-container-runtime alone).
+RUNC = Verdict(False, "containerd's default runtime is runc, which reads no "
+                      "NVIDIA_VISIBLE_DEVICES (started without its GPU)", by="runc")
+
+
 def runs_value(cluster: Cluster, n: NodeSetup, handler: str | None, value: str) -> Verdict:
     key = (str(cluster.root / n.name), handler, "own", value)
+    if handler is None and n.default_runtime == "runc":
+        return RUNC
     if key not in _verdicts:
-        _verdicts[key] = cluster.oracles[(n.name, handler)].create(value)
+        oracle = cluster.oracles[(n.name, handler)]
+        _verdicts[key] = oracle.legacy(value) if oracle.mode == "legacy" else \
+            oracle.create(value)
     return _verdicts[key]
 
 
 _nri_verdicts: dict[tuple[str, ...], Verdict] = {}
 
 
-def annotated_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
-    """Where the GPU Operator's NRI plugin runs: is every container created, with the devices
-    its ``nvidia.cdi.k8s.io`` annotation names (the real plugin says)?"""
+def _nri(cluster: Cluster, pod: dict, n: NodeSetup) -> dict[str, Verdict]:
+    """Per container its ``nvidia.cdi.k8s.io`` annotations name devices for, what NVIDIA's
+    NRI plugin does with them on this node (the real plugin); empty where it does not run."""
     ann = pod["metadata"].get("annotations") or {}
     if cluster.nri_allowed is None or cluster.labels(n.name).get(TOOLKIT_LABEL) != "true":
-        return True
+        return {}
     names = [c["name"] for c in pod["spec"]["containers"]]
+    out = {}
     for container, _ in annotation_requests(ann, names):
         mine = {k: v for k, v in ann.items() if k.startswith(DOMAIN)}
         key = (str(cluster.root / n.name), container, json.dumps(mine, sort_keys=True),
@@ -677,10 +779,28 @@ def annotated_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
         if key not in _nri_verdicts:
             _nri_verdicts[key] = cluster.oracles[(n.name, None)].nri(
                 "ml", mine, container, cluster.nri_allowed)
-        v = _nri_verdicts[key]
-        if not v.ok or not v.devices:  # not created, or created without its devices
-            return False
-    return True
+        out[container] = _nri_verdicts[key]
+    return out
+
+
+def annotated_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
+    """Where the GPU Operator's NRI plugin runs: is every container created, with the devices
+    its ``nvidia.cdi.k8s.io`` annotation names (the real plugin says)?"""
+    # not created, or created without its devices
+    return all(v.ok and v.devices for v in _nri(cluster, pod, n).values())
+
+
+def misaccounted(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
+    """A GPU arrives, but not the one accounted for: the device plugin's GPU (handed as
+    NVIDIA_VISIBLE_DEVICES) never reaches a GPU container under runc, while the NRI plugin
+    injects the devices its annotation names (the real plugin says) into that container."""
+    if n.plugin != "envvar" or n.default_runtime != "runc" or \
+            pod["spec"].get("runtimeClassName") in ("nvidia-cdi", "nvidia-legacy"):
+        return False
+    injected = {c for c, v in _nri(cluster, pod, n).items() if v.ok and v.devices}
+    gpu_containers = [c["name"] for c in pod["spec"]["containers"]
+                      if any(r.startswith("nvidia.com/") for r in c["resources"]["limits"])]
+    return bool(injected) and any(c in injected for c in gpu_containers)
 
 
 def judge(cluster: Cluster, pod: dict) -> Judged:
@@ -709,26 +829,26 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
             if any(before.values()):
                 j.outcome = "false denial"  # steered off every node, one of which would run
             elif before:
-                j.outcome, j.apart = "fine", "allowed, steered off every node (pending)"
+                j.outcome, j.note = "fine", STEERED_PENDING
             else:
-                j.outcome, j.apart = "fine", "allowed, no node can take it (pending)"
+                j.outcome, j.note = "fine", NO_NODE_PENDING
         elif not failing:
             j.outcome = "fine"
         else:
             j.outcome = ("certain late failure" if len(failing) == len(where)
                          else "potential late failure")
+            if all(misaccounted(cluster, mutated, _setup(cluster, f)) for f in failing):
+                j.note = MISACCOUNTED
             if all(not _setup(cluster, f).agent for f in failing):
                 j.apart = "fails only on nodes without inventory"
-            elif _asks_mig(mutated) and all(
-                    not _setup(cluster, f).agent or not _setup(cluster, f).reads_kubelet
-                    for f in failing):
+            elif all(not _setup(cluster, f).agent or not _setup(cluster, f).reads_kubelet
+                     for f in failing) and (_asks_mig(mutated) or all(
+                    _setup(cluster, f).mig_strategy == "single" for f in failing)):
                 j.apart = "fails only on nodes whose MIG devices the agent does not read"
             elif cluster.policy_name.startswith("detect") and all(
                     _misdetected(cluster, _setup(cluster, f)) or not _setup(cluster, f).agent
                     for f in failing):
                 j.apart = MISREAD
-            elif all(_legacy_hook(cluster, mutated, _setup(cluster, f)) for f in failing):
-                j.apart = LEGACY_HOOK
         return j
     if final.reason not in CDI_REASONS:
         j.outcome, j.apart = "denied correctly", f"denied for routing ({final.reason})"
@@ -740,15 +860,16 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
     j.nodes = where
     good = [name for name, ok in where.items() if ok]
     j.outcome = "false denial" if good else "denied correctly"
+    if not good and where and all(misaccounted(cluster, routed, _setup(cluster, w))
+                                  for w in where):
+        j.note = MISACCOUNTED
     if good and cluster.policy.require_inventory and all(not _setup(cluster, g).agent
                                                          for g in good):
-        j.apart = "would run only on nodes without inventory (requireInventory)"
+        # what the policy asks for: verified nodes or none
+        j.outcome, j.note = "denied correctly", REQUIRED_INVENTORY
     elif good and cluster.policy_name.startswith("detect") and all(
             _misdetected(cluster, _setup(cluster, g)) for g in good):
         j.apart = MISREAD
-    elif good and all(_legacy_hook(cluster, routed, _setup(cluster, g)) or (
-            cluster.policy.require_inventory and not _setup(cluster, g).agent) for g in good):
-        j.apart = LEGACY_HOOK
     return j
 
 
@@ -756,21 +877,6 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
 #: strategy (the agent not allowed to list pods, or a strategy from valueFrom), and the disk
 #: misleads it (a CDI strategy that wrote no spec, a spec left over from an earlier setup).
 MISREAD = "delivery: detect misreads the plugin's strategy where its pod does not say"
-#: Counted apart: the pod's own NVIDIA_VISIBLE_DEVICES names devices that are not the
-#: node's GPUs, under the legacy hook, which the oracle does not run (it needs the driver);
-#: gpupool says it cannot tell.
-LEGACY_HOOK = "own NVIDIA_VISIBLE_DEVICES under the legacy hook, which is not run here"
-
-
-def _legacy_hook(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
-    value = _own_value(pod)
-    if value is None:
-        return False
-    rc = pod["spec"].get("runtimeClassName")
-    mode = "legacy" if rc == "nvidia-legacy" else "cdi" if rc == "nvidia-cdi" else n.mode
-    names = [x.strip() for x in value.split(",")]
-    return mode == "legacy" and not all(
-        x == "all" or x in n.gpus or (x.isdigit() and int(x) < len(n.gpus)) for x in names)
 
 
 def _setup(cluster: Cluster, name: str) -> NodeSetup:
@@ -804,9 +910,14 @@ def run(root: Path, seed: int, pods: int, clusters: int = 6) -> list[Judged]:
 def table(judged: list[Judged]) -> str:
     counted = Counter(j.outcome for j in judged if not j.apart)
     apart = Counter(f"{j.outcome}: {j.apart}" for j in judged if j.apart)
-    width = max(len(x) for x in (*OUTCOMES, *apart)) + 2
-    lines = [f"{'outcome':<{width}} pods", *(f"{o:<{width}} {counted.get(o, 0)}"
-                                           for o in OUTCOMES)]
+    width = max(len(x) for x in (*OUTCOMES, *apart, *(f"  of which {j.note}" for j in judged
+                                                      if j.note))) + 2
+    notes = Counter((j.outcome, j.note) for j in judged if j.note and not j.apart)
+    lines = [f"{'outcome':<{width}} pods"]
+    for o in OUTCOMES:
+        lines.append(f"{o:<{width}} {counted.get(o, 0)}")
+        lines += [f"  of which {note:<{width - 11}} {n}"
+                  for (out, note), n in sorted(notes.items()) if out == o]
     if apart:
         lines.append("counted apart:")
         lines += [f"  {k:<{width - 2}} {v}" for k, v in sorted(apart.items())]

@@ -55,9 +55,13 @@ def _config(rng: random.Random, strategy: str, corners: bool = True) -> str:
 
 
 def plugin_pod(rng: random.Random, name: str, *, corners: bool = True,
-               strategy: str | None = None) -> PluginPod:
+               strategy: str | None = None, mig: str | None = "draw") -> PluginPod:
     """One device-plugin pod on node ``name``. ``strategy``: the strategy its deployer
-    meant (drawn when None); ``corners`` adds the setups a plugin refuses."""
+    meant (drawn when None); ``mig``: the MIG strategy it is given (None: none given, the
+    plugin's default; "draw": drawn); ``corners`` adds the setups a plugin refuses."""
+    if mig == "draw":
+        mig = rng.choice((None, None, "none", "single", "mixed",
+                          *(("bogus",) if corners else ())))
     meant = strategy or rng.choice(_STRATEGIES)
     if corners and rng.random() < 0.08:
         meant = rng.choice(_CORNERS)
@@ -141,6 +145,14 @@ def plugin_pod(rng: random.Random, name: str, *, corners: bool = True,
             config_maps[(ns, "dp-configs")] = configs
         if missing and way == "config":
             text = None
+    if mig is not None:
+        if way in ("flag", "hami"):
+            args[:] = [a for a in args if not a.startswith("--mig-strategy")]
+            args.append(f"--mig-strategy={mig}")
+            container["command" if way == "hami" else "args"] = (
+                ["nvidia-device-plugin", *args] if way == "hami" else args)
+        else:
+            env["MIG_STRATEGY"] = mig
     if env:
         container["env"] = [{"name": k, "value": v} for k, v in env.items()]
     pod = {"apiVersion": "v1", "kind": "Pod",

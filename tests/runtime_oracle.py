@@ -152,6 +152,54 @@ class OracleNode:
             "args": ["sh"], "cwd": "/",
             "env": ["PATH=/usr/bin", f"NVIDIA_VISIBLE_DEVICES={visible_devices}"]}})
 
+    def legacy(self, visible_devices: str) -> Verdict:
+        """A container in the runtime's ``legacy`` mode: the runtime creates it with its
+        prestart hook, and at start the real ``nvidia-container-runtime-hook`` reads the
+        bundle and runs ``nvidia-container-cli configure``, here a recorder that keeps the
+        arguments it was given. Which devices the cli then mounts needs the driver: that last
+        step follows libnvidia-container's ``src/cli/common.c`` (``select_devices``,
+        commit 1aea987): ``all``; a whole GPU UUID, PCI bus id or index of the node's GPUs; a
+        whole MIG UUID or ``<gpu>:<mig>`` index; anything else fails the container with
+        "unknown device". ``devices`` afterwards are those it mounts."""
+        created = self._runtime_create({"linux": {}, "process": {
+            "args": ["sh"], "cwd": "/",
+            "env": ["PATH=/usr/bin", f"NVIDIA_VISIBLE_DEVICES={visible_devices}"]}})
+        if not created.ok:
+            return created
+        self._n += 1
+        bundle = self.root / f"hooked{self._n}"
+        (bundle / "rootfs").mkdir(parents=True)
+        (bundle / "config.json").write_text(json.dumps(created.spec))
+        recorded = bundle / "cli-args"
+        cli = bundle / "nvidia-container-cli"
+        cli.write_text(f"#!/bin/sh\n# Records what the hook asks of the cli.\n"
+                       f"printf '%s\\n' \"$@\" > {recorded}\n")
+        cli.chmod(0o755)
+        xdg = bundle / "xdg" / "nvidia-container-runtime"
+        xdg.mkdir(parents=True)
+        base = (self.root / "xdg" / "nvidia-container-runtime" / "config.toml").read_text()
+        head = base.split("[nvidia-container-runtime]")[0]  # the top-level keys
+        (xdg / "config.toml").write_text(
+            head + f"[nvidia-container-cli]\npath = {json.dumps(str(cli))}\n"
+                   '[nvidia-container-runtime]\nmode = "legacy"\n')
+        state = {"ociVersion": "1.0.2", "id": f"ctr{self._n}", "status": "created",
+                 "pid": os.getpid(), "bundle": str(bundle)}
+        r = subprocess.run([str(binaries() / "nvidia-container-runtime-hook"), "prestart"],
+                           input=json.dumps(state), capture_output=True, text=True,
+                           timeout=60, cwd=bundle,
+                           env={**os.environ, "XDG_CONFIG_HOME": str(bundle / "xdg")})
+        by = "nvidia-container-runtime-hook + libnvidia-container select_devices"
+        if r.returncode:
+            return Verdict(False, (r.stderr + r.stdout).strip(), by=by)
+        if not recorded.exists():  # not a GPU container to the hook: nothing mounted
+            return Verdict(True, "the hook ran no nvidia-container-cli", by=by,
+                           spec={"linux": {"devices": []}})
+        args = recorded.read_text().splitlines()
+        wanted = next((a.split("=", 1)[1] for a in args if a.startswith("--device=")), "")
+        ok, mounted, error = _select_devices(wanted, self.gpus)
+        return Verdict(ok, error, by=by,
+                       spec={"linux": {"devices": [{"path": d} for d in mounted]}})
+
     def _runtime_create(self, spec: dict[str, Any]) -> Verdict:
         """``nvidia-container-runtime create`` on a bundle of ``spec``, as containerd runs it
         (the node's config.toml through XDG_CONFIG_HOME), with the spec it left."""
@@ -215,3 +263,31 @@ class OracleNode:
                                   for d in injected.devices]},
             "process": {"args": ["sh"], "cwd": "/",
                         "env": ["PATH=/usr/bin", *injected.spec["process"]["env"]]}})
+
+
+def _select_devices(devs: str, node: tuple[str, ...]) -> tuple[bool, list[str], str]:
+    """libnvidia-container ``src/cli/common.c`` ``select_devices`` (commit 1aea987), on a
+    node whose driver lists ``node`` (its GPUs, ``GPU-``, then its MIG devices, ``MIG-``):
+    (created, the devices it mounts, its error). A name that is not ``all``, a whole GPU
+    UUID (compared case-insensitively), a GPU index, or a whole MIG UUID is "unknown device".
+    (PCI bus ids and ``<gpu>:<mig>`` indices need the driver's numbering: not generated.)"""
+    gpus = [g for g in node if g.upper().startswith("GPU-")]
+    migs = [g for g in node if g.upper().startswith("MIG-")]
+    mounted: list[str] = []
+    for dev in devs.split(","):
+        if dev == "":
+            continue  # "Allow extra commas between device strings."
+        if dev.lower() == "all":
+            return True, [*gpus, *migs], ""
+        hit = next((g for g in gpus if dev.upper().startswith("GPU-") and len(dev) > 4
+                    and g.lower() == dev.lower()), None)
+        if hit is None and dev.isdigit() and int(dev) < len(gpus):
+            hit = gpus[int(dev)]
+        if hit is None:
+            hit = next((m for m in migs if dev.upper().startswith("MIG-") and len(dev) > 4
+                        and m.lower() == dev.lower()), None)
+        if hit is None:
+            return False, [], f"nvidia-container-cli: device error: {dev}: unknown device"
+        if hit not in mounted:
+            mounted.append(hit)
+    return True, mounted, ""

@@ -21,14 +21,8 @@ APART = {
     "fails only on nodes without inventory",  # no agent: nothing to judge by
     # the agent not given the kubelet's checkpoint: a MIG device's name cannot be checked
     "fails only on nodes whose MIG devices the agent does not read",
-    "would run only on nodes without inventory",  # requireInventory says so
     corpus.MISREAD,  # docs/cdi-inventory.md
-    "allowed, no node can take it (pending)",  # the pod asks for more than any node has
-    # every node it can reach fails it, some only in doubt (a way only inferred): steering
-    # keeps it pending rather than failing, with a warning instead of a denial
-    "allowed, steered off every node (pending)",
     "denied for routing",  # pool conflicts: not a CDI matter
-    corpus.LEGACY_HOOK,  # the legacy hook needs the driver: gpupool says it cannot tell
 }
 
 
@@ -39,9 +33,25 @@ def test_zero_late_failures_and_zero_false_denials(tmp_path):
     wrong = [j for j in judged if j.outcome in corpus.OUTCOMES[1:4] and not j.apart]
     assert not wrong, table + "\n\n" + "\n".join(corpus.explain(j) for j in wrong[:5])
     assert all(any(j.apart.startswith(a) for a in APART) for j in judged if j.apart), table
-    # The plugin's pod tells the agent its strategy wherever it can (the truth: the plugin's
-    # own code, tests/pluginjudge); what is left of detect's blind spot is under 1% of pods.
-    assert sum(j.apart == corpus.MISREAD for j in judged) < PODS // 100, table
+    # Every class counted apart stays under 1% of pods on the suite's seed; the plugin's pod
+    # tells the agent its strategy wherever it can (the truth: the plugin's own code,
+    # tests/pluginjudge), so detect's blind spot is what is left of it.
+    apart = Counter(j.apart for j in judged if j.apart)
+    assert all(n < PODS // 100 for n in apart.values()), table
+    # Every class of issue 34 is in the table, decided by the real programs: a GPU that
+    # arrives but is not the one accounted for (the NRI plugin under runc)...
+    assert any(j.note == corpus.MISACCOUNTED for j in judged), table
+    # ...the legacy hook (the real hook; the cli's device selection from its source) with
+    # the pods' own NVIDIA_VISIBLE_DEVICES, both ways...
+    hook = Counter(v.ok and bool(v.devices) for k, v in corpus._verdicts.items()
+                   if v.by.startswith(corpus.HOOK) and k[2] == "own")
+    assert hook[True] and hook[False], hook
+    nodes = [n for c in {id(j.cluster): j.cluster for j in judged}.values() for n in c.nodes]
+    # ...MIG under the single strategy, with and without the kubelet's list, and HAMi's GPUs
+    # cordoned after it last registered them
+    single = Counter(n.reads_kubelet for n in nodes if n.mig and n.mig_strategy == "single")
+    assert single[True] and single[False], single
+    assert any(n.cordoned for n in nodes)
     learned = Counter(n.learns for c in {id(j.cluster): j.cluster for j in judged}.values()
                       for n in c.nodes)
     assert learned["yes"] and learned["no access"] and learned["valueFrom"], learned

@@ -32,10 +32,13 @@ def test_gpupool_reads_the_strategy_the_plugin_settles_on():
             seen["refused"] += 1
         else:
             assert ours.strategies == tuple(real["strategies"]), (case.what, case.pod, real)
+            assert ours.mig_strategy == real["migStrategy"], (case.what, case.pod, real)
+            seen[f"MIG {ours.mig_strategy}"] += 1
             seen[ours.source.split(" ")[0]] += 1
     print(dict(seen))
     # every way a plugin is told, and the plugin's refusals, are exercised
-    assert {"flag", "variable", "config", "the", "refused"} <= set(seen), seen
+    assert {"flag", "variable", "config", "the", "refused", "MIG none", "MIG single",
+            "MIG mixed"} <= set(seen), seen
 
 
 def test_unreadable_inputs_are_doubt_with_the_reason():

@@ -9,7 +9,8 @@
 // Each line of standard input is one case, {"args": [...], "env": {...}, "config": "..."}:
 // the plugin container's arguments after its command, its environment, and the text of the
 // file its config-file flag names (absent: no such file). Each line out is
-// {"strategies": [...]} or {"error": "..."}: what the plugin would stop on at start-up.
+// {"strategies": [...], "migStrategy": "..."} or {"error": "..."}: what the plugin would stop
+// on at start-up.
 //
 // Test infrastructure only; the product imports none of it.
 package main
@@ -32,8 +33,9 @@ type request struct {
 }
 
 type answer struct {
-	Strategies []string `json:"strategies,omitempty"`
-	Error      string   `json:"error,omitempty"`
+	Strategies  []string `json:"strategies,omitempty"`
+	MigStrategy string   `json:"migStrategy,omitempty"`
+	Error       string   `json:"error,omitempty"`
 }
 
 // The flags as the plugin declares them (k8s-device-plugin v0.19.3
@@ -89,7 +91,15 @@ func decide(dir string, r request) answer {
 			if _, err := spec.NewDeviceListStrategies(*config.Flags.Plugin.DeviceListStrategy); err != nil {
 				return fmt.Errorf("invalid --device-list-strategy option: %v", err)
 			}
+			// validateFlags' MIG check (cmd/nvidia-device-plugin/main.go, lines 222-228),
+			// which runs with the rest of validateFlags where NVML is at hand
+			switch *config.Flags.MigStrategy {
+			case spec.MigStrategyNone, spec.MigStrategySingle, spec.MigStrategyMixed:
+			default:
+				return fmt.Errorf("unknown MIG strategy: %v", *config.Flags.MigStrategy)
+			}
 			out.Strategies = append([]string{}, *config.Flags.Plugin.DeviceListStrategy...)
+			out.MigStrategy = *config.Flags.MigStrategy
 			return nil
 		}}
 	app.Writer, app.ErrWriter = os.Stderr, os.Stderr

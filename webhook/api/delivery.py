@@ -119,6 +119,14 @@ def learned_way(inv: Inventory) -> Learned:
     return Learned(way)
 
 
+def learned_single_mig(inv: Inventory) -> bool:
+    """Does a device plugin on the node run the ``single`` MIG strategy, as learned from its
+    pod? Its ``nvidia.com/gpu`` devices are then MIG devices wherever MIG is enabled
+    (k8s-device-plugin ``internal/lm/mig-strategy.go``)."""
+    return any(p.mig_strategy == "single" for p in inv.plugins or ()
+               if p.strategies is not None)
+
+
 def detected_way(inv: Inventory, device_kind: str = DEVICE_PLUGIN_KIND) -> str:
     """The way the node's device plugin hands GPUs, as the agent learned it from the
     plugin's pod; where that is not known, inferred from the disk: a node whose device

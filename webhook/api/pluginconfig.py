@@ -33,6 +33,11 @@ PLUGIN_IMAGE = "k8s-device-plugin"
 CONFIG_MANAGER = "config-manager"
 #: config-manager's defaults (k8s-device-plugin v0.19.3 ``cmd/config-manager/main.go``)
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
+#: the plugin's MIG strategies (``--mig-strategy``/``MIG_STRATEGY``, default none; any other
+#: value stops it: main.go ``validateFlags``)
+MIG_NONE, MIG_SINGLE, MIG_MIXED = "none", "single", "mixed"
+_MIG_STRATEGIES = frozenset({MIG_NONE, MIG_SINGLE, MIG_MIXED})
+_MIG_FLAG, _MIG_ENV = "mig-strategy", "MIG_STRATEGY"
 _STRATEGY_FLAG, _STRATEGY_ENV = "device-list-strategy", "DEVICE_LIST_STRATEGY"
 _CONFIG_FLAG, _CONFIG_ENV = "config-file", "CONFIG_FILE"
 #: The plugin's flags that take no value (its main.go ``BoolFlag``s; HAMi's adds its own).
@@ -63,12 +68,17 @@ class Settled:
     strategies: tuple[str, ...] | None
     source: str = ""
     unknown: str = ""
+    #: how it registers MIG devices (``none``, ``single``: as ``nvidia.com/gpu``, ``mixed``;
+    #: "": not known, though its device-list strategy is)
+    mig_strategy: str = "none"
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pod": self.pod, "container": self.container}
         if self.strategies is not None:
             out["strategies"] = list(self.strategies)
             out["source"] = self.source
+            if self.mig_strategy != MIG_NONE:
+                out["migStrategy"] = self.mig_strategy or "unknown"
         else:
             out["unknown"] = self.unknown
         return out
@@ -83,12 +93,21 @@ class Settled:
             raise ValueError("strategies: expected a list of strings")
         return cls(str(doc.get("pod", "")), str(doc.get("container", "")),
                    None if raw is None else tuple(raw), str(doc.get("source", "")),
-                   str(doc.get("unknown", "")) if raw is None else "")
+                   str(doc.get("unknown", "")) if raw is None else "",
+                   _mig_from_json(doc.get("migStrategy")))
 
     def describe(self) -> str:
+        mig = "" if self.mig_strategy == MIG_NONE else \
+            f", MIG strategy {self.mig_strategy or 'unknown'}"
         if self.strategies is None:
             return f"{self.pod} ({self.container}): unknown, {self.unknown}"
-        return f"{self.pod} ({self.container}): {','.join(self.strategies)} ({self.source})"
+        return f"{self.pod} ({self.container}): {','.join(self.strategies)} ({self.source}){mig}"
+
+
+def _mig_from_json(raw: Any) -> str:
+    if raw is None:
+        return MIG_NONE
+    return "" if raw == "unknown" else str(raw)
 
 
 def _argv(c: Mapping[str, Any]) -> list[str]:
@@ -328,7 +347,8 @@ def _config_text(pod: Mapping[str, Any], c: Mapping[str, Any], path: str,
                    f"({', '.join(k for k in vol if k != 'name') or 'none'})")
 
 
-def _from_config(text: str, path: str) -> tuple[str, ...] | None:
+def _config_flags(text: str, path: str) -> Mapping[str, Any]:
+    """The ``flags`` of the plugin's config file (``api/config/v1`` ``parseConfigFrom``)."""
     try:
         doc = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as exc:
@@ -343,7 +363,11 @@ def _from_config(text: str, path: str) -> tuple[str, ...] | None:
         raise _Unknown(f"its config file {path} has version {version!r}, so the plugin never "
                        "starts")
     flags = doc.get("flags")
-    plugin = flags.get("plugin") if isinstance(flags, Mapping) else None
+    return flags if isinstance(flags, Mapping) else {}
+
+
+def _configured_strategies(flags: Mapping[str, Any], path: str) -> tuple[str, ...] | None:
+    plugin = flags.get("plugin")
     raw = plugin.get("deviceListStrategy") if isinstance(plugin, Mapping) else None
     if raw is None:
         return None
@@ -351,8 +375,8 @@ def _from_config(text: str, path: str) -> tuple[str, ...] | None:
         return (raw,)
     if isinstance(raw, list) and all(isinstance(s, str) for s in raw):
         return tuple(raw)
-    raise _NeverStarts(f"its config file {path} sets deviceListStrategy to {raw!r}, so the plugin "
-                   "never starts")
+    raise _NeverStarts(f"its config file {path} sets deviceListStrategy to {raw!r}, so the "
+                       "plugin never starts")
 
 
 def settle(pod: Mapping[str, Any], c: Mapping[str, Any], labels: Mapping[str, str],
@@ -362,18 +386,19 @@ def settle(pod: Mapping[str, Any], c: Mapping[str, Any], labels: Mapping[str, st
     assert isinstance(meta, Mapping)
     who, name = f"{_namespace(pod)}/{meta.get('name', '')}", str(c.get("name") or "")
     try:
-        strategies, source = _settle(pod, c, labels, config_maps)
+        strategies, source, mig = _settle(pod, c, labels, config_maps)
     except _Unknown as exc:
         return Settled(who, name, None, unknown=str(exc))
     bad = sorted(set(strategies) - STRATEGIES)
     if bad:
         return Settled(who, name, None, unknown=f"{source} names strategy {bad[0]!r}, which "
                                                "the plugin refuses: it never starts")
-    return Settled(who, name, strategies, source)
+    return Settled(who, name, strategies, source, mig_strategy=mig)
 
 
 def _settle(pod: Mapping[str, Any], c: Mapping[str, Any], labels: Mapping[str, str],
-            config_maps: ConfigMaps) -> tuple[tuple[str, ...], str]:
+            config_maps: ConfigMaps) -> tuple[tuple[str, ...], str, str]:
+    """(strategies, where they came from, MIG strategy: "" when only that is unknown)."""
     flags = _flags(c)
     ns = _namespace(pod)
     given: tuple[tuple[str, ...], str] | None = None
@@ -383,9 +408,10 @@ def _settle(pod: Mapping[str, Any], c: Mapping[str, Any], labels: Mapping[str, s
         env = _env(c, _STRATEGY_ENV, ns, config_maps)
         if env is not None:
             given = _split([env]), f"variable {_STRATEGY_ENV}"
+    mig = flags[_MIG_FLAG][-1] if flags.get(_MIG_FLAG) else _env(c, _MIG_ENV, ns, config_maps)
     path = flags[_CONFIG_FLAG][-1] if flags.get(_CONFIG_FLAG) else \
         _env(c, _CONFIG_ENV, ns, config_maps)
-    found: tuple[str, ...] | None = None
+    configured: Mapping[str, Any] | None = {}
     if path:
         # The file is read first, and a file the plugin cannot load stops it whatever its
         # flags say; what only gpupool cannot read gives way to a flag that is set.
@@ -394,17 +420,24 @@ def _settle(pod: Mapping[str, Any], c: Mapping[str, Any], labels: Mapping[str, s
             if text is None:
                 raise _NeverStarts(f"its config file {path} does not exist, so the plugin "
                                    "never starts")
-            found = _from_config(text, path)
+            configured = _config_flags(text, path)
         except _NeverStarts:
             raise
         except _Unknown:
             if given is None:
                 raise
+            configured = None
+    if mig is None:
+        mig = "" if configured is None else str(configured.get("migStrategy") or MIG_NONE)
+    if mig and mig not in _MIG_STRATEGIES:
+        raise _NeverStarts(f"its MIG strategy {mig!r} is unknown to the plugin, so it never "
+                           "starts")
     if given is not None:
-        return given
+        return given[0], given[1], mig
+    found = _configured_strategies(configured or {}, path or "")
     if found is not None:
-        return found, f"config file {path}"
-    return (DEFAULT_STRATEGY,), "the plugin's default"
+        return found, f"config file {path}", mig
+    return (DEFAULT_STRATEGY,), "the plugin's default", mig
 
 
 def settle_pods(pods: Sequence[Mapping[str, Any]], labels: Mapping[str, str],

@@ -55,9 +55,12 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
             and not delivery.envvar_ignored(inv, privileged):
         return NodeAssessment(node.name, NodeState.OK, way=way,
                               note=f"RuntimeClass {runtime_class} uses no CDI")
+    # Under the single MIG strategy nvidia.com/gpu is MIG devices: the kubelet's list says
+    # which; without it, a plugin known to run that strategy makes them doubt.
     mig = [name for name, _ in demand.requests if name.startswith(MIG_RESOURCE_PREFIX)
            or (name == PLUGIN_RESOURCE and not demand.hami
-               and PLUGIN_RESOURCE in (inv.mig or {}))]
+               and (PLUGIN_RESOURCE in (inv.mig or {})
+                    or (inv.mig is None and delivery.learned_single_mig(inv))))]
     if mig:
         return _assess_mig(node, inv, mig, way, handler, req.device_kind, privileged)
     gpus = cand.eligible_gpus(node, demand)
@@ -174,9 +177,11 @@ def _assess_mig(node: NodeInfo, inv: Inventory, resources: list[str], way: deliv
                                    f"{r.kind} (MIG-<uuid> or <gpu>:<mig>)")
     why = ("gpupool's agent does not read the kubelet's device checkpoint there"
            if inv.mig is None else f"the kubelet lists no {', '.join(resources)} device there")
+    asks = "the pod asks for MIG devices" if resources != [PLUGIN_RESOURCE] else \
+        f"its device plugin runs the single MIG strategy, so {PLUGIN_RESOURCE} may be MIG " \
+        "devices"
     return NodeAssessment(node.name, NodeState.UNKNOWN, mode=r.mode, way=way, kind=r.kind,
-                          note=f"the pod asks for MIG devices, whose CDI names cannot be "
-                               f"checked: {why}")
+                          note=f"{asks}, whose CDI names cannot be checked: {why}")
 
 
 def _hami_mig_failure(node: NodeInfo, r: delivery.Resolution, created: list[str],
