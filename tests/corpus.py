@@ -132,6 +132,8 @@ class NodeSetup:
     #: containerd's default runtime: "nvidia", or "runc" as the GPU Operator's NRI setup
     #: leaves it (its NRI plugin injects CDI devices; NVIDIA_VISIBLE_DEVICES reaches nothing)
     default_runtime: str = "nvidia"
+    #: HAMi's device plugin runs here, whatever the pool (its DaemonSet's selector lands here)
+    hami_plugin: bool = False
 
 
 def _uuid(rng: random.Random) -> str:
@@ -516,7 +518,15 @@ def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
                          operator=way[plugins["operator"]] if pinned else "detect")
     nodes = [make_node(rng, f"c{index}-{pool}-{i}", pool, plugins[pool])
              for pool in ("hami", "operator") for i in range(rng.choice((2, 3, 4)))]
-    # (their own generator, seeded by the cluster: the rest of the corpus draws as before)
+    # HAMi's DaemonSet selects its chart's default label, gpu=on, which some operator nodes
+    # carry too: HAMi's plugin runs there, in HAMi's strategy, the operator's is turned off
+    # (issue 34, item 4). (Their own generator, seeded by the cluster: the rest of the
+    # corpus draws as before.)
+    if with_policy:
+        for n in nodes:
+            if n.pool == "operator" and random.Random(f"{n.name}/hami").random() < 0.2:
+                n.hami_plugin, n.plugin = True, plugins["hami"]
+                n.what.append(f"HAMi's plugin runs here ({plugins['hami']}), not the operator's")
     _run_plugin_pods(random.Random(f"{index}/{nodes[0].gpus[0]}"), nodes)
     objects, oracles = [], {}
     for n in nodes:
@@ -527,8 +537,11 @@ def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
             n.what.append("containerd's default runtime runc (NRI injects CDI devices)")
         paths = write_node(root / n.name / "node", n)
         obj = node_object(n, paths)
-        if with_policy:  # where the operator runs its device plugin (HAMi's nodes: not)
-            obj["metadata"]["labels"][DEPLOY_LABEL] = str(n.pool == "operator").lower()
+        if with_policy:  # where the operator runs its device plugin (HAMi's: not)
+            hami_here = n.pool == "hami" or n.hami_plugin
+            obj["metadata"]["labels"][DEPLOY_LABEL] = str(not hami_here).lower()
+            if hami_here:
+                obj["metadata"]["labels"]["gpu"] = "on"
             obj["metadata"]["labels"][TOOLKIT_LABEL] = str(toolkit).lower()
         objects.append(obj)
         oracles.update(node_oracles(root, n, paths))
@@ -545,12 +558,13 @@ def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
                                               "value": ",".join(nri_allowed[1:])}]}
             cp["status"] = {"namespace": nri_allowed[0]}
         objects.append(cp)
-        # HAMi's device-plugin DaemonSet, as its chart labels it, on HAMi's nodes.
+        # HAMi's device-plugin DaemonSet, as its chart labels it and selects its nodes
+        # (devicePlugin.nvidiaNodeSelector, gpu: "on").
         objects.append({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {
             "name": "hami-device-plugin", "namespace": "kube-system",
             "labels": {"app.kubernetes.io/component": "hami-device-plugin"}},
             "spec": {"template": {"spec": {
-                "nodeSelector": {"gpupool.io/pool": "hami"},
+                "nodeSelector": {"gpu": "on"},
                 "containers": [{"name": "device-plugin", "env": [{
                     "name": "DEVICE_LIST_STRATEGY",
                     "value": "cdi-annotations" if plugins["hami"] == "cdi" else "envvar"}]}]}}}})

@@ -52,6 +52,8 @@ def test_zero_late_failures_and_zero_false_denials(tmp_path):
     single = Counter(n.reads_kubelet for n in nodes if n.mig and n.mig_strategy == "single")
     assert single[True] and single[False], single
     assert any(n.cordoned for n in nodes)
+    # ...and HAMi's plugin where its DaemonSet's selector lands outside HAMi's pool
+    assert any(n.hami_plugin and n.pool == "operator" for n in nodes)
     learned = Counter(n.learns for c in {id(j.cluster): j.cluster for j in judged}.values()
                       for n in c.nodes)
     assert learned["yes"] and learned["no access"] and learned["valueFrom"], learned
