@@ -52,6 +52,25 @@ def test_a_value_from_a_reference_cannot_be_known_and_changes_nothing(tmp_path):
     assert rv.final.allowed and not rv.final.warnings, rv.final.to_json()
 
 
+def test_a_value_from_a_reference_is_doubt_where_the_plugins_own_would_fail(tmp_path):
+    """Where the plugin's UUIDs fail, a value from valueFrom replaces them with one that
+    cannot be known: a warning naming the node, never a denial; steered off where another
+    node takes the pod."""
+    bad = agent_node(tmp_path, "op-1", None, "operator-management", register=False)
+    rv, _, _ = decide([bad], own(value_from=True))
+    assert rv.final.allowed and any("(op-1)" in w for w in rv.final.warnings), \
+        rv.final.to_json()
+    assert "valueFrom" in rv.validation.message
+    good = agent_node(tmp_path, "op-2", None, "operator-management", register=False,
+                      per_uuid=True)
+    pod = own(value_from=True)
+    rv, _, _ = decide([bad, good], pod)
+    assert rv.final.allowed
+    (term,) = terms(pod, rv.mutation.patch)
+    assert {"key": "metadata.name", "operator": "NotIn", "values": ["op-1"]} in \
+        term["matchFields"]
+
+
 def test_the_just_in_time_kind_names_the_nodes_own_gpus(tmp_path):
     node = agent_node(tmp_path, "op-jit", None, "operator-management", register=False,
                       default_kind=delivery.JIT_KIND)

@@ -49,7 +49,8 @@ def _judged_by_name(facts: PodFacts, pool_name: str, view: ClusterView | None,
     hami_pool = policy.is_hami_pool(pool_name)
     rc = facts.runtime_class
     if cand.narrows(facts, hami_pool) or (rc and way != delivery.CDI_DEVICES) \
-            or facts.privileged_gpus or facts.asks_mig or facts.own_visible_devices:
+            or facts.privileged_gpus or facts.asks_mig or facts.own_visible_devices \
+            or facts.own_visible_unknown:
         return True
     if view is None:
         return False

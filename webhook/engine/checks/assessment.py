@@ -101,7 +101,7 @@ FACTS: Mapping[str, Callable[[PodFacts, ClusterView], Hashable]] = {
     "GPU demand": lambda f, v: f.demand_key,
     "runtime class": lambda f, v: f.runtime_class,
     "privileged GPU containers": lambda f, v: f.privileged_gpus,
-    "own NVIDIA_VISIBLE_DEVICES": lambda f, v: f.own_visible_devices,
+    "own NVIDIA_VISIBLE_DEVICES": lambda f, v: (f.own_visible_devices, f.own_visible_unknown),
     "NRI annotations": lambda f, v: (f.nri_requests, f.namespace) if f.nri_requests else (),
     "DRA-served resources": lambda f, v: podclaims.demand(f, v).extended,
 }

@@ -35,6 +35,16 @@ def assess_own_devices(node: NodeInfo, facts: PodFacts, handler: str | None,
         # the annotations before any variable (internal/config/image/cuda_image.go,
         # VisibleDevices). The container's own value decides nothing there.
         return check
+    if facts.own_visible_unknown and check.state is NodeState.MISSING:
+        # A value from valueFrom replaces the plugin's UUIDs in that container: whether what
+        # it names resolves cannot be known here. Doubt, never a denial; steered off where
+        # other nodes can take the pod, since the plugin's own value fails there.
+        return NodeAssessment(
+            node.name, NodeState.UNKNOWN, kind=check.kind, mode=check.mode, way=check.way,
+            may_fail=True,
+            note="a GPU container takes NVIDIA_VISIBLE_DEVICES from valueFrom, which replaces "
+                 "the device plugin's; its value cannot be known at admission (the plugin's "
+                 f"own would fail: {check.note or ', '.join(check.missing[:2])})")
     own = [delivery.resolve_own(inv, v, handler, node.gpu_uuids(), facts.privileged_gpus)
            for v in facts.own_visible_devices]
     for r in own:
@@ -56,7 +66,8 @@ def assess_own_devices(node: NodeInfo, facts: PodFacts, handler: str | None,
 
 def _prepare(ask: Ask) -> Any:
     # only where its pool's devices are checked at all
-    return True if ask.facts.own_visible_devices and ask.pool.cdi.checked else None
+    return True if (ask.facts.own_visible_devices or ask.facts.own_visible_unknown) \
+        and ask.pool.cdi.checked else None
 
 
 def _assess(node: NodeInfo, ask: Ask, prepared: Any, so_far: NodeAssessment | None

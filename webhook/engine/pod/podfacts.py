@@ -146,18 +146,24 @@ class PodFacts(NamedTuple):
         return self._own_visible_devices[0]
 
     @property
+    def own_visible_unknown(self) -> bool:
+        """A GPU container takes NVIDIA_VISIBLE_DEVICES from ``valueFrom``: it overrides the
+        device plugin's with a value that cannot be known at admission."""
+        return self._own_visible_devices[2]
+
+    @property
     def only_own_visible_devices(self) -> bool:
         """Every GPU container sets NVIDIA_VISIBLE_DEVICES itself: the plugin's value reaches
         none of them."""
         return self._own_visible_devices[1]
 
     @property
-    def _own_visible_devices(self) -> tuple[tuple[str, ...], bool]:
+    def _own_visible_devices(self) -> tuple[tuple[str, ...], bool, bool]:
         hit = self.memo.get("own_visible_devices")
         if hit is None:  # (on every review: no closure, and the usual answer is quick)
             hit = self.memo["own_visible_devices"] = _own_visible_devices(
                 self.spec, self.gpu_containers)
-        return cast(tuple[tuple[str, ...], bool], hit)
+        return cast(tuple[tuple[str, ...], bool, bool], hit)
 
     @property
     def nri_requests(self) -> nri.Requests:
@@ -206,14 +212,17 @@ def _asks_for(container: Mapping[str, Any], names: frozenset[str]) -> bool:
 
 
 def _own_visible_devices(spec: Mapping[str, Any], gpu_containers: tuple[Mapping[str, Any], ...]
-                         ) -> tuple[tuple[str, ...], bool]:
+                         ) -> tuple[tuple[str, ...], bool, bool]:
+    """(the literal values, every GPU container sets one, one comes from valueFrom)."""
     if not any(c.get("env") for c in gpu_containers):
-        return (), False  # nearly every pod: no GPU container sets any variable
-    gpu = [objects.literal_value(e) if e is not None else None
-           for e in (objects.env_entry(c.get("env"), "NVIDIA_VISIBLE_DEVICES")
-                     for c in gpu_containers)]
+        return (), False, False  # nearly every pod: no GPU container sets any variable
+    entries = [objects.env_entry(c.get("env"), "NVIDIA_VISIBLE_DEVICES")
+               for c in gpu_containers]
+    gpu = [objects.literal_value(e) if e is not None else None for e in entries]
     found = {v for v in gpu if v is not None}
-    return tuple(sorted(found)), bool(found) and all(v is not None for v in gpu)
+    referenced = any(isinstance(e, Mapping) and e.get("valueFrom") is not None
+                     for e in entries)
+    return tuple(sorted(found)), bool(found) and all(v is not None for v in gpu), referenced
 
 
 def _privileged(container: Mapping[str, Any]) -> bool:
