@@ -676,6 +676,8 @@ class Judged:
     admitted: dict | None = None  # the pod as stored, after gpupool's mutation
     apart: str = ""  # counted apart: why
     note: str = ""  # within its outcome, what kind of it (shown under the outcome's line)
+    #: the nodes it could reach without gpupool's steering
+    reach: list[str] = field(default_factory=list)
 
 
 #: Fine, and pending: every node the pod can reach fails it, some only in doubt (a way only
@@ -830,6 +832,9 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
         mutated = jsonpatch.apply_patch(pod, rv.mutation.patch)
     j = Judged(pod, cluster, final.allowed, str(final.reason), final.message, "",
                admitted=mutated)
+    unsteered = _without_steering(mutated)
+    j.reach = [n.name for n in cluster.nodes
+               if reachable(unsteered, n, cluster.labels(n.name))]
     if final.allowed:
         where = {n.name: node_runs(cluster, mutated, n) for n in cluster.nodes
                  if reachable(mutated, n, cluster.labels(n.name))}
@@ -936,7 +941,52 @@ def table(judged: list[Judged]) -> str:
         lines.append("counted apart:")
         lines += [f"  {k:<{width - 2}} {v}" for k, v in sorted(apart.items())]
     lines.append(f"{'total':<{width}} {len(judged)}")
+    lines.append("by class (issue 34): pods that meet it, and their outcomes")
+    for label, outcomes in by_class(judged).items():
+        lines.append(f"  {label:<{width - 2}} {sum(outcomes.values())}  "
+                     + ", ".join(f"{o} {n}" for o, n in sorted(outcomes.items())))
     return "\n".join(lines)
+
+
+def _disk_misleads(n: NodeSetup) -> bool:
+    return (n.plugin == "cdi") != any(f.startswith("k8s.device-plugin") for _, f, _ in n.specs)
+
+
+def _no_objects(j: Judged) -> bool:
+    return j.cluster.policy_name.startswith("detect") and "ClusterPolicy" not in \
+        j.cluster.policy_name
+
+
+#: Issue 34's classes: which pods meet each (a node it can reach, or what it sets itself).
+CLASSES: tuple[tuple[str, Any], ...] = (
+    ("1 a HAMi GPU cordoned after registration",
+     lambda j, ns: any(n.cordoned for n in ns)),
+    ("2 own NVIDIA_VISIBLE_DEVICES, plugin hands CDI names",
+     lambda j, ns: _own_value(j.pod) is not None and any(n.plugin == "cdi" for n in ns)),
+    ("3 NRI annotations beside an envvar plugin",
+     lambda j, ns: any(k.startswith(DOMAIN) for k in j.pod["metadata"]["annotations"])
+     and j.cluster.nri_allowed is not None and any(n.plugin == "envvar" for n in ns)),
+    ("4 HAMi's plugin outside HAMi's pool", lambda j, ns: any(n.hami_plugin for n in ns)),
+    ("5 strategy learned from the plugin's pod, disk misleads",
+     lambda j, ns: _no_objects(j) and any(n.learns == "yes" and _disk_misleads(n)
+                                           for n in ns)),
+    ("6 MIG devices, single strategy", lambda j, ns: any(n.mig_strategy == "single"
+                                                          and n.mig for n in ns)),
+    ("7 strategy only inferred (its pod does not say)",
+     lambda j, ns: _no_objects(j) and any(n.learns != "yes" for n in ns)),
+    ("8 own NVIDIA_VISIBLE_DEVICES, legacy mode",
+     lambda j, ns: _own_value(j.pod) is not None and (
+         j.pod["spec"].get("runtimeClassName") == "nvidia-legacy"
+         or any(n.mode == "legacy" for n in ns))),
+)
+
+
+def by_class(judged: list[Judged]) -> dict[str, Counter[str]]:
+    out: dict[str, Counter[str]] = {}
+    for label, meets in CLASSES:
+        out[label] = Counter(j.outcome if not j.apart else "counted apart" for j in judged
+                             if meets(j, [_setup(j.cluster, n) for n in j.reach]))
+    return out
 
 
 def explain(j: Judged) -> str:

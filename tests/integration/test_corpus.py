@@ -54,6 +54,9 @@ def test_zero_late_failures_and_zero_false_denials(tmp_path):
     assert any(n.cordoned for n in nodes)
     # ...and HAMi's plugin where its DaemonSet's selector lands outside HAMi's pool
     assert any(n.hami_plugin and n.pool == "operator" for n in nodes)
+    # Each class of the table's "by class" section is met by pods admitted and denied.
+    for label, outcomes in corpus.by_class(judged).items():
+        assert outcomes["fine"] >= 5 and outcomes["denied correctly"], (label, outcomes)
     learned = Counter(n.learns for c in {id(j.cluster): j.cluster for j in judged}.values()
                       for n in c.nodes)
     assert learned["yes"] and learned["no access"] and learned["valueFrom"], learned
