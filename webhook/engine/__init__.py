@@ -34,6 +34,7 @@ _SURFACE = {
     "load_resources": "view.cluster", "claims_of": "view.cluster",
     # DRA, the GPU Operator's ClusterPolicy and HAMi's device-plugin DaemonSet
     "DeviceClass": "stacks.dra", "Slice": "stacks.dra", "mixed_resources": "checks.allocation",
+    "allocation_on_nodes": "checks.allocation",
     "cluster_operator": "stacks.clusterpolicy", "hami_plugin_from": "stacks.hamiplugin",
     "HAMI_PLUGIN_SELECTOR": "stacks.hamiplugin",
     # the policy
@@ -89,6 +90,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.aftercare.podrisk import SchedulerState as SchedulerState
     from webhook.engine.aftercare.podrisk import finished as finished
     from webhook.engine.aftercare.podrisk import recheck as recheck
+    from webhook.engine.checks.allocation import allocation_on_nodes as allocation_on_nodes
     from webhook.engine.checks.allocation import mixed_resources as mixed_resources
     from webhook.engine.checks.assessment import NodeAssessment as NodeAssessment
     from webhook.engine.checks.assessment import NodeState as NodeState

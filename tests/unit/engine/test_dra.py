@@ -439,7 +439,14 @@ def test_first_available_needs_one_pool_that_serves_an_alternative_of_every_requ
     policy = load_policy_text(TWO_DRA_POOLS)
     view = make_view(policy, nodes=[node("dra-node-1", "dra"), node("dra-node-2", "dra"),
                                     node("mig-1", "mig")])
-    d = review(pod("mig-or-gpu"), view, policy)  # mig first, then a full GPU
+    # mig first, then a full GPU: node mig-1 publishes no MIG device, so the scheduler would
+    # take the second alternative, in pool dra (issue 35, item 1)
+    d = review(pod("mig-or-gpu"), view, policy)
+    assert d.allowed and d.pool == "dra", d.to_json()
+    # pinned to pool mig by the pod itself, the alternatives are no conflict
+    pinned = pod("mig-or-gpu")
+    pinned["spec"]["nodeSelector"] = {"gpupool.io/pool": "mig"}
+    d = review(pinned, view, policy)
     assert d.allowed and d.pool == "mig", d.to_json()
     d = review(pod("mig-or-gpu", "one-gpu"), view, policy)  # the other claim needs dra
     assert d.allowed and d.pool == "dra", d.to_json()

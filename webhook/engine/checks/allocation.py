@@ -32,7 +32,7 @@ from webhook.engine.core.resources import pod_requests
 from webhook.engine.placement import candidates as cand
 from webhook.engine.pod import affinity, podclaims
 from webhook.engine.pod.podfacts import PodFacts
-from webhook.engine.stacks import dra
+from webhook.engine.stacks import allocator, dra
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
@@ -76,16 +76,56 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
         short = cand.unfit_reason(node, cand.GPUDemand(requests=tuple(sorted(
             (r, c.spec.requests[0][0].amount) for r, c in extra.items()))))
         return _NodeCheck(node.name, short is None, short or "", device_plugin=short is None)
-    result = dra.judge_node(claims, view.slices_for(node.name), view.device_classes() or {})
+    # Once every held device is free: whether the node can ever take the pod.
+    result = allocator.allocate([c.spec for c in claims], node.name, node.labels,
+                                view.slices_for(node.name), view.device_classes() or {}, None,
+                                affinity.term_matches)
+    if result.ok is None:
+        return _NodeCheck(node.name, False, result.why, result.why)
     if not result.ok:
-        return _NodeCheck(node.name, False, result.why, result.doubt, fatal=result.fatal)
+        if result.fatal:
+            return _NodeCheck(node.name, False, result.why, fatal=result.fatal)
+        # Name the request no device here serves even alone, where there is one; else the
+        # requests fail only together (constraints, capacity, counters, one device each).
+        alone = dra.judge_node(claims, view.slices_for(node.name), view.device_classes() or {})
+        return _NodeCheck(node.name, False, alone.why or result.why)
     runtime = node.inventory.runtime if node.inventory is not None else None
     if runtime is not None and runtime.containerd_cdi is False:
         return _NodeCheck(node.name, False,
                           "containerd has CDI disabled (enable_cdi = false): the DRA driver's "
-                          "CDI devices would not reach the container", result.doubt,
-                          undelivered=True)
-    return _NodeCheck(node.name, True, doubt=result.doubt)
+                          "CDI devices would not reach the container", undelivered=True)
+    return _NodeCheck(node.name, True)
+
+
+#: nodes tried for "can it be allocated now, with the held devices in use" per review
+NOW_TRIES = 16
+
+
+def _waits(facts: PodFacts, d: dra.ClaimDemand, able: Iterable[NodeFinding],
+           view: ClusterView) -> int | None:
+    """Of the nodes that could ever allocate the pod, how many cannot now, the devices
+    allocated claims hold being in use: 0 when one can; None when not known (more nodes
+    than ``NOW_TRIES``, or doubt)."""
+    held = view.held_devices()
+    if not held:
+        return 0
+    in_use = allocator.InUse.of(held)
+    extra = _extended_claims(d, facts.spec)
+    tried = 0
+    for finding in able:
+        node = view.node(finding.node)
+        if node is None:
+            continue
+        tried += 1
+        if tried > NOW_TRIES:
+            return None
+        claims = tuple(c.spec for c in d.claims if c.spec.allocated is None) + tuple(
+            c.spec for r, c in extra.items() if podclaims.dra_served(node, r, d.extended))
+        now = allocator.allocate(claims, node.name, node.labels, view.slices_for(node.name),
+                                 view.device_classes() or {}, in_use, affinity.term_matches)
+        if now.ok is not False:
+            return 0
+    return tried
 
 
 @functools.lru_cache(maxsize=1024)
@@ -182,6 +222,35 @@ def _summary(facts: PodFacts, d: dra.ClaimDemand, pool: str, view: ClusterView, 
     return summary
 
 
+def allocation_on_nodes(claims: Iterable[Mapping[str, Any]], view: ClusterView,
+                        in_use: bool) -> dict[str, str]:
+    """For these ResourceClaims (objects), every node that publishes ResourceSlices:
+    "ok", "no", "doubt" or "error: ..." (fatal), as gpupool's allocator says; ``in_use``:
+    with the devices allocated claims hold in use (else all free). For comparing with
+    Kubernetes' own allocator."""
+    specs = [dra.claim_spec("ResourceClaim", c) for c in claims]
+    held = allocator.InUse.of(view.held_devices()) if in_use else None
+    out = {}
+    for name in sorted(view.nodes_with_slices()):
+        node = view.node(name)
+        labels = node.labels if node is not None else {}
+        r = allocator.allocate(specs, name, labels, view.slices_for(name),
+                               view.device_classes() or {}, held, affinity.term_matches)
+        out[name] = "doubt" if r.ok is None else "ok" if r.ok else \
+            f"error: {r.fatal}" if r.fatal else "no"
+    return out
+
+
+def can_allocate(facts: PodFacts, pool: str, view: ClusterView, policy: Policy) -> bool:
+    """Can some candidate node of the pool allocate the pod's claims (once every held
+    device is free), or serve it by device plugin?"""
+    d = podclaims.demand(facts, view)
+    if not d.any or view.device_classes() is None:
+        return False
+    s = _summary(facts, d, pool, view, policy)
+    return bool(s.able or s.served) and s.fatal is None
+
+
 def _admin_access(facts: PodFacts, d: dra.ClaimDemand, view: ClusterView) -> str | None:
     """The request that asks for admin access in a namespace not allowed to, if any."""
     labels = view.namespace_labels(facts.namespace or "")
@@ -260,6 +329,12 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
         if s.able:
             out.message = (f"{who}: {s.able} of {s.total} candidate node(s) of pool "
                            f"{pool_name} can allocate its DRA claims")
+            waits = _waits(facts, d, s.able_findings, view) if not s.served and \
+                s.able <= len(s.able_findings) else 0
+            if waits:
+                out.warn(f"gpupool: this pod waits for devices in use on {waits} node(s) "
+                         f"of pool {pool_name}: allocated claims hold what it needs")
+                out.message += "; it waits for devices allocated claims hold"
         return out if out.warnings or out.nodes else None
     findings = [NodeFinding(c.node, note=c.why) for c in s.failing_first]
     shown = "; ".join(f"{c.node}: {c.why}" for c in s.failing_first[:SHOW_NODES]) + \

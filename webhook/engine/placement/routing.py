@@ -69,6 +69,8 @@ def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
             return {}
         common = set.intersection(*({p for p, _ in s} for s in served))
         chosen = next((p for p, _ in served[0] if p in common), None)
+        facts.memo["dra-pool-order"] = tuple(dict.fromkeys(
+            p for p, _ in served[0] if p in common))
         found: dict[str, set[str]] = {}
         if chosen is not None:  # each request's first alternative there is the one tried
             found[chosen] = {f"DeviceClass {next(c for p, c in s if p == chosen)}"
@@ -79,6 +81,15 @@ def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
                     found.setdefault(pool, set()).add(f"DeviceClass {cls}")
         return {k: tuple(sorted(v)) for k, v in found.items()}
     return {k: list(v) for k, v in facts.once("dra-routes", compute).items()}
+
+
+def alternative_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
+                      ) -> tuple[str, ...]:
+    """The pools that serve one alternative of every request of the pod's claims, in the
+    order the scheduler tries the alternatives (``routed_classes`` routes to the first)."""
+    routed_classes(facts, view, policy)
+    found = facts.memo.get("dra-pool-order")
+    return found if isinstance(found, tuple) else ()
 
 
 def _serving_pools(resource: str, cls: str, view: ClusterView, policy: Policy
@@ -203,7 +214,11 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
         out.denial = (Reason.EXCLUSIVE_RESOURCE_CONFLICT,
                       f"the pod asks for things no single pool serves: {parts}")
         return out
+    alternatives = alternative_pools(facts, view, policy) if exclusive else ()
     for pool, hits in exclusive.items():
+        if out.pool is not None and out.pool != pool and out.pool in alternatives \
+                and pool in alternatives and all(h.startswith("DeviceClass ") for h in hits):
+            continue  # the pod's own pin picks among its claims' alternatives
         if out.pool is not None and out.pool != pool:
             out.denial = (Reason.EXCLUSIVE_RESOURCE_CONFLICT,
                           f"{', '.join(hits)} is served only by pool {pool!r}, but "

@@ -74,6 +74,11 @@ def quantity(text: str) -> dict[str, str]:
     return quantity_value(parse_quantity(text))
 
 
+def fraction_of(value: Any) -> Fraction:
+    """A CEL quantity value (or an int) as a number."""
+    return _q(value)
+
+
 def _q(value: Any) -> Fraction:
     if isinstance(value, Mapping) and QUANTITY_KEY in value:
         return Fraction(str(value[QUANTITY_KEY]))

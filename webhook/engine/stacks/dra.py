@@ -24,6 +24,7 @@ import json
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 from webhook.engine.core import objects, taints
@@ -127,6 +128,56 @@ def _interned(t: tuple[Any, ...]) -> tuple[Any, ...]:
     return _SHARED.setdefault(t, t)
 
 
+class Capacity(NamedTuple):
+    """A device capacity's request policy, where it has one (KEP-5075 consumable capacity):
+    what a request that names no value consumes, and the values it may ask."""
+
+    default: Fraction | None
+    minimum: Fraction | None
+    maximum: Fraction | None
+    step: Fraction | None
+    valid_values: tuple[Fraction, ...] | None
+
+
+class DeviceExtras(NamedTuple):
+    """What a device publishes beyond attributes and capacity values, read only where some
+    device of the slice does (partitionable devices, consumable capacity, per-device node
+    selection)."""
+
+    multi: bool  # allowMultipleAllocations
+    policies: tuple[tuple[str, Capacity], ...]  # capacity name -> its request policy
+    consumes: tuple[tuple[str, tuple[tuple[str, Fraction | None], ...]], ...]
+    selection: str | None  # per-device node selection, as JSON ({"nodeName": ...} etc.)
+
+
+def _policy(raw: object) -> Capacity | None:
+    p = _mapping(raw)
+    if not p:
+        return None
+    rng = _mapping(p.get("validRange"))
+    values = p.get("validValues")
+    return Capacity(quantity_or_none(p.get("default")), quantity_or_none(rng.get("min")),
+                    quantity_or_none(rng.get("max")), quantity_or_none(rng.get("step")),
+                    tuple(q for v in values if (q := quantity_or_none(v)) is not None)
+                    if isinstance(values, list) else None)
+
+
+def _extras(dev: Mapping[str, Any]) -> DeviceExtras | None:
+    policies = tuple(sorted((str(k), pol) for k, v in _mapping(dev.get("capacity")).items()
+                            if (pol := _policy(_mapping(v).get("requestPolicy"))) is not None))
+    consumes = tuple(
+        (str(_mapping(c).get("counterSet")), tuple(sorted(
+            (str(k), quantity_or_none(_mapping(v).get("value")))
+            for k, v in _mapping(_mapping(c).get("counters")).items())))
+        for c in _list(dev.get("consumesCounters")))
+    selection = {k: dev[k] for k in ("nodeName", "allNodes", "nodeSelector") if k in dev}
+    multi = dev.get("allowMultipleAllocations") is True
+    if not (multi or policies or consumes or selection):
+        return None
+    return DeviceExtras(multi, policies, consumes,
+                        json.dumps(selection, sort_keys=True) if selection else None)
+
+
 @dataclass(frozen=True, eq=False, slots=True)
 class Slice:
     """A ResourceSlice, reduced: whose devices, where they can be used, and each device's
@@ -144,6 +195,16 @@ class Slice:
     taints: tuple[tuple[Mapping[str, Any], ...], ...]  # per device; () when none has any
     #: per request shape: the devices it matched (a cache; a changed slice is a new object)
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: (pool name, generation, resourceSliceCount): the allocator takes a pool whole
+    pool: tuple[str, int, int] = ("", 0, 1)
+    #: spec.allNodes, spec.nodeSelector (JSON), spec.perDeviceNodeSelection
+    all_nodes: bool = False
+    selector: str | None = None
+    per_device: bool = False
+    #: spec.sharedCounters: counter set -> counter -> value (a slice holds these or devices)
+    counters: tuple[tuple[str, tuple[tuple[str, Fraction | None], ...]], ...] = ()
+    #: per device, what ``DeviceExtras`` holds; None where no device has any
+    extras: tuple[DeviceExtras | None, ...] | None = None
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Slice | None:
@@ -156,6 +217,7 @@ class Slice:
         names: list[str] = []
         rows: list[dict[Field, Any]] = []
         held: list[tuple[Mapping[str, Any], ...]] = []  # each device's hard taints
+        extras: list[DeviceExtras | None] = []
         for raw in _list(spec.get("devices")):
             dev = _mapping(raw)
             dname = dev.get("name")
@@ -165,6 +227,15 @@ class Slice:
             rows.append(_fields(dev, driver))
             held.append(tuple(t for t in _list(dev.get("taints"))
                               if isinstance(t, Mapping) and t.get("effect") in taints.HARD_EFFECTS))
+            extras.append(_extras(dev))
+        pool = _mapping(spec.get("pool"))
+        generation, count = pool.get("generation"), pool.get("resourceSliceCount")
+        selector = spec.get("nodeSelector")
+        counters = tuple(
+            (str(_mapping(c).get("name")), tuple(sorted(
+                (str(k), quantity_or_none(_mapping(v).get("value")))
+                for k, v in _mapping(_mapping(c).get("counters")).items())))
+            for c in _list(spec.get("sharedCounters")))
         keys = sorted({k for row in rows for k in row})
         shared, varying = [], []
         for k in keys:
@@ -176,7 +247,16 @@ class Slice:
         return cls(name, sys.intern(driver), node if isinstance(node, str) and node else None,
                    _interned(tuple(names)),
                    _interned(tuple(shared)), tuple(varying),
-                   tuple(held) if any(held) else ())
+                   tuple(held) if any(held) else (),
+                   pool=(sys.intern(str(pool.get("name") or "")),
+                         generation if isinstance(generation, int) else 0,
+                         count if isinstance(count, int) and count > 0 else 1),
+                   all_nodes=spec.get("allNodes") is True,
+                   selector=json.dumps(selector, sort_keys=True)
+                   if isinstance(selector, Mapping) else None,
+                   per_device=spec.get("perDeviceNodeSelection") is True,
+                   counters=counters,
+                   extras=tuple(extras) if any(e is not None for e in extras) else None)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -213,6 +293,9 @@ class DeviceRequest(NamedTuple):
     amount: int  # devices wanted; 0: allocationMode All
     admin_access: bool
     tolerations: tuple[Mapping[str, Any], ...]
+    #: capacity.requests: capacity name (as the device publishes it) -> quantity; None
+    #: where a value does not parse
+    capacity: tuple[tuple[str, Fraction | None], ...] = ()
 
 
 def _request(name: str, raw: Mapping[str, Any]) -> DeviceRequest:
@@ -220,11 +303,45 @@ def _request(name: str, raw: Mapping[str, Any]) -> DeviceRequest:
     all_mode = raw.get("allocationMode") == "All"
     tolerations = tuple(t for t in _list(raw.get("tolerations")) if isinstance(t, Mapping))
     cls = raw.get("deviceClassName")
+    wanted = _mapping(_mapping(raw.get("capacity")).get("requests"))
     return DeviceRequest(name, cls if isinstance(cls, str) else "",
                          _selectors(raw.get("selectors")),
                          0 if all_mode else (count if isinstance(count, int) and count > 0
                                              else 1),
-                         raw.get("adminAccess") is True, tolerations)
+                         raw.get("adminAccess") is True, tolerations,
+                         tuple(sorted((str(k), quantity_or_none(v))
+                                      for k, v in wanted.items())))
+
+
+def quantity_or_none(value: object) -> Fraction | None:
+    """A resource.Quantity as a number (None: it does not parse)."""
+    if not isinstance(value, str | int) or isinstance(value, bool):
+        return None
+    try:
+        return cel.parse_quantity(str(value))
+    except cel.CELError:
+        return None
+
+
+class Constraint(NamedTuple):
+    """One of a claim's ``spec.devices.constraints``: every device allocated for
+    ``requests`` (all of the claim's when empty) has the same value of ``attribute``
+    (``match``), or no two the same (``distinct``)."""
+
+    match: bool
+    attribute: str  # fully qualified: <domain>/<name>
+    requests: tuple[str, ...]
+
+
+class Held(NamedTuple):
+    """A device an allocated claim holds (``status.allocation.devices.results``)."""
+
+    driver: str
+    pool: str
+    device: str
+    shared: bool  # a share of a device that allows multiple allocations (shareID)
+    consumed: tuple[tuple[str, Fraction | None], ...]  # its consumedCapacity
+    admin: bool  # admin access: not counted as in use
 
 
 class ClaimSpec(NamedTuple):
@@ -238,11 +355,15 @@ class ClaimSpec(NamedTuple):
 
     requests: tuple[tuple[DeviceRequest, ...], ...]
     allocated: str | None = None
+    constraints: tuple[Constraint, ...] = ()
+    #: the devices it holds, where it is allocated
+    held: tuple[Held, ...] = ()
 
     @classmethod
     def from_spec(cls, spec: object) -> ClaimSpec:
         out: list[tuple[DeviceRequest, ...]] = []
-        for raw in _list(_mapping(_mapping(spec).get("devices")).get("requests")):
+        devices = _mapping(_mapping(spec).get("devices"))
+        for raw in _list(devices.get("requests")):
             r = _mapping(raw)
             name = r.get("name") if isinstance(r.get("name"), str) else ""
             if isinstance(r.get("exactly"), Mapping):
@@ -252,7 +373,14 @@ class ClaimSpec(NamedTuple):
                              for s in r["firstAvailable"] if isinstance(s, Mapping))
                 if subs:
                     out.append(subs)
-        return cls(tuple(out))
+        constraints = []
+        for raw in _list(devices.get("constraints")):
+            c = _mapping(raw)
+            names = tuple(str(n) for n in _list(c.get("requests")) if isinstance(n, str))
+            for key, match in (("matchAttribute", True), ("distinctAttribute", False)):
+                if isinstance(c.get(key), str):
+                    constraints.append(Constraint(match, c[key], names))
+        return cls(tuple(out), constraints=tuple(constraints))
 
     @property
     def classes(self) -> frozenset[str]:
@@ -269,8 +397,17 @@ def claim_spec(kind: str, obj: Mapping[str, Any]) -> ClaimSpec:
     allocation = _mapping(obj.get("status")).get("allocation")
     if isinstance(allocation, Mapping):
         terms = _list(_mapping(allocation.get("nodeSelector")).get("nodeSelectorTerms"))
+        held = []
+        for raw in _list(_mapping(allocation.get("devices")).get("results")):
+            r = _mapping(raw)
+            if all(isinstance(r.get(k), str) for k in ("driver", "pool", "device")):
+                held.append(Held(r["driver"], r["pool"], r["device"],
+                                 r.get("shareID") is not None,
+                                 tuple(sorted((str(k), quantity_or_none(v)) for k, v in
+                                              _mapping(r.get("consumedCapacity")).items())),
+                                 r.get("adminAccess") is True))
         out = out._replace(allocated=json.dumps(
-            [t for t in terms if isinstance(t, Mapping)], sort_keys=True))
+            [t for t in terms if isinstance(t, Mapping)], sort_keys=True), held=tuple(held))
     return out
 
 

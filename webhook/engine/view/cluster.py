@@ -219,6 +219,11 @@ class ClusterView:
     def claim(self, kind: str, namespace: str, name: str) -> dra.ClaimSpec | None:
         return self._dra.claims.get((kind, namespace, name))
 
+    def held_devices(self) -> tuple[dra.Held, ...]:
+        """Every device an allocated ResourceClaim holds: in use now."""
+        claims = tuple(self._dra.claims.values())
+        return tuple(h for c in claims for h in c.held)
+
     def runtime_classes(self) -> Mapping[str, str] | None:
         """RuntimeClass name -> handler, or None when gpupool does not know them."""
         return self._settings.runtime_classes
