@@ -18,6 +18,7 @@ from webhook.engine.admission import pods, workloads
 from webhook.engine.core import objects, patch
 from webhook.engine.core.decision import Decision, Reason, allow, deny
 from webhook.engine.core.policy import Policy, WorkloadTemplates
+from webhook.engine.pod import podclaims
 from webhook.engine.pod.podfacts import PodFacts, who_of
 from webhook.engine.view.cluster import ClusterView
 
@@ -113,17 +114,22 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     The replicas of a workload differ in their names alone: the first is decided in full and
     the rest are told its decision, naming them. The decision is kept in the view
     (``ClusterView.until_any_change``) under the view's version and its ResourceSlices': any change
-    a decision reads starts it over. A pod with resourceClaims is always decided in full
-    (its claims are read on demand and change without the view knowing)."""
+    a decision reads starts it over. Claims change without the view's version (one per pod
+    made from a template), so a pod with resourceClaims is kept under what the claims it
+    names ask, as the view holds them now: a claim created, changed or allocated is another
+    shape."""
     decide_facts = pods.mutate if stage.mutating else pods.validate
-    spec = obj.get("spec")
-    if view is None or (isinstance(spec, Mapping) and spec.get("resourceClaims")):
+    if view is None:
         return decide_facts(PodFacts.parse(obj, namespace, policy), view, policy)
+    spec = obj.get("spec")
+    claims = podclaims.claims_key(spec, namespace, view) \
+        if isinstance(spec, Mapping) and spec.get("resourceClaims") else ""
     meta = obj.get("metadata")
     shape = {**obj, "metadata": {k: v for k, v in meta.items() if k not in _NOT_READ}
              if isinstance(meta, Mapping) else meta}
     # (a digest: thousands of kept shapes must not each hold a copy of their pod)
-    digest = hashlib.blake2b(objects.json_key(shape).encode(), digest_size=16).digest()
+    digest = hashlib.blake2b((objects.json_key(shape) + claims).encode(),
+                             digest_size=16).digest()
     key = ("pod", stage, policy.cache_key, namespace, digest)
     kept = view.until_any_change(key, lambda: decide_facts(
         PodFacts.parse(obj, namespace, policy, who=_WHO), view, policy))

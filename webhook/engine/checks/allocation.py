@@ -77,9 +77,16 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
             (r, c.spec.requests[0][0].amount) for r, c in extra.items()))))
         return _NodeCheck(node.name, short is None, short or "", device_plugin=short is None)
     # Once every held device is free: whether the node can ever take the pod.
-    result = allocator.allocate([c.spec for c in claims], node.name, node.labels,
-                                view.slices_for(node.name), view.device_classes() or {}, None,
-                                affinity.term_matches)
+    slices = view.slices_for(node.name)
+    classes = view.device_classes() or {}
+    if _one_plain_request(claims, slices):
+        # One request of whole devices on plain slices: counting its devices is the
+        # allocator's answer, and far cheaper (identical devices are judged once).
+        alone = dra.judge_node(claims, slices, classes)
+        if not alone.fatal and not alone.doubt:
+            return _accept(node, alone.ok, alone.why)
+    result = allocator.allocate([c.spec for c in claims], node.name, node.labels, slices,
+                                classes, None, affinity.term_matches)
     if result.ok is None:
         return _NodeCheck(node.name, False, result.why, result.why)
     if not result.ok:
@@ -87,14 +94,32 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
             return _NodeCheck(node.name, False, result.why, fatal=result.fatal)
         # Name the request no device here serves even alone, where there is one; else the
         # requests fail only together (constraints, capacity, counters, one device each).
-        alone = dra.judge_node(claims, view.slices_for(node.name), view.device_classes() or {})
+        alone = dra.judge_node(claims, slices, classes)
         return _NodeCheck(node.name, False, alone.why or result.why)
+    return _accept(node, True, "")
+
+
+def _accept(node: NodeInfo, ok: bool, why: str) -> _NodeCheck:
+    if not ok:
+        return _NodeCheck(node.name, False, why)
     runtime = node.inventory.runtime if node.inventory is not None else None
     if runtime is not None and runtime.containerd_cdi is False:
         return _NodeCheck(node.name, False,
                           "containerd has CDI disabled (enable_cdi = false): the DRA driver's "
                           "CDI devices would not reach the container", undelivered=True)
     return _NodeCheck(node.name, True)
+
+
+def _one_plain_request(claims: Iterable[dra.PodClaim], slices: Iterable[dra.Slice]) -> bool:
+    """One request in all (alternatives allowed), no constraint, no capacity asked, and
+    slices without partitionable, shared or node-selected devices, each a whole pool:
+    nothing that makes devices depend on each other."""
+    claims = tuple(claims)
+    requests = [alts for c in claims for alts in c.spec.requests]
+    return len(requests) == 1 and not any(c.spec.constraints for c in claims) \
+        and not any(r.capacity for r in requests[0]) \
+        and all(s.extras is None and not s.counters and s.selector is None
+                and s.pool[2] == 1 for s in slices)
 
 
 #: nodes tried for "can it be allocated now, with the held devices in use" per review

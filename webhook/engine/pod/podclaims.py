@@ -8,7 +8,8 @@ deliver) and by the DRA check itself.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import dra
@@ -43,3 +44,11 @@ def dra_served(node: NodeInfo, resource: str, extended: Iterable[tuple[str, str]
     scheduler uses DRA for an extended resource on nodes that do not advertise it."""
     return any(r == resource for r, _ in extended) and not (
         node.allocatable and node.allocatable.get(resource))
+
+
+def claims_key(spec: Mapping[str, Any], namespace: str | None, view: ClusterView) -> str:
+    """What the claims a pod names ask, as the view holds them now (absent ones too): part
+    of the key a pod's decision is kept under, since claims change without the view's
+    version."""
+    return repr(tuple(view.claim(kind, namespace or "", name)
+                      for _, kind, name in dra.pod_claim_refs(spec)))
