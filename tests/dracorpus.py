@@ -41,6 +41,10 @@ BUILD = ROOT / "tests" / "drajudge" / "build.sh"
 NVIDIA, HAMI = "gpu.nvidia.com", "hami-core-gpu.project-hami.io"
 GPU_CLASS, MIG_CLASS, HAMI_CLASS = "gpu.nvidia.com", "mig.nvidia.com", HAMI
 NS = "ml"
+EXTENDED = "nvidia.com/gpu"
+IMPLICIT = f"deviceclass.resource.kubernetes.io/{GPU_CLASS}"
+#: what a device-plugin node of the operator pool advertises
+PLUGIN_GPUS = 4
 MODELS = (("NVIDIA A100-SXM4-80GB", "80Gi"), ("NVIDIA H100-80GB-HBM3", "80Gi"),
           ("NVIDIA L4", "24Gi"))
 POLICY = """apiVersion: gpupool.io/v1alpha1
@@ -82,8 +86,10 @@ def classes() -> list[dict[str, Any]]:
                 "metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": (
                     f"device.driver == '{driver}' && "
                     f"device.attributes['{driver}'].type == '{kind}'")}}]}}
-    return [cls(GPU_CLASS, NVIDIA, "gpu"), cls(MIG_CLASS, NVIDIA, "mig"),
-            cls(HAMI_CLASS, HAMI, "hami-gpu")]
+    hami = cls(HAMI_CLASS, HAMI, "hami-gpu")
+    # HAMi-DRA's class serves nvidia.com/gpu by name (KEP-5004), as the issue's cluster has it
+    hami["spec"]["extendedResourceName"] = EXTENDED
+    return [cls(GPU_CLASS, NVIDIA, "gpu"), cls(MIG_CLASS, NVIDIA, "mig"), hami]
 
 
 def nvidia_slices(rng: random.Random, node: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -154,6 +160,8 @@ class DraCluster:
     classes: list[dict[str, Any]]
     held: list[dict[str, Any]]  # claims allocated already
     pools: dict[str, str] = field(default_factory=dict)  # node -> pool
+    #: a claim in the pods' namespace allocated already, that pods may share
+    shared: dict[str, Any] | None = None
 
 
 def _held(rng: random.Random, driver: str, node: str, devices: list[str],
@@ -201,6 +209,12 @@ def make_cluster(rng: random.Random, index: int) -> DraCluster:
                 c.held.append(_held(rng, NVIDIA if pool == "dra" else HAMI, name,
                                     [d for d in devices if "mig" not in d],
                                     shared=pool == "hamidra"))
+            elif pool == "dra" and c.shared is None:
+                claim = _held(rng, NVIDIA, name, [d for d in devices if "mig" not in d][:1],
+                              shared=False)
+                claim["metadata"].update(name=f"shared-{index}", namespace=NS)
+                c.shared = claim
+                c.held.append(claim)
     return c
 
 
@@ -251,11 +265,20 @@ def _exact(rng: random.Random, kind: str) -> dict[str, Any]:
     return out
 
 
-def make_pod(rng: random.Random, i: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """A pod and the claim objects it names (templates, or claims of its own)."""
+def make_pod(rng: random.Random, i: int, c: DraCluster | None = None
+             ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A pod and the claim objects it names (templates, or claims of its own; a claim
+    allocated already that it shares), or extended resources a DeviceClass serves."""
     objs: list[dict[str, Any]] = []
     claims_spec = []
-    for k in range(rng.choice((1, 1, 1, 2))):
+    roll = rng.random()
+    limits: dict[str, Any] = {}
+    if roll < 0.1:  # an extended resource: by device plugin, or the class serving its name
+        limits = {rng.choice((EXTENDED, IMPLICIT)): rng.choice((1, 1, 2, 4))}
+    elif roll < 0.16 and c is not None and c.shared is not None:
+        claims_spec.append({"name": "shared",
+                            "resourceClaimName": c.shared["metadata"]["name"]})
+    for k in range(0 if limits else rng.choice((0, 1, 1) if claims_spec else (1, 1, 1, 2))):
         requests = [_request(rng, f"r{j}") for j in range(rng.choice((1, 1, 2)))]
         spec: dict[str, Any] = {"devices": {"requests": requests}}
         names = [r["name"] for r in requests]
@@ -278,17 +301,33 @@ def make_pod(rng: random.Random, i: int) -> tuple[dict[str, Any], list[dict[str,
                                                               version=4))},
                          "spec": spec})
             claims_spec.append({"name": f"c{k}", "resourceClaimName": name})
+    resources: dict[str, Any] = {"limits": limits} if limits else {
+        "claims": [{"name": c["name"]} for c in claims_spec]}
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "cuda",
+                                            "resources": resources}]}
+    if claims_spec:
+        spec["resourceClaims"] = claims_spec
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}", "namespace": NS},
-           "spec": {"resourceClaims": claims_spec, "containers": [{
-               "name": "main", "image": "cuda",
-               "resources": {"claims": [{"name": c["name"]} for c in claims_spec]}}]}}
+           "spec": spec}
     return pod, objs
 
 
 def pod_claims(pod: dict[str, Any], objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ResourceClaims the pod's claims become (a template's: the claim made from it)."""
+    """The ResourceClaims the pod's claims become (a template's: the claim made from it)
+    that are still to be allocated; an extended resource a DeviceClass serves becomes the
+    claim the scheduler makes for it (KEP-5004: that class, that many devices)."""
     out = []
-    for ref in pod["spec"]["resourceClaims"]:
+    for name, count in pod["spec"]["containers"][0]["resources"].get("limits", {}).items():
+        cls = HAMI_CLASS if name == EXTENDED else GPU_CLASS
+        out.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                    "metadata": {"name": f"{pod['metadata']['name']}-extended",
+                                 "namespace": NS, "uid": str(uuidlib.uuid4())},
+                    "spec": {"devices": {"requests": [{"name": "container-0-request-0",
+                                                       "exactly": {"deviceClassName": cls,
+                                                                   "count": count}}]}}})
+    for ref in pod["spec"].get("resourceClaims", ()):
+        if ref.get("name") == "shared":
+            continue  # allocated already: it pins the pod, and asks for nothing more
         if "resourceClaimName" in ref:
             out.append(next(o for o in objs if o["kind"] == "ResourceClaim"
                             and o["metadata"]["name"] == ref["resourceClaimName"]))
@@ -367,7 +406,8 @@ def run(seed: int, pods: int, clusters: int = 10, policy_text: str = POLICY
     rng = random.Random(seed)
     policy = load_policy_text(policy_text)
     made = [make_cluster(rng, i) for i in range(clusters)]
-    drawn = [(made[i % clusters], *make_pod(rng, i)) for i in range(pods)]
+    drawn = [(made[i % clusters], *make_pod(rng, i, made[i % clusters]))
+             for i in range(pods)]
     questions = []
     for c, pod, objs in drawn:
         claims = pod_claims(pod, objs)
@@ -386,10 +426,43 @@ def run(seed: int, pods: int, clusters: int = 10, policy_text: str = POLICY
         pool = (mutated["metadata"].get("annotations") or {}).get("gpupool.io/pool", "")
         warnings = [w for d in (rv.mutation, rv.validation) if d is not None
                     for w in d.warnings]
+        now, ever = (_beyond_dra(c, pod, a) for a in (answers[2 * k], answers[2 * k + 1]))
         j = Judged(pod, final.allowed, str(final.reason), final.message, warnings, pool,
-                   answers[2 * k], answers[2 * k + 1], c.pools)
+                   now, ever, c.pools)
         j.outcome = classify(j)
         out.append(j)
+    return out
+
+
+def kind_of(pod: dict[str, Any]) -> str:
+    """What the pod asks by: an extended resource (its name), a shared claim, or claims."""
+    limits = pod["spec"]["containers"][0]["resources"].get("limits", {})
+    if limits:
+        return str(next(iter(limits)))
+    if any(r.get("name") == "shared" for r in pod["spec"].get("resourceClaims", ())):
+        return "shared claim"
+    return "claims"
+
+
+def _beyond_dra(c: DraCluster, pod: dict[str, Any], answers: dict[str, str]
+                ) -> dict[str, str]:
+    """The allocator's answers, with what it does not decide: a claim the pod shares that is
+    allocated already pins it to the node its allocation names (Kubernetes 1.35
+    dynamicresources: an allocated claim's nodeSelector filters nodes); the device-plugin
+    nodes serve an extended resource by their allocatable (the scheduler's NodeResourcesFit)."""
+    out = dict(answers)
+    limits = pod["spec"]["containers"][0]["resources"].get("limits", {})
+    for n in c.nodes:
+        name = n["metadata"]["name"]
+        if c.pools[name] == "operator":
+            out[name] = "ok" if limits.get(EXTENDED, PLUGIN_GPUS + 1) <= PLUGIN_GPUS else "no"
+        elif limits.get(EXTENDED) and out.get(name) == "ok" and c.pools[name] != "hamidra":
+            out[name] = "no"
+    if any(r.get("name") == "shared" for r in pod["spec"].get("resourceClaims", ())):
+        assert c.shared is not None
+        pinned = c.shared["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0][
+            "matchFields"][0]["values"][0]
+        out = {n: (a if n == pinned else "no") for n, a in out.items()}
     return out
 
 

@@ -4,7 +4,8 @@
 v0.35.4, the code kube-scheduler's DRA plugin runs node by node, on the seeded corpus of
 ``tests.dracorpus``: NVIDIA's driver's whole GPUs and partitionable MIG placements, HAMi-DRA's
 shared devices with consumable capacity, taints, held devices, templates and claims,
-``firstAvailable``, ``All``, constraints. Node by node gpupool's allocator must give the
+``firstAvailable``, ``All``, constraints, claims allocated already that pods share, extended
+resources a DeviceClass serves (KEP-5004). Node by node gpupool's allocator must give the
 allocator's answer; pod by pod, nothing is admitted silently that no node of its pool can
 ever allocate, nothing is denied that some node can, nothing is routed to a pool that cannot
 serve it while another can, and a pod that only waits for devices in use is told so.
@@ -27,7 +28,8 @@ PODS = int(os.environ.get("GPUPOOL_DRA_CORPUS_PODS", "1000"))
 def test_node_by_node_gpupool_allocates_as_kubernetes_does():
     rng = random.Random(SEED)
     clusters = [dracorpus.make_cluster(rng, i) for i in range(10)]
-    drawn = [(clusters[i % 10], *dracorpus.make_pod(rng, i)) for i in range(PODS)]
+    drawn = [(clusters[i % 10], *dracorpus.make_pod(rng, i, clusters[i % 10]))
+             for i in range(PODS)]
     policy = load_policy_text(dracorpus.POLICY)
     questions, ours = [], []
     for c, pod, objs in drawn:
@@ -73,3 +75,8 @@ def test_pod_by_pod_nothing_silent_nothing_denied_that_could_run():
         for outcome in ("fine", "waits for devices in use", "never allocatable, denied"):
             assert counted[outcome] > PODS // 100, table
         assert counted[dracorpus.PANICS] < PODS // 10, table
+        # ...among them pods sharing a claim allocated already, and pods asking for an
+        # extended resource a DeviceClass serves (by name, and implicitly)
+        kinds = Counter(dracorpus.kind_of(j.pod) for j in judged if j.outcome == "fine")
+        assert all(kinds[k] for k in ("shared claim", dracorpus.EXTENDED,
+                                      dracorpus.IMPLICIT)), kinds
