@@ -190,9 +190,9 @@ def report(res: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "memory":
+    if len(sys.argv) > 1 and sys.argv[1] == "memory":
         print(json.dumps(memory(int(sys.argv[2]), sys.argv[3] == "slices")))
-    elif sys.argv[1] == "time":
+    elif len(sys.argv) > 1 and sys.argv[1] == "time":
         print(json.dumps(timings([int(x) for x in sys.argv[2:]])))
     else:
         print(report(measure(tuple(int(x) for x in sys.argv[1:]) or SIZES)))

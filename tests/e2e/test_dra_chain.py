@@ -122,6 +122,22 @@ EXTRA_TEMPLATES += [
         {"name": "full", "deviceClassName": "gpu.nvidia.com"}]}),
     # Kubernetes' CEL libraries beyond the standard one: cel.bind, and the apiserver's IP,
     # CIDR, URL, lists and sets libraries (which gpupool once left unevaluated: doubt)
+    # the claim's constraints: two requests on GPUs of one product (dra-a's two), and an L4
+    # with another GPU of its product (dra-b has one L4; distinctAttribute needs the
+    # DRAConsumableCapacity gate, which this API server does not enable)
+    {**_template("match-two", {"exactly": {"deviceClassName": "gpu.nvidia.com"}}),
+     "spec": {"spec": {"devices": {
+         "requests": [{"name": r, "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+                      for r in ("a", "b")],
+         "constraints": [{"requests": ["a", "b"],
+                          "matchAttribute": "gpu.nvidia.com/productName"}]}}}},
+    {**_template("l4-pair", {"exactly": {"deviceClassName": "gpu.nvidia.com"}}),
+     "spec": {"spec": {"devices": {
+         "requests": [{"name": "l4", "exactly": {
+             "deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {"expression": (
+                 "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA L4'")}}]}},
+             {"name": "other", "exactly": {"deviceClassName": "gpu.nvidia.com"}}],
+         "constraints": [{"matchAttribute": "gpu.nvidia.com/productName"}]}}}},
     _template("k8s-cel-l4", {"exactly": {"deviceClassName": "gpu.nvidia.com", "selectors": [
         {"cel": {"expression": "cel.bind(g, device.attributes['gpu.nvidia.com'], "
                                "g.productName.startsWith('NVIDIA L4'))"}},
@@ -282,6 +298,8 @@ SHAPES: dict[str, dict[str, Any]] = {
     "gpu-or-ghost": _pod("gpu-or-ghost", ["gpu-or-ghost"]),
     "hami-or-gpu": _pod("hami-or-gpu", ["hami-or-gpu"]),
     "k8s-cel-l4": _pod("k8s-cel-l4", ["k8s-cel-l4"]),
+    "match-two": _pod("match-two", ["match-two"]),
+    "l4-pair": _pod("l4-pair", ["l4-pair"]),
 }
 #: the shapes HAMi-DRA's class routes to HAMi's pool
 HAMI_SHAPES = ("hami-claim", "hami-or-gpu")
@@ -421,6 +439,13 @@ def test_gpupool_and_the_scheduler_agree_on_every_dra_shape(dra, tmp_path):
     assert by["k8s-cel-l4"]["gpupool"] == "can allocate"
     assert by["k8s-cel-l4"]["nodes that can (gpupool check)"] == ["dra-b"]
     assert by["k8s-cel-l4"]["scheduler"] == "dra-b"
+    # the claims' constraints, decided together as the allocator does: two GPUs of one
+    # product fit on dra-a alone; an L4 and another L4 fit nowhere (counted request by
+    # request, each served by dra-b's one L4, gpupool once said dra-b could)
+    assert by["match-two"]["nodes that can (gpupool check)"] == ["dra-a"]
+    assert by["match-two"]["scheduler"] == "dra-a"
+    assert by["l4-pair"]["gpupool"] == "no node can allocate"
+    assert by["l4-pair"]["scheduler"] == "Unschedulable"
 
 
 def test_a_claim_allocated_already_pins_its_next_pods_as_the_scheduler_does(dra):
