@@ -342,7 +342,43 @@ def _max(xs: list[Any]) -> Any:
     return max(xs)
 
 
+# ------------------------------------------------------------------------ regex library
+# library.Regex (k8s.io/apiserver pkg/cel/library/regex.go): find and findAll on strings,
+# RE2 patterns (Python's re reads the ones selectors use alike).
+
+
+@functools.lru_cache(maxsize=256)
+def _regex(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise CELError(f"invalid regex {pattern!r}: {exc}") from exc
+
+
+def _find(text: str, pattern: str) -> str:
+    m = _regex(pattern).search(text)
+    return m.group(0) if m else ""
+
+
+def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
+    found = [m.group(0) for m in _regex(pattern).finditer(text)]
+    return found if limit < 0 else found[:limit]
+
+
 # --------------------------------------------------------------------------- environment
+
+#: ``device.attributes`` and ``device.capacity`` are compiled as variables of their own
+#: type, map(string, map(string, dyn)), as Kubernetes declares them (cel/compile.go): this
+#: runtime's checker refuses a comprehension over a map it sees as ``dyn``.
+_TYPED = {"attributes": "__attributes", "capacity": "__capacity"}
+_TYPED_REF = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\""
+                        r"|\bdevice\s*\.\s*(attributes|capacity)\b")
+
+
+def _typed(text: str) -> str:
+    """The expression with ``device.attributes``/``device.capacity`` read from their typed
+    variables (string literals left as they are)."""
+    return _TYPED_REF.sub(lambda m: _TYPED[m.group(1)] if m.group(1) else m.group(0), text)
 
 
 @functools.cache
@@ -423,6 +459,10 @@ def _env() -> Any:
         fn("sum", ("list_sum", D, [L], True, lambda xs: sum(xs))),
         fn("min", ("list_min", D, [L], True, _min)),
         fn("max", ("list_max", D, [L], True, _max)),
+        # library.Regex
+        fn("find", ("string_find_string", S, [S, S], True, _find)),
+        fn("findAll", ("string_findAll_string", L, [S, S], True, _find_all),
+           ("string_findAll_string_int", L, [S, S, N], True, _find_all)),
         # cel-go ext.Sets
         fn("sets.contains", ("sets_contains", B, [L, L], False,
                              lambda a, b: all(x in a for x in b))),
@@ -434,7 +474,8 @@ def _env() -> Any:
     ]
     # ext.Bindings (cel.bind), which the DRA environment adds (k8s.io/dynamic-resource-
     # allocation v0.35.4 cel/compile.go, newCompiler)
-    return cel.NewEnv(variables={"device": D},
+    fields = T.Map(S, T.Map(S, D))
+    return cel.NewEnv(variables={"device": D, **{v: fields for v in _TYPED.values()}},
                       extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings()],
                       functions=functions)
 
@@ -462,7 +503,7 @@ class Selector(NamedTuple):
 def compile_selector(text: str) -> Selector:
     """Compile once per distinct expression (every pod of a workload repeats its claim's)."""
     try:
-        program = _env().compile(text)
+        program = _env().compile(_typed(text))
     except RuntimeError as exc:
         return Selector(text, None, _first_line(exc))
     kind = program.return_type()
@@ -488,7 +529,8 @@ def evaluate(selector: Selector, device: Mapping[str, Any]) -> bool | str:
                                       **{d: {} for p, d in absent if p == part}}
                                for part in {p for p, _ in absent}}}
     try:
-        out = selector.program.eval(data={"device": device})
+        out = selector.program.eval(data={"device": device, **{
+            v: device.get(part, {}) for part, v in _TYPED.items()}})
     except RuntimeError as exc:
         return _first_line(exc)
     result = out.value()
