@@ -322,8 +322,26 @@ def _query(u: _URL) -> dict[str, list[str]]:
 
 # ---------------------------------------------------------------- lists and sets libraries
 # library.Lists (pkg/cel/library/lists.go) and cel-go's ext.Sets, in the same base env. The
-# lists' indexOf and lastIndexOf are not here: the string extensions declare those names,
-# and this runtime takes one declaration per name (a selector using them is doubt).
+# lists' indexOf and lastIndexOf share their names with the string extension's, and this
+# runtime takes one declaration per name: an expression the checker refuses for want of a
+# list overload is compiled again with both names read through functions that take lists
+# and strings alike (``_INDEXING``).
+
+
+def _index_of(xs: Any, x: Any, start: int | None = None, last: bool = False) -> int:
+    if isinstance(xs, str):  # as the string extension has it: code points, offset checked
+        if start is not None and not 0 <= start <= len(xs):
+            raise CELError(f"index out of range: {start}")
+        if last:
+            return xs.rfind(x, 0, None if start is None else start + len(x))
+        return xs.find(x, start or 0)
+    found = [i for i, v in enumerate(xs) if v == x and type(v) is type(x)]
+    if not found:
+        return -1
+    return found[-1] if last else found[0]
+
+
+_INDEXING = re.compile(r"\.(indexOf|lastIndexOf)\s*\(")
 
 
 def _sorted(xs: list[Any]) -> bool:
@@ -459,6 +477,19 @@ def _env() -> Any:
         fn("sum", ("list_sum", D, [L], True, lambda xs: sum(xs))),
         fn("min", ("list_min", D, [L], True, _min)),
         fn("max", ("list_max", D, [L], True, _max)),
+        # library.Lists' indexOf and lastIndexOf, with the string extension's (_INDEXING)
+        # (one overload per element type: this runtime dispatches on concrete types)
+        fn("__indexOf", *((f"__indexOf_list_{e.name()}", N, [L, e], True, _index_of)
+                          for e in (N, T.UINT, T.DOUBLE, S, B, T.BYTES)),
+           ("__indexOf_string", N, [S, S], True, _index_of),
+           ("__indexOf_string_int", N, [S, S, N], True, _index_of)),
+        fn("__lastIndexOf", *((f"__lastIndexOf_list_{e.name()}", N, [L, e], True,
+                               lambda xs, x: _index_of(xs, x, last=True))
+                              for e in (N, T.UINT, T.DOUBLE, S, B, T.BYTES)),
+           ("__lastIndexOf_string", N, [S, S], True,
+            lambda xs, x: _index_of(xs, x, last=True)),
+           ("__lastIndexOf_string_int", N, [S, S, N], True,
+            lambda xs, x, i: _index_of(xs, x, i, last=True))),
         # library.Regex
         fn("find", ("string_find_string", S, [S, S], True, _find)),
         fn("findAll", ("string_findAll_string", L, [S, S], True, _find_all),
@@ -505,7 +536,14 @@ def compile_selector(text: str) -> Selector:
     try:
         program = _env().compile(_typed(text))
     except RuntimeError as exc:
-        return Selector(text, None, _first_line(exc))
+        if "overload for 'indexOf'" not in str(exc) and \
+                "overload for 'lastIndexOf'" not in str(exc):
+            return Selector(text, None, _first_line(exc))
+        try:  # a list's indexOf: see _INDEXING
+            program = _env().compile(_INDEXING.sub(lambda m: f".__{m.group(1)}(",
+                                                   _typed(text)))
+        except RuntimeError as again:
+            return Selector(text, None, _first_line(again))
     kind = program.return_type()
     from cel_expr_python import cel
     if kind != cel.Type.BOOL and kind != cel.Type.DYN:
