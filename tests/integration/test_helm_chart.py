@@ -42,6 +42,7 @@ VALUE_SETS: dict[str, dict] = {
     "fail-open": {"webhook": {"failurePolicy": {"mutatePods": "Ignore", "validatePods": "Ignore",
                                                 "validateWorkloads": "Ignore"}}},
     "agent-off": {"agent": {"enabled": False}},
+    "plugin-pods-off": {"agent": {"pluginPods": False}},
     "audit-stdout-only": {"audit": {"stdout": True, "file": {"enabled": False}}},
 }
 
@@ -337,6 +338,18 @@ def test_agent_off_renders_no_agent_objects(rendered):
     assert not {n for n in names if "agent" in n}
     assert not [o for o in rendered["agent-off"] if o["kind"] in
                 ("DaemonSet", "ValidatingAdmissionPolicy")]
+
+
+def test_plugin_pods_off_drops_the_flag_and_the_read_access(rendered):
+    """agent.pluginPods: false runs the agent with --no-plugin-pods, and its ClusterRole then
+    reads no pods and no ConfigMaps; on (the default), both are there."""
+    for name, on in (("default", True), ("plugin-pods-off", False)):
+        ds = one(rendered[name], "DaemonSet", "gpupool-agent")
+        args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert ("--no-plugin-pods" in args) is not on, args
+        role = one(rendered[name], "ClusterRole", "gpupool-agent")
+        resources = {r for rule in role["rules"] for r in rule["resources"]}
+        assert ({"pods", "configmaps"} <= resources) is on, role
 
 
 def test_audit_and_policy_values_reach_the_server(rendered):
