@@ -395,7 +395,20 @@ JUNK: list[Any] = [None, 7, "x", [], {"spec": None}, {"spec": {"devices": "all"}
                                "x": {"string": "a", "int": 1}, "y": {"version": "not.a.v"},
                                "z": {"unknownType": 1}, "w": "flat"},
                                "capacity": {"memory": {"value": "lots"}, "c": 5},
-                               "taints": "none"}]}}]
+                               "taints": "none"}]}},
+                   # values of the wrong type, and junk where the allocator reads partitionable
+                   # devices, consumable capacity and shared counters
+                   {"metadata": {"name": "s2"}, "spec": {
+                       "driver": "gpu.nvidia.com", "nodeName": "dra-node-1",
+                       "pool": {"name": 7, "generation": "x", "resourceSliceCount": -2},
+                       "nodeSelector": "all", "sharedCounters": [None, {"counters": [1]}],
+                       "devices": [{"name": "j", "attributes": {
+                           "a": {"string": ["x"]}, "b": {"int": {}}, "c": {"bool": "yes"}},
+                           "allowMultipleAllocations": "yes", "consumesCounters": [
+                               None, {"counterSet": 5, "counters": {"k": {"value": []}}}],
+                           "capacity": {"memory": {"value": "8Gi", "requestPolicy": {
+                               "default": {}, "validRange": "wide", "validValues": [1, None]}}},
+                           "nodeName": ["n"]}]}}]
 
 
 @pytest.mark.parametrize("junk", JUNK)

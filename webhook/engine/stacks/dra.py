@@ -78,9 +78,11 @@ _SHARED_LIMIT = 4096
 def _attribute_value(raw: object) -> Any:
     """A DeviceAttribute's one typed field, hashable: versions as ("k8s.io/Semver", text)."""
     a = _mapping(raw)
-    for key in ("string", "bool", "int"):
+    for key, kind in (("string", str), ("bool", bool), ("int", int)):
         if key in a:
             v = a[key]
+            if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+                return None  # a value of the wrong type: as if the attribute were absent
             return sys.intern(v) if isinstance(v, str) else v
     if "version" in a:
         try:
