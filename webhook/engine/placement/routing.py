@@ -10,6 +10,7 @@ another cannot be placed without breaking one of them, so it is denied rather th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from webhook.engine.core import objects
 from webhook.engine.core.decision import Reason
@@ -43,6 +44,41 @@ def _exclusive_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
     return found
 
 
+class _DraRoutes(NamedTuple):
+    #: pool -> the DeviceClasses that are its evidence
+    found: dict[str, tuple[str, ...]]
+    #: the pools that serve one alternative of every request, in the scheduler's order
+    order: tuple[str, ...]
+
+
+def _dra_routes(facts: PodFacts, view: ClusterView | None, policy: Policy) -> _DraRoutes:
+    """What the pod's claims' DeviceClasses say of its pool: worked out once per pod."""
+    def compute() -> _DraRoutes:
+        d = podclaims.demand(facts, view)
+        # per request, in the scheduler's order: (pool, class) for each alternative a pool
+        # serves (requests no pool's class serves say nothing of the pool)
+        requests = [tuple(r.device_class for r in alts)
+                    for claim in d.claims for alts in claim.spec.requests]
+        requests += [(c,) for r, c in d.extended if r.startswith(dra.IMPLICIT_EXTENDED_PREFIX)]
+        served = [pools for classes in requests
+                  if (pools := [(p, c) for c in classes
+                                if (p := policy.pool_for_device_class(c)) is not None])]
+        if not served:
+            return _DraRoutes({}, ())
+        common = set.intersection(*({p for p, _ in s} for s in served))
+        order = tuple(dict.fromkeys(p for p, _ in served[0] if p in common))
+        found: dict[str, set[str]] = {}
+        if order:  # each request's first alternative there is the one tried
+            found[order[0]] = {f"DeviceClass {next(c for p, c in s if p == order[0])}"
+                               for s in served}
+        else:
+            for s in served:
+                for pool, cls in s:
+                    found.setdefault(pool, set()).add(f"DeviceClass {cls}")
+        return _DraRoutes({k: tuple(sorted(v)) for k, v in found.items()}, order)
+    return facts.once("dra-routes", compute)
+
+
 def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
                    ) -> dict[str, list[str]]:
     """pool -> the DeviceClasses of the pod's claims (and of the classes' implicit extended
@@ -55,41 +91,14 @@ def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
     scheduler tries them (the first request's alternatives, in turn). Only when no pool
     serves them all does every pool's evidence come back, which routing then names as a
     conflict."""
-    def compute() -> dict[str, tuple[str, ...]]:
-        d = podclaims.demand(facts, view)
-        # per request, in the scheduler's order: (pool, class) for each alternative a pool
-        # serves (requests no pool's class serves say nothing of the pool)
-        requests = [tuple(r.device_class for r in alts)
-                    for claim in d.claims for alts in claim.spec.requests]
-        requests += [(c,) for r, c in d.extended if r.startswith(dra.IMPLICIT_EXTENDED_PREFIX)]
-        served = [pools for classes in requests
-                  if (pools := [(p, c) for c in classes
-                                if (p := policy.pool_for_device_class(c)) is not None])]
-        if not served:
-            return {}
-        common = set.intersection(*({p for p, _ in s} for s in served))
-        chosen = next((p for p, _ in served[0] if p in common), None)
-        facts.memo["dra-pool-order"] = tuple(dict.fromkeys(
-            p for p, _ in served[0] if p in common))
-        found: dict[str, set[str]] = {}
-        if chosen is not None:  # each request's first alternative there is the one tried
-            found[chosen] = {f"DeviceClass {next(c for p, c in s if p == chosen)}"
-                             for s in served}
-        else:
-            for s in served:
-                for pool, cls in s:
-                    found.setdefault(pool, set()).add(f"DeviceClass {cls}")
-        return {k: tuple(sorted(v)) for k, v in found.items()}
-    return {k: list(v) for k, v in facts.once("dra-routes", compute).items()}
+    return {k: list(v) for k, v in _dra_routes(facts, view, policy).found.items()}
 
 
 def alternative_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
                       ) -> tuple[str, ...]:
     """The pools that serve one alternative of every request of the pod's claims, in the
     order the scheduler tries the alternatives (``routed_classes`` routes to the first)."""
-    routed_classes(facts, view, policy)
-    found = facts.memo.get("dra-pool-order")
-    return found if isinstance(found, tuple) else ()
+    return _dra_routes(facts, view, policy).order
 
 
 def _serving_pools(resource: str, cls: str, view: ClusterView, policy: Policy
