@@ -50,11 +50,11 @@ _SHELLS = frozenset({"sh", "bash", "ash", "dash"})
 ConfigMaps = Callable[[str, str], Mapping[str, str] | None]
 
 
-class _Unknown(Exception):
+class Unknown(Exception):
     """What cannot be known from the pod: the reason, for the user."""
 
 
-class _NeverStarts(_Unknown):
+class _NeverStarts(Unknown):
     """What stops the plugin at start-up, whatever its flags say: no GPU is registered."""
 
 
@@ -156,7 +156,7 @@ def _flags(c: Mapping[str, Any]) -> dict[str, list[str]]:
         script = " ".join(argv[1:])
         if any(w in script for w in (_STRATEGY_FLAG, _CONFIG_FLAG, _STRATEGY_ENV,
                                      _CONFIG_ENV)):
-            raise _Unknown("the plugin is started by a shell script that sets its strategy "
+            raise Unknown("the plugin is started by a shell script that sets its strategy "
                            "or config file")
         return {}
     if argv and (_is(argv[0], PLUGIN_COMMAND) or _strings(c.get("command"))):
@@ -187,7 +187,7 @@ def _env(c: Mapping[str, Any], name: str, pod_ns: str, config_maps: ConfigMaps
     for e in c.get("env") or ():
         if isinstance(e, Mapping) and e.get("name") == name:
             if e.get("valueFrom") is not None:
-                raise _Unknown(f"{name} comes from valueFrom")
+                raise Unknown(f"{name} comes from valueFrom")
             found = str(e.get("value") or "")
     if found is not None:
         return found
@@ -201,11 +201,11 @@ def _env(c: Mapping[str, Any], name: str, pod_ns: str, config_maps: ConfigMaps
         if isinstance(ref, Mapping):
             data = config_maps(pod_ns, str(ref.get("name") or ""))
             if data is None:
-                raise _Unknown(f"envFrom ConfigMap {pod_ns}/{ref.get('name')} cannot be read")
+                raise Unknown(f"envFrom ConfigMap {pod_ns}/{ref.get('name')} cannot be read")
             if name[len(prefix):] in data:
                 found = str(data[name[len(prefix):]])
         elif src.get("secretRef") is not None:
-            raise _Unknown(f"envFrom a Secret may set {name}")
+            raise Unknown(f"envFrom a Secret may set {name}")
     return found
 
 
@@ -252,7 +252,7 @@ def _config_map_file(ns: str, vol: Mapping[str, Any], rel: str, config_maps: Con
     name = str(cm.get("name") or "")
     data = config_maps(ns, name)
     if data is None:
-        raise _Unknown(f"its config file comes from ConfigMap {ns}/{name}, which cannot be "
+        raise Unknown(f"its config file comes from ConfigMap {ns}/{name}, which cannot be "
                        "read")
     items = cm.get("items")
     if isinstance(items, list):
@@ -283,7 +283,7 @@ def _written_by_config_manager(pod: Mapping[str, Any], vol_name: str, rel: str,
             if e is None:
                 return default
             if e.get("valueFrom") is not None:
-                raise _Unknown(f"config-manager's {name} comes from valueFrom")
+                raise Unknown(f"config-manager's {name} comes from valueFrom")
             return str(e.get("value") or "")
 
         dst = value("CONFIG_FILE_DST")
@@ -293,12 +293,12 @@ def _written_by_config_manager(pod: Mapping[str, Any], vol_name: str, rel: str,
         src = _mount_for(c, posixpath.normpath(value("CONFIG_FILE_SRCDIR")) + "/x")
         src_vol = _volume(pod, str(src[0].get("name"))) if src else {}
         if not isinstance(src_vol.get("configMap"), Mapping):
-            raise _Unknown("config-manager reads its configs from a volume that is not a "
+            raise Unknown("config-manager reads its configs from a volume that is not a "
                            "ConfigMap")
         cm_name = str(src_vol["configMap"].get("name") or "")
         data = config_maps(ns, cm_name)
         if data is None:
-            raise _Unknown(f"its configs come from ConfigMap {ns}/{cm_name}, which cannot "
+            raise Unknown(f"its configs come from ConfigMap {ns}/{cm_name}, which cannot "
                            "be read")
         files = {k for k in data if not k.startswith("..")}
         chosen = labels.get(value("NODE_LABEL", CONFIG_LABEL), "")
@@ -319,7 +319,7 @@ def _written_by_config_manager(pod: Mapping[str, Any], vol_name: str, rel: str,
                 return ""
         raise _NeverStarts(f"config-manager finds no config to use in ConfigMap {ns}/{cm_name}: "
                        "the plugin never starts")
-    raise _Unknown(f"its config file is on volume {vol_name!r}, which nothing gpupool reads "
+    raise Unknown(f"its config file is on volume {vol_name!r}, which nothing gpupool reads "
                    "writes")
 
 
@@ -335,7 +335,7 @@ def _config_text(pod: Mapping[str, Any], c: Mapping[str, Any], path: str,
     path = posixpath.normpath(path if path.startswith("/") else "/" + path)
     found = _mount_for(c, path)
     if found is None:
-        raise _Unknown(f"its config file {path} is in the image, which gpupool cannot read")
+        raise Unknown(f"its config file {path} is in the image, which gpupool cannot read")
     mount, rel = found
     vol = _volume(pod, str(mount.get("name")))
     if isinstance(vol.get("configMap"), Mapping):
@@ -343,7 +343,7 @@ def _config_text(pod: Mapping[str, Any], c: Mapping[str, Any], path: str,
     if "emptyDir" in vol:
         return _written_by_config_manager(pod, str(mount.get("name")), rel, labels,
                                           config_maps)
-    raise _Unknown(f"its config file {path} is on a volume gpupool does not read "
+    raise Unknown(f"its config file {path} is on a volume gpupool does not read "
                    f"({', '.join(k for k in vol if k != 'name') or 'none'})")
 
 
@@ -360,7 +360,7 @@ def _config_flags(text: str, path: str) -> Mapping[str, Any]:
         raise _NeverStarts(f"its config file {path} is not a mapping, so the plugin never starts")
     version = doc.get("version") or "v1"
     if version != "v1":
-        raise _Unknown(f"its config file {path} has version {version!r}, so the plugin never "
+        raise Unknown(f"its config file {path} has version {version!r}, so the plugin never "
                        "starts")
     flags = doc.get("flags")
     return flags if isinstance(flags, Mapping) else {}
@@ -387,7 +387,7 @@ def settle(pod: Mapping[str, Any], c: Mapping[str, Any], labels: Mapping[str, st
     who, name = f"{_namespace(pod)}/{meta.get('name', '')}", str(c.get("name") or "")
     try:
         strategies, source, mig = _settle(pod, c, labels, config_maps)
-    except _Unknown as exc:
+    except Unknown as exc:
         return Settled(who, name, None, unknown=str(exc))
     bad = sorted(set(strategies) - STRATEGIES)
     if bad:
@@ -396,18 +396,31 @@ def settle(pod: Mapping[str, Any], c: Mapping[str, Any], labels: Mapping[str, st
     return Settled(who, name, strategies, source, mig_strategy=mig)
 
 
+def _no_config_maps(namespace: str, name: str) -> Mapping[str, str] | None:
+    return None
+
+
+def given_strategy(c: Mapping[str, Any], namespace: str = "",
+                   config_maps: ConfigMaps = _no_config_maps
+                   ) -> tuple[tuple[str, ...], str] | None:
+    """The strategy a container's own flags or variables set (the flag over the variable),
+    and which; None where neither does (its config file, or the default, decides). Raises
+    ``Unknown`` where the variable comes from what cannot be read."""
+    flags = _flags(c)
+    if flags.get(_STRATEGY_FLAG):
+        return _split(flags[_STRATEGY_FLAG]), f"flag --{_STRATEGY_FLAG}"
+    env = _env(c, _STRATEGY_ENV, namespace, config_maps)
+    if env is not None:
+        return _split([env]), f"variable {_STRATEGY_ENV}"
+    return None
+
+
 def _settle(pod: Mapping[str, Any], c: Mapping[str, Any], labels: Mapping[str, str],
             config_maps: ConfigMaps) -> tuple[tuple[str, ...], str, str]:
     """(strategies, where they came from, MIG strategy: "" when only that is unknown)."""
     flags = _flags(c)
     ns = _namespace(pod)
-    given: tuple[tuple[str, ...], str] | None = None
-    if flags.get(_STRATEGY_FLAG):
-        given = _split(flags[_STRATEGY_FLAG]), f"flag --{_STRATEGY_FLAG}"
-    else:
-        env = _env(c, _STRATEGY_ENV, ns, config_maps)
-        if env is not None:
-            given = _split([env]), f"variable {_STRATEGY_ENV}"
+    given = given_strategy(c, ns, config_maps)
     mig = flags[_MIG_FLAG][-1] if flags.get(_MIG_FLAG) else _env(c, _MIG_ENV, ns, config_maps)
     path = flags[_CONFIG_FLAG][-1] if flags.get(_CONFIG_FLAG) else \
         _env(c, _CONFIG_ENV, ns, config_maps)
@@ -423,7 +436,7 @@ def _settle(pod: Mapping[str, Any], c: Mapping[str, Any], labels: Mapping[str, s
             configured = _config_flags(text, path)
         except _NeverStarts:
             raise
-        except _Unknown:
+        except Unknown:
             if given is None:
                 raise
             configured = None

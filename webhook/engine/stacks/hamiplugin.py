@@ -8,7 +8,7 @@ strategy its plugin runs with: the DaemonSet labelled
 nodes its ``nodeSelector`` picks (``devicePlugin.nvidiaNodeSelector``, ``gpu: "on"`` by
 default) (HAMi v2.10 chart, ``templates/device-plugin/daemonsetnvidia.yaml``). A
 ``--device-list-strategy`` argument, which the plugin's flag parsing prefers to the
-variable, wins. Pure: no I/O.
+variable, wins: read as ``webhook.api.pluginconfig`` reads a running plugin's. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.api import pluginconfig
 from webhook.api.delivery import Way, strategy_way
-from webhook.engine.core.objects import as_list, as_mapping, env_entry, literal_value, meta_of
+from webhook.engine.core.objects import as_list, as_mapping, meta_of
 
 KIND = "DaemonSet"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 COMPONENT = "hami-device-plugin"
 #: The label selector that lists HAMi's device-plugin DaemonSets.
 HAMI_PLUGIN_SELECTOR = f"{COMPONENT_LABEL}={COMPONENT}"
-_FLAG = "--device-list-strategy"
 
 
 @dataclass(frozen=True)
@@ -42,31 +42,23 @@ def hami_plugin_from(obj: Mapping[str, Any]) -> HamiPlugin | None:
     if labels.get(COMPONENT_LABEL) != COMPONENT:
         return None
     pod = as_mapping(as_mapping(as_mapping(obj.get("spec")).get("template")).get("spec"))
-    strategy = None
+    # the plugin's own default, envvar, when nothing sets it (HAMi's config file is its
+    # device-config.yaml, which sets no strategy)
+    strategy = "envvar"
     for c in as_list(pod.get("containers")):
         if not isinstance(c, Mapping):
             continue
-        found = _flag(c.get("command")) or _flag(c.get("args"))
-        entry = env_entry(c.get("env"), "DEVICE_LIST_STRATEGY")
-        if found is None and entry is not None:
-            found = literal_value(entry) or ""
-        if found is not None:
-            strategy = found
+        try:
+            given = pluginconfig.given_strategy(c)
+        except pluginconfig.Unknown:  # from valueFrom: not a way gpupool can tell
+            strategy = ""
+            break
+        if given is not None:
+            strategy = ",".join(given[0])
             break
     selector = as_mapping(pod.get("nodeSelector"))
     return HamiPlugin(tuple(sorted((str(k), str(v)) for k, v in selector.items())),
-                  # the plugin's own default, envvar, when nothing sets it
-                  strategy_way(strategy if strategy is not None else "envvar"))
-
-
-def _flag(argv: object) -> str | None:
-    items = [a for a in as_list(argv) if isinstance(a, str)]
-    for i, a in enumerate(items):
-        if a.startswith(_FLAG + "="):
-            return a.split("=", 1)[1]
-        if a == _FLAG and i + 1 < len(items):
-            return items[i + 1]
-    return None
+                      strategy_way(strategy))
 
 
 def runs_on(plugins: Iterable[HamiPlugin], labels: Mapping[str, str]) -> bool:
