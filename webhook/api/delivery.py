@@ -18,12 +18,14 @@ engine checks candidate nodes with the same functions, so the two can never disa
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
 from webhook.api.inventory import DEFAULT_KIND, Inventory
+from webhook.api.pluginconfig import Settled
 
 
 class Way(StrEnum):
@@ -101,9 +103,12 @@ class Learned:
 
 
 def learned_way(inv: Inventory) -> Learned:
-    plugins = inv.plugins
-    if plugins is None:
-        return Learned(None)
+    return Learned(None) if inv.plugins is None else _learned(inv.plugins)
+
+
+@functools.lru_cache(maxsize=1024)
+def _learned(plugins: tuple[Settled, ...]) -> Learned:
+    """Nodes of one setup publish equal plugin lists: worked out once per list."""
     if not plugins:
         return Learned(None, "the agent found no device-plugin pod on the node")
     unknown = [p for p in plugins if p.strategies is None]
@@ -135,10 +140,9 @@ def detected_way(inv: Inventory, device_kind: str = DEVICE_PLUGIN_KIND) -> str:
     The inference cannot see a plugin set to a CDI strategy whose spec is missing
     altogether, nor a spec left behind by an earlier setup: the engine holds an inferred way
     as doubt (``checks.plugindevices``)."""
-    if inv.plugins:
-        learned = learned_way(inv).way
-        if learned is not None:
-            return learned
+    learned = learned_way(inv).way
+    if learned is not None:
+        return learned
     return CDI_DEVICES if inv.kinds.get(device_kind) else VISIBLE_DEVICES
 
 

@@ -146,10 +146,9 @@ def declared_way(node: NodeInfo, view: ClusterView) -> delivery.Way | None:
     on, HAMi's device-plugin DaemonSet on the nodes it schedules to (``hamiplugin``),
     whatever their pool: a DaemonSet's selector that also lands on another pool's nodes runs
     HAMi's plugin there. None: nothing says."""
-    if node.inventory is not None and node.inventory.plugins is not None:
-        learned = delivery.learned_way(node.inventory).way
-        if learned is not None:
-            return learned
+    learned = delivery.learned_way(node.inventory).way if node.inventory is not None else None
+    if learned is not None:
+        return learned
     operator = view.operator_way()
     if operator is not None and clusterpolicy.runs_operator_plugin(node.labels):
         return operator
