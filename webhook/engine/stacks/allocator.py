@@ -104,6 +104,7 @@ class _Device:
     policies: Mapping[str, Capacity]
     consumes: tuple[tuple[str, tuple[tuple[str, Fraction | None], ...]], ...]
     _view: dict[str, Any] | None = None
+    _capacity: dict[str, Fraction] | None = None
 
     @property
     def view(self) -> dict[str, Any]:
@@ -120,14 +121,16 @@ class _Device:
             return json.dumps(value, sort_keys=True) if isinstance(value, dict) else value
         return None
 
+    @property
     def capacity(self) -> dict[str, Fraction]:
-        """Capacity name as published -> value."""
-        out = {}
-        for domain, values in self.view["capacity"].items():
-            for ident, value in values.items():
-                key = ident if domain == self.slice.driver else f"{domain}/{ident}"
-                out[key] = cel.fraction_of(value)
-        return out
+        """Capacity name as published -> value (read once: every step checks it)."""
+        if self._capacity is None:
+            self._capacity = {
+                ident if domain == self.slice.driver else f"{domain}/{ident}":
+                    cel.fraction_of(value)
+                for domain, values in self.view["capacity"].items()
+                for ident, value in values.items()}
+        return self._capacity
 
     @property
     def taints(self) -> tuple[Mapping[str, Any], ...]:
@@ -329,7 +332,7 @@ class _Search:
 
     def capacity_fits(self, q: _Request, d: _Device) -> bool:
         """``CmpRequestOverCapacity``."""
-        capacity = d.capacity()
+        capacity = d.capacity
         consumed = _consumed(q.r, capacity, d.policies)
         if consumed is None:
             return False
@@ -459,7 +462,7 @@ class _Search:
                 self.taken[d.id].discard(q.claim)
             return None
         if multi:
-            consumed = _consumed(q.r, d.capacity(), d.policies) or {}
+            consumed = _consumed(q.r, d.capacity, d.policies) or {}
             got = self.capacity.setdefault(d.id, {})
             for n, v in consumed.items():
                 got[n] = got.get(n, Fraction(0)) + v
