@@ -5,10 +5,4 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../tools/gocache.sh"
-gocache_bin drajudge "$(cd "$here" && cat go.mod go.sum build.sh main.go | sha256sum | cut -c1-16)"
-if gocache_have dra-judge; then echo "$bin"; exit 0; fi
-gocache_start
-cd "$here"
-echo "build.sh: building dra-judge into $bin" >&2
-go build -trimpath -ldflags "-s -w" -o "$tmp/dra-judge" . >&2
-gocache_publish
+gocache_main drajudge dra-judge "$here"

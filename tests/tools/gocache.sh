@@ -22,3 +22,14 @@ gocache_publish() {
   trap - EXIT
   echo "$bin"
 }
+# `gocache_main NAME BINARY DIR`: the whole build of a one-program module in DIR (its go.mod,
+# go.sum, build.sh and main.go make the key) into the cache NAME; prints the bin directory.
+gocache_main() {
+  local name=$1 binary=$2 dir=$3
+  gocache_bin "$name" "$(cd "$dir" && cat go.mod go.sum build.sh main.go | sha256sum | cut -c1-16)"
+  if gocache_have "$binary"; then echo "$bin"; return 0; fi
+  gocache_start
+  echo "build.sh: building $binary into $bin" >&2
+  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$tmp/$binary" .) >&2
+  gocache_publish
+}
