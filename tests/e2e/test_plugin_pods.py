@@ -22,18 +22,10 @@ from harness import install
 from harness.controlplane import ControlPlane
 from harness.kit import ROOT
 from harness.layouts import fake_driver, per_uuid_spec, write_layout
+from tests.unit.engine.test_steering import ONE_POOL as POLICY
 
 NODE = "gpu-1"
 NS = "nvidia-device-plugin"
-POLICY = """apiVersion: gpupool.io/v1alpha1
-kind: PoolPolicy
-defaultPool: operator
-gpuResources: [nvidia.com/gpu]
-pools:
-  - name: operator
-    schedulerName: default-scheduler
-    cdi: {delivery: detect}
-"""
 CONFIGS = {"cdi": "version: v1\nflags:\n  plugin:\n    deviceListStrategy: cdi-cri\n",
            "envvar": "version: v1\nflags:\n  plugin:\n    deviceListStrategy: envvar\n"}
 
