@@ -358,8 +358,8 @@ def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy,
                     f"on every candidate node of pool {name}: {s.failing_text}. "
                     f"Fix: {fix_text(pool, s.missing, policy, runtime_classes)}", "")
         case Finding.UNKNOWN_DEVICE:
-            name_ = next((m for c in s.missing for m in c.missing), "")
-            return (f"{who} would fail on its node with '{name_}: unknown device': the "
+            device = next((m for c in s.missing for m in c.missing), "")
+            return (f"{who} would fail on its node with '{device}: unknown device': the "
                     "legacy hook hands the names in its own NVIDIA_VISIBLE_DEVICES to "
                     "nvidia-container-cli, which knows no such GPU or MIG device there "
                     f"(UUID or index): {s.failing_text}. Fix: name the node's GPUs by UUID "
