@@ -6,7 +6,9 @@ and the plugin reads its strategy from that file. Nothing on the node's disk say
 plugin wrote no CDI spec), no ClusterPolicy or HAMi DaemonSet exists, so ``delivery: detect``
 alone would read the node as an envvar one. The real ``gpupool agent`` lists the pods on its
 node and reads the ConfigMap; ``gpupool check`` against the live cluster then judges the GPU
-pod as the plugin will hand it GPUs, and follows the label when it changes.
+pod as the plugin will hand it GPUs, and follows the label when it changes. What the plugin
+runs with is the plugin's own programs' answer: its config-manager, run against the same API
+server, and its NewConfig reading the file that picks.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ import yaml
 
 from harness import install
 from harness.controlplane import ControlPlane
+from harness.gobuild import built
 from harness.kit import ROOT
 from harness.layouts import fake_driver, per_uuid_spec, write_layout
+from tests.plugincases import BUILD as PLUGIN_JUDGE
+from tests.plugincases import Judge
 from tests.unit.engine.test_steering import ONE_POOL as POLICY
 
 NODE = "gpu-1"
@@ -92,6 +97,42 @@ def cluster(k8s_bin, tmp_path_factory):
         cp.stop()
 
 
+def _what_the_plugin_runs_with(cp: ControlPlane, tmp, pod: dict) -> list[str]:
+    """The truth, from the plugin's own programs: its config-manager (built from
+    k8s-device-plugin v0.19.3 cmd/config-manager) run against this API server with the
+    pod's config-manager settings, writing the config it picks; then its own NewConfig
+    (plugin-judge) reading that file as the plugin container would."""
+    bin_dir = built(PLUGIN_JUDGE, "plugin-judge")
+    src, dst = tmp / "available-configs", tmp / "config" / "config.yaml"
+    src.mkdir(exist_ok=True)
+    dst.parent.mkdir(exist_ok=True)
+    dst.unlink(missing_ok=True)
+    for name, text in CONFIGS.items():
+        (src / name).write_text(text)
+    init = pod["spec"]["initContainers"][0]
+    env = {e["name"]: e["value"] for e in init["env"]}
+    # Run as the chart's sidecar runs it (ONESHOT false): its first pass takes the default
+    # before its node informer has reported the label (SyncableConfig.Get returns at once
+    # on the first call, which is the init container's whole run), its second the label's
+    # config; it then waits for the next change, so it is stopped there.
+    log = tmp / "config-manager.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(bin_dir / "config-manager")], stdout=out, stderr=subprocess.STDOUT,
+            env={**env, "ONESHOT": "false", "SEND_SIGNAL": "false", "NODE_NAME": NODE,
+                 "KUBECONFIG": str(cp.kubeconfig), "CONFIG_FILE_SRCDIR": str(src),
+                 "CONFIG_FILE_DST": str(dst)})
+        try:
+            install.wait_until(lambda: log.read_text().count("Waiting for change") >= 3,
+                               "config-manager's pass on the node's label", 30)
+        finally:
+            proc.kill()
+            proc.wait()
+    (answer,) = Judge(bin_dir).ask([{"args": [], "env": {"CONFIG_FILE": "/config/config.yaml"},
+                                     "config": dst.read_text()}])
+    return answer["strategies"]
+
+
 def _inventory(cp: ControlPlane) -> dict:
     n = json.loads(cp.kubectl("get", "node", NODE, "-o", "json").stdout)
     return json.loads(n["metadata"]["annotations"]["gpupool.io/cdi-inventory"])
@@ -110,6 +151,7 @@ def test_the_agent_learns_the_strategy_config_manager_picks_and_check_follows_it
     (plugin,) = _inventory(cp)["plugins"]
     assert plugin == {"pod": f"{NS}/nvdp-gpu-1", "container": "nvidia-device-plugin-ctr",
                       "strategies": ["cdi-cri"], "source": "config file /config/config.yaml"}
+    assert plugin["strategies"] == _what_the_plugin_runs_with(cp, tmp, _plugin_pod())
     r = _check(cp, tmp)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "CDIDeviceMissing" in r.stdout and "k8s.device-plugin.nvidia.com/gpu=GPU-" in r.stdout
@@ -121,7 +163,8 @@ def test_the_agent_learns_the_strategy_config_manager_picks_and_check_follows_it
     # the node relabelled to the envvar config: the plugin hands UUIDs, which resolve
     cp.kubectl("label", "node", NODE, "nvidia.com/device-plugin.config=envvar", "--overwrite")
     install.agent(cp, NODE, layout)
-    assert _inventory(cp)["plugins"][0]["strategies"] == ["envvar"]
+    assert _inventory(cp)["plugins"][0]["strategies"] == ["envvar"] == \
+        _what_the_plugin_runs_with(cp, tmp, _plugin_pod())
     r = _check(cp, tmp)
     assert r.returncode == 0, r.stdout + r.stderr
 
