@@ -74,8 +74,16 @@ class ReadOnlyFault:
             self.ext4 = False
             _mount("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(self.point))
 
+    @property
+    def log_dir(self) -> Path:
+        """Where the log goes: on the volume, in a directory of its own, so that while the
+        volume is unmounted the path names nothing (rather than the empty, writable mount
+        point underneath, where a worker would write on and the file would never see it)."""
+        return self.point / "logs" if self.ext4 else self.point
+
     def _mount_image(self) -> None:
         _mount("-o", "loop,errors=remount-ro", str(self.image), str(self.point))
+        self.log_dir.mkdir(exist_ok=True)
 
     def break_(self) -> None:
         if self.ext4:
@@ -89,10 +97,23 @@ class ReadOnlyFault:
             _mount("-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(self.point))
 
     def heal(self) -> None:
+        """As an operator would: unmount, check the volume once nothing holds it, mount it
+        again. A lazy unmount finishes only when the last open file on it is closed; until
+        then the loop device stays attached, and mounting the image again would reuse it and
+        bring back the same read-only file system. So a server that keeps the old log open
+        (an idle worker that never failed) fails the heal, with the holder named."""
         subprocess.run(["umount", "-l", str(self.point)], check=True, timeout=30)
-        if self.ext4:  # as an operator would: check the volume, mount it again
-            subprocess.run(["e2fsck", "-fy", str(self.image)], capture_output=True, timeout=60)
-            self._mount_image()
+        if not self.ext4:
+            return
+        deadline = time.monotonic() + 4 * RETRY_SECONDS
+        while attached := subprocess.run(["losetup", "-j", str(self.image)], check=True,
+                                         capture_output=True, text=True).stdout.strip():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the unmounted volume is still held open ({attached}): "
+                                     "a worker kept the old audit file")
+            time.sleep(0.2)
+        subprocess.run(["e2fsck", "-fy", str(self.image)], capture_output=True, timeout=60)
+        self._mount_image()
 
     def close(self) -> None:
         subprocess.run(["umount", "-l", str(self.point)], capture_output=True, timeout=30)
@@ -166,11 +187,14 @@ def _recover(srv, audit: Path, tag: str) -> list[str]:
 
 
 def test_audit_directory_going_read_only_never_blocks_and_recovers(readonly_fault):
-    fs = readonly_fault.point
-    audit = fs / "audit.log"
+    audit = readonly_fault.log_dir / "audit.log"
+    # A second replica on the same volume that writes once and then stays idle: it never
+    # fails, and must still let go of the old file once the volume is unmounted.
+    idle = start_server(readonly_fault.root / "idle", "--audit-file", str(audit), workers=1)
     srv = start_server(readonly_fault.root / "srv", "--audit-file", str(audit), workers=2,
                        audit_stdout=True)
     try:
+        _deny(idle, "idle-before")
         for i in range(3):
             _deny(srv, f"before-{i}")
         readonly_fault.break_()
@@ -197,8 +221,9 @@ def test_audit_directory_going_read_only_never_blocks_and_recovers(readonly_faul
         assert _metric(srv, "gpupool_audit_sink_failing", "file") == 0
     finally:
         stop_server(srv)
+        stop_server(idle)
     uids = _uids(audit)
-    assert uids[:3] == [f"before-{i}" for i in range(3)]
+    assert uids[:4] == ["idle-before", *(f"before-{i}" for i in range(3))]
     assert not set(during) & set(uids)  # none reached the read-only file...
     assert _lost_by_markers(audit) == len(during)  # ...and the file says so
     assert set(after) <= set(uids)  # nothing after recovery is lost

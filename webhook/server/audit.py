@@ -272,9 +272,19 @@ class FileSink(_Sink):
     def retry(self) -> None:
         """An idle worker gets no record to find out that the file is writable again: until
         this, its sink stayed failing (readiness and ``gpupool_audit_sink_failing`` said so)
-        and its gap marker unwritten for as long as no denial reached it."""
-        if self.health.failing and self._write_marker():
-            self.health.ok()
+        and its gap marker unwritten for as long as no denial reached it.
+
+        A healthy idle worker lets go of a file no longer at its path (rotated by another
+        worker, or on a volume unmounted and mounted again): its descriptor would otherwise
+        keep the old file system alive, so a lazy unmount never finishes and a remount of
+        the same device comes back as the old, read-only file system for every worker."""
+        if self.health.failing:
+            if self._write_marker():
+                self.health.ok()
+            return
+        with contextlib.suppress(OSError), self.lock:
+            if self._fd is not None and not self._still_at_path(self._fd):
+                self._drop_fd()
 
     def _append(self, fd: int, data: bytes, start: int) -> None:
         """Write at the end (``start``, a line boundary), only when the file system has room
@@ -290,16 +300,20 @@ class FileSink(_Sink):
 
     def _live_fd(self) -> int:
         """Our descriptor, reopened if we had none or another process rotated the file."""
-        if self._fd is not None:
-            try:
-                same = os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:
-                self._drop_fd()
+        if self._fd is not None and not self._still_at_path(self._fd):
+            self._drop_fd()
         if self._fd is None:
             self._fd = self._open()
         return self._fd
+
+    def _still_at_path(self, fd: int) -> bool:
+        """Whether the path still names the file ``fd`` holds. The device counts as much as
+        the inode: a volume mounted again holds the same inode numbers on a new device."""
+        try:
+            at_path, held = os.stat(self.path), os.fstat(fd)
+        except OSError:
+            return False
+        return (at_path.st_dev, at_path.st_ino) == (held.st_dev, held.st_ino)
 
     def _drop_fd(self) -> None:
         if self._fd is not None:

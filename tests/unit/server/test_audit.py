@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import time
+from pathlib import Path
 
 from webhook.server import audit
 from webhook.server.audit import FileSink, SinkHealth
@@ -137,6 +138,62 @@ def test_a_failing_file_sink_recovers_by_itself_without_a_record(tmp_path, monke
     assert lines[1]["audit"] == audit.GAP_MARKER and lines[1]["lost"] == 1
     sink.retry()  # not failing: nothing to write
     assert len(_lines(path)) == 2
+
+
+def _holds(path: Path) -> bool:
+    """Whether this process has ``path``'s file open (deleted or not)."""
+    target = os.stat(path)
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            st = os.stat(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+            return True
+    return False
+
+
+def test_an_idle_healthy_sink_lets_go_of_a_file_no_longer_at_its_path(tmp_path):
+    """A worker that wrote once and then got no record must not keep the old file open for
+    ever: on a volume unmounted lazily that descriptor keeps the old (read-only) file
+    system alive, and mounting the device again brings that one back for every worker."""
+    path = tmp_path / "audit.log"
+    sink = FileSink(str(path), max_bytes=0, backups=0, health=SinkHealth("file"))
+    sink.write(_record("before"))
+    moved = tmp_path / "audit.log.old"
+    os.rename(path, moved)
+    assert _holds(moved)
+    sink.retry()
+    assert not _holds(moved), "the idle sink still holds the file that left its path"
+    sink.write(_record("after"))
+    assert [r["uid"] for r in _lines(path)] == ["after"]
+    assert [r["uid"] for r in _lines(moved)] == ["before"]
+    sink.retry()  # the file at the path is its own: kept
+    assert _holds(path)
+    sink.close()
+
+
+def test_the_same_inode_on_another_device_is_another_file(tmp_path, monkeypatch):
+    """A volume mounted again holds the same inode numbers on a new device: the sink must
+    not keep writing to the old one (read-only there, so each record would be lost)."""
+    path = tmp_path / "audit.log"
+    sink = FileSink(str(path), max_bytes=0, backups=0, health=SinkHealth("file"))
+    sink.write(_record("before"))
+    real_stat = os.stat
+
+    def remounted(p, *args, **kwargs):
+        st = real_stat(p, *args, **kwargs)
+        if str(p) != str(path):
+            return st
+        fields = list(st)
+        fields[2] += 1  # st_dev
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(audit.os, "stat", remounted)
+    sink.retry()
+    monkeypatch.setattr(audit.os, "stat", real_stat)
+    assert not _holds(path)
+    sink.close()
 
 
 def test_the_audit_log_retries_its_failing_sinks_in_the_background(tmp_path, monkeypatch):
