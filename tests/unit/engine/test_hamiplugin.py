@@ -193,3 +193,51 @@ def test_hami_gpus_beside_a_device_plugin_spec_are_doubt_unless_its_daemonset_sa
     rv, _, _ = decide([node, daemonset("envvar", selector={"gpupool.io/pool": "hami"})],
                       hami_pod())
     assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
+
+
+# ------------------------------------------------------------------ a node stored again
+
+
+def test_a_node_stored_again_is_judged_anew_exactly_when_what_the_checks_read_changes(
+        tmp_path, monkeypatch):
+    """The folds keep the node checks' finding for a node stored again when nothing they
+    read changed (a team's label, the agent's steering labels), and ask again when it did:
+    here the label HAMi's DaemonSet selects by, which decides how that node's plugin hands
+    GPUs. After every change the warm view decides as a fresh one does."""
+    from webhook.engine.admission import admit
+    from webhook.engine.checks import nodechecks
+    from webhook.engine.view.nodes import NodeInfo
+
+    node = agent_node(tmp_path, "hami-1", "hami", "operator-management", per_uuid=True)
+    node["metadata"]["labels"]["gpu"] = "on"
+    plugin = daemonset("cdi-annotations")
+    pods = [hami_pod(), gpu_pod("g", limits={"nvidia.com/gpu": 1}, nodeSelector={"gpu": "on"})]
+    warm, view, policy = decide([node, plugin], pods[0])
+    assert not warm.final.allowed and warm.final.reason == Reason.CDI_DEVICE_MISSING
+    for p in pods[1:]:
+        admit.review(admit.Subject(kind="Pod", object=p, namespace="default"), view, policy)
+    asked: list[str] = []
+    real_judge = nodechecks.judge
+    monkeypatch.setattr(nodechecks, "judge",
+                        lambda n, *a: asked.append(n.name) or real_judge(n, *a))
+
+    def store(change) -> list:
+        change(node["metadata"]["labels"])
+        view.upsert_node(NodeInfo.from_object(copy.deepcopy(node)))
+        out = [admit.review_pod(p, "default", view, policy) for p in pods]
+        seen = len(asked)  # (the fresh views below judge every node, as they must)
+        for p, got in zip(pods, out, strict=True):
+            fresh = decide([node, plugin], p)[0].final
+            assert got.to_json() == fresh.to_json(), (got.to_json(), fresh.to_json())
+        del asked[seen:]
+        return out
+
+    decided = store(lambda labels: labels.update(team="a"))
+    assert asked == [], "a label no check reads made the folds judge the node again"
+    assert not decided[0].allowed
+    decided = store(lambda labels: labels.update(gpu="off"))  # the DaemonSet leaves it
+    assert "hami-1" in asked
+    assert decided[0].allowed  # the disk decides again: per-UUID specs resolve
+    asked.clear()
+    decided = store(lambda labels: labels.update(gpu="on"))
+    assert "hami-1" in asked and not decided[0].allowed

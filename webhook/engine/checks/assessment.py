@@ -93,6 +93,11 @@ class NodeCheck:
     prepare: Callable[[Ask], Any]
     #: (node, ask, prepared, finding so far) -> its finding on the node
     assess: Callable[[NodeInfo, Ask, Any, NodeAssessment | None], NodeAssessment | None]
+    #: everything of the node (and of the view's cluster-wide settings, beyond what a
+    #: setting change clears) that ``assess`` reads, as one value: a node stored again
+    #: with the same key gets the same finding, so it is not asked again
+    #: (``nodechecks.node_key``). It must change whenever a ``node_reads`` fact does.
+    node_key: Callable[[NodeInfo, ClusterView], Hashable]
 
 
 #: name -> how the fact is read from a pod (and the view, for what the view resolves); each

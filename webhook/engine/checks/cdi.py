@@ -255,9 +255,10 @@ def _verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
     placement, unsteered = facts.placement, facts.unsteered
     extended = podclaims.demand(facts, view).extended
 
-    def per_node(n: NodeInfo) -> _NodeVerdict | None:
+    def per_node(n: NodeInfo, known: NodeAssessment | None = None) -> _NodeVerdict | None:
         """This node's part in the verdicts (None: not a candidate at all, or one where DRA,
-        not a device plugin, serves every GPU resource the pod asks for)."""
+        not a device plugin, serves every GPU resource the pod asks for). ``known``: what
+        the node checks found, when it is known to hold still."""
         if extended and all(podclaims.dra_served(n, r, extended) for r in facts.gpus):
             return None
         if not (node_name or cand.in_pool(n, pool_name, policy)):
@@ -273,18 +274,55 @@ def _verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
         why = cand.unfit_reason(n, demand_of())
         if why:
             return (why, False, None)
-        if not active:
-            active.append(nodechecks.prepared(ask))
-        check = nodechecks.judge(n, ask, active[0])
+        shared = view.rejudging()
+        check = known or (shared.get(judged_key) if shared is not None else None)
+        if check is None:
+            if not active:
+                active.append(nodechecks.prepared(ask))
+            check = nodechecks.judge(n, ask, active[0])
+            if shared is not None:
+                shared[judged_key] = check
         if check.state is NodeState.OK:
             return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
         return (None, matches, check)
 
-    key = ("cdi", policy.cache_key, pool_name, nodechecks.shape_key(facts, view))
+    shape = nodechecks.shape_key(facts, view)
+    key = ("cdi", policy.cache_key, pool_name, shape)
+    # what the node checks' answer depends on besides the node: not the placement
+    judged_key = ("cdi", policy.cache_key, pool_name, shape[1:])
+    def again(n: NodeInfo, old: NodeInfo, was: _NodeVerdict) -> _NodeVerdict | None:
+        """A node stored again: where nothing the node checks read changed, their finding
+        stands and only its pool, reach and fit are asked again."""
+        known = _OK if was in (_FIT_OK_REACHABLE, _FIT_OK_UNREACHABLE) else was[2]
+        if known is None or not _same_to_checks(n, old, view):
+            return per_node(n)
+        return per_node(n, known)
+
     fold = view.fold(key, per_node,
-                     lambda: cand.candidates(facts.unsteered, pool_name, view, policy))
+                     lambda: cand.candidates(facts.unsteered, pool_name, view, policy),
+                     again=again)
     summary: Verdicts = fold.derive(_summarise)
     return summary
+
+
+#: stands for an OK finding the fold did not keep (it keeps only that it was OK)
+_OK = NodeAssessment("", NodeState.OK)
+#: the key, in ``ClusterView.rejudging``, of whether the node checks see it as before
+_SAME = ("node checks see the node as before",)
+
+
+def _same_to_checks(node: NodeInfo, old: NodeInfo, view: ClusterView) -> bool:
+    """Whether the node checks see ``node`` as they saw ``old``; worked out once per node
+    update, however many folds ask."""
+    shared = view.rejudging()
+    if shared is not None and (hit := shared.get(_SAME)) is not None:
+        return bool(hit)
+    new_key = nodechecks.node_key(node, view)
+    same = new_key is not None and new_key == nodechecks.node_key(old, view)
+    if shared is not None:
+        shared[_SAME] = same
+    return same
+
 
 
 def _finding(s: Verdicts, facts: PodFacts, hami_pool: bool, policy: Policy) -> Finding | None:

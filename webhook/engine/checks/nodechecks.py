@@ -2,7 +2,8 @@
 
 Adding a node check is its module and one line here. The verdicts are kept per pod shape
 (``ClusterView.fold``), so the key must hold every pod fact any check reads: it is derived
-from the checks' own ``reads``, never written out by hand.
+from the checks' own ``reads``, never written out by hand. Likewise a node stored again keeps
+its findings only when every check's own ``node_key`` says it reads the same of it.
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ def shape_key(facts: PodFacts, view: ClusterView,
     fact is hashable, so the key is a plain tuple)."""
     readers = _READERS if checks is NODE_CHECKS else tuple(FACTS[r] for r in reads(checks))
     return (facts.placement.key, *(read(facts, view) for read in readers))
+
+
+def node_key(node: NodeInfo, view: ClusterView,
+             checks: Sequence[NodeCheck] = NODE_CHECKS) -> Hashable | None:
+    """Everything of the node the checks read, from their own ``node_key``: a node stored
+    again with the same key gets the same findings, so a label that no check reads (the
+    agent's steering labels, a team's own) does not make every fold judge the node anew.
+    None for a node not built from its object (its devices unknown): never the same."""
+    if node.devices is None:
+        return None
+    return tuple(c.node_key(node, view) for c in checks)
 
 
 def prepared(ask: Ask, checks: Sequence[NodeCheck] = NODE_CHECKS

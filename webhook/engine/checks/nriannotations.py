@@ -4,6 +4,7 @@ GPU Operator's NRI plugin injects them.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 from webhook.api import delivery
@@ -17,6 +18,7 @@ from webhook.engine.checks.assessment import (
 )
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import nri
+from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
 
@@ -70,6 +72,12 @@ def _assess(node: NodeInfo, ask: Ask, plugin: Any, so_far: NodeAssessment | None
             "default runtime on those nodes")
 
 
+def _node_key(node: NodeInfo, view: ClusterView) -> Hashable:
+    # (the ClusterPolicy is a setting: changing it starts every fold over)
+    return node.devices, nri.runs_on(node.labels)
+
+
 CHECK = NodeCheck("NRI annotations", reads=("NRI annotations",),
                   node_reads=("inventory", "labels", "the cluster's ClusterPolicy"),
-                  combine=Combine.REFINE, prepare=_prepare, assess=_assess)
+                  combine=Combine.REFINE, prepare=_prepare, assess=_assess,
+                  node_key=_node_key)

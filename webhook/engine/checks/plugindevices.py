@@ -9,6 +9,7 @@ plugin could hand the pod. MIG devices and HAMi's device cordon are judged here 
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 from webhook.api import delivery
@@ -76,7 +77,8 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
         doubt = _inferred_doubt(node, inv, gpus, r, handler, req.device_kind, privileged)
         if doubt is not None:
             return doubt
-    created = sorted(node.hami_mig_gpus().intersection(gpus)) if demand.hami else []
+    created = sorted(node.hami_mig_gpus().intersection(gpus)) \
+        if demand.hami and node.runs_hami_mig() else []
     if created and r.kind and r.kind != delivery.JIT_KIND:
         return _hami_mig_failure(node, r, created, way)
     if r.ok is False and demand.hami and node.cordoned:
@@ -216,8 +218,14 @@ def _assess(node: NodeInfo, ask: Ask, prepared: Any, so_far: NodeAssessment | No
                        declared_way(node, ask.view))
 
 
+def _node_key(node: NodeInfo, view: ClusterView) -> Hashable:
+    # Its labels are read only to tell how the node's device plugin hands GPUs.
+    return node.devices, declared_way(node, view)
+
+
 CHECK = NodeCheck("device plugin's GPUs",
                   reads=("GPU demand", "runtime class", "privileged GPU containers"),
                   node_reads=("inventory", "registered GPUs", "cordoned GPUs", "labels",
                               "the cluster's ClusterPolicy and HAMi DaemonSet"),
-                  combine=Combine.FIRST, prepare=_prepare, assess=_assess)
+                  combine=Combine.FIRST, prepare=_prepare, assess=_assess,
+                  node_key=_node_key)

@@ -39,7 +39,7 @@ class Placement:
     Built for every pod reviewed, so a plain class with slots and its cache key worked out
     only when asked for."""
 
-    __slots__ = ("_key", "_spec", "node_name", "selector", "terms", "tolerations")
+    __slots__ = ("_compiled", "_key", "_spec", "node_name", "selector", "terms", "tolerations")
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
         node_name, selector = spec.get("nodeName"), spec.get("nodeSelector")
@@ -54,6 +54,7 @@ class Placement:
         self.tolerations = tuple(objects.as_list(spec.get("tolerations")))
         self._spec = spec
         self._key: str | None = None
+        self._compiled: tuple[_Term, ...] | None = None
 
     @property
     def key(self) -> str:
@@ -71,7 +72,13 @@ class Placement:
                 if labels.get(k) != v:
                     return False
         if self.terms:
-            return any(term_matches(t, labels, name) for t in self.terms)
+            # Matched against every node of a pool, and again on each node change: the
+            # terms are read once, not once per node.
+            compiled = self._compiled
+            if compiled is None:
+                compiled = self._compiled = tuple(
+                    c for t in self.terms if (c := _compile_term(t)) is not None)
+            return any(_term_holds(t, labels, name) for t in compiled)
         return True
 
     def reaches(self, node: NodeInfo) -> bool:
@@ -307,11 +314,39 @@ def without_steering(spec: Mapping[str, Any]) -> Mapping[str, Any]:
 # ------------------------------------------------------------------ node matching
 
 
+#: one expression, read: (its key when a string, its operator as sent, its string values)
+_Expr = tuple[str | None, object, tuple[str, ...]]
+#: one term, read: (matchExpressions, matchFields)
+_Term = tuple[tuple[_Expr, ...], tuple[_Expr, ...]]
+
+
+def _compile_exprs(term: Any, field: str) -> tuple[_Expr, ...]:
+    return tuple((k if isinstance(k := e.get("key"), str) else None, e.get("operator"),
+                  tuple(expression_values(e))) for e in expressions(term, field))
+
+
+def _compile_term(term: Any) -> _Term | None:
+    """None for a term that matches no node (an empty one)."""
+    exprs, fields = _compile_exprs(term, "matchExpressions"), _compile_exprs(term, "matchFields")
+    return (exprs, fields) if exprs or fields else None
+
+
+def _all_hold(exprs: tuple[_Expr, ...], get: Any) -> bool:
+    for key, op, values in exprs:
+        if not _holds(op, values, get(key) if key is not None else None):
+            return False
+    return True
+
+
 def expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     key = expr.get("key")
-    op = expr.get("operator")
-    values = expression_values(expr)
-    value = labels.get(key) if isinstance(key, str) else None
+    return _holds(expr.get("operator"), expression_values(expr),
+                  labels.get(key) if isinstance(key, str) else None)
+
+
+def _holds(op: object, values: Sequence[str], value: str | None) -> bool:
+    """The scheduler's node-selector operators (``k8s.io/component-helpers``
+    ``nodeaffinity``), on the label's value (None: the node has no such label)."""
     present = value is not None
     if op == "In":
         return present and value in values
@@ -332,13 +367,14 @@ def expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bo
 
 def term_matches(term: Any, labels: Mapping[str, str], name: str) -> bool:
     """A nodeSelectorTerm matches when all its expressions and fields do; empty matches none."""
-    exprs = expressions(term)
-    fields = expressions(term, "matchFields")
-    if not exprs and not fields:
-        return False
-    if not all(expression_matches(e, labels) for e in exprs):
-        return False
-    return all(expression_matches(f, {"metadata.name": name}) for f in fields)
+    compiled = _compile_term(term)
+    return compiled is not None and _term_holds(compiled, labels, name)
+
+
+def _term_holds(term: _Term, labels: Mapping[str, str], name: str) -> bool:
+    exprs, fields = term
+    return _all_hold(exprs, labels.get) and (
+        not fields or _all_hold(fields, {NAME_FIELD: name}.get))
 
 
 def selector_label_pairs(placement: Placement) -> Iterable[tuple[str, str]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar, cast
@@ -20,6 +20,8 @@ from typing import Any, Generic, TypeVar, cast
 from webhook.engine.view.nodes import NodeInfo
 
 T = TypeVar("T")
+#: (node, the node it replaced, the value that node had) -> the node's value, or None
+Again = Callable[[NodeInfo, NodeInfo, T], "T | None"]
 _MEMO_SIZE = 4096
 #: Values kept until anything changes (``ClusterView.until_any_change``): mostly decisions
 #: per pod shape, each a few hundred bytes.
@@ -37,8 +39,12 @@ class NodeFold(Generic[T]):
     """
 
     def __init__(self, fn: Callable[[NodeInfo], T | None], nodes: Iterable[NodeInfo],
-                 lock: threading.RLock | None = None, *, reads_slices: bool = False) -> None:
+                 lock: threading.RLock | None = None, *, reads_slices: bool = False,
+                 again: Again[T] | None = None) -> None:
         self.fn = fn
+        #: (node, the node it replaced, that node's value) -> the node's value, for a node
+        #: stored again: what of the old value still holds need not be worked out anew
+        self.again = again
         #: ``fn`` reads the node's ResourceSlices too: a slice change re-judges the node
         self.reads_slices = reads_slices
         #: the view's lock: updates come from the watch while requests derive
@@ -52,8 +58,14 @@ class NodeFold(Generic[T]):
         #: what the caller derived from ``values``, and the generation it was derived at
         self.derived: tuple[int, Any] | None = None
 
-    def update(self, node: NodeInfo) -> None:
-        v = self.fn(node)
+    def update(self, node: NodeInfo, old: NodeInfo | None = None) -> None:
+        """Re-evaluate ``node``; ``old``: the node it replaced (None: a slice change, or
+        nothing to build on)."""
+        again, prev = self.again, None
+        if again is not None and old is not None:
+            prev = self.values.get(node.name)
+        v = again(node, old, prev) if again is not None and old is not None and \
+            prev is not None else self.fn(node)
         if v is None:
             if self.values.pop(node.name, None) is None:
                 return
@@ -148,21 +160,33 @@ class Caches:
         self.slice_changes = 0
         #: kept only once a reader asks for it (``ClusterView.track_changes``)
         self.log: Changes | None = None
+        #: while one changed node is re-judged in every fold: what the folds can share
+        #: about it (``ClusterView.rejudging``); None otherwise
+        self.rejudging: dict[Any, Any] | None = None
 
     def changed(self, change: Change, nodes: Iterable[NodeInfo] = (),
-                names: Iterable[str] = (), namespaces: Iterable[str] = ()) -> None:
+                names: Iterable[str] = (), namespaces: Iterable[str] = (),
+                replaced: Mapping[str, NodeInfo] | None = None) -> None:
         """Apply what ``change`` takes away; ``nodes`` are the nodes stored or re-judged,
         ``names`` the nodes deleted, ``namespaces`` those whose labels or claims changed
-        (none given: every namespace). Call with the lock held."""
+        (none given: every namespace), ``replaced`` the nodes ``nodes`` replaced, by name.
+        Call with the lock held."""
         effect = EFFECTS[change]
         if self.log is not None:
             self._note(change, nodes, names, tuple(namespaces))
         if effect.folds == "clear":
             self.folds.clear()
         elif effect.folds == "update":
-            for node in nodes:
-                for fold in self.folds.values():
-                    fold.update(node)
+            try:
+                for node in nodes:
+                    # The folds of one pod's stages, of a workload's replicas on other
+                    # nodes, ask the node the same questions: each is answered once.
+                    self.rejudging = {}
+                    old = replaced.get(node.name) if replaced else None
+                    for fold in self.folds.values():
+                        fold.update(node, old)
+            finally:
+                self.rejudging = None
         elif effect.folds == "remove":
             for name in names:
                 for fold in self.folds.values():
@@ -192,15 +216,15 @@ class Caches:
             self.log.everything = True
 
     def fold(self, key: Any, fn: Callable[[NodeInfo], T | None],
-             initial: Callable[[], Iterable[NodeInfo]], *, reads_slices: bool = False
-             ) -> NodeFold[T]:
+             initial: Callable[[], Iterable[NodeInfo]], *, reads_slices: bool = False,
+             again: Again[T] | None = None) -> NodeFold[T]:
         with self.lock:
             fold = self.folds.get(key)
             if fold is not None:
                 self.folds.move_to_end(key)
                 return fold
             version = (self.version, self.slice_changes if reads_slices else 0)
-        fold = NodeFold(fn, initial(), self.lock, reads_slices=reads_slices)
+        fold = NodeFold(fn, initial(), self.lock, reads_slices=reads_slices, again=again)
         with self.lock:
             if (self.version, self.slice_changes if reads_slices else 0) == version:
                 # no node or slice changed meanwhile: keep it current

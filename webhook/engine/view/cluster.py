@@ -17,7 +17,7 @@ from webhook.api.delivery import Way
 from webhook.engine.core import objects
 from webhook.engine.core.policy import Policy
 from webhook.engine.stacks import clusterpolicy, dra, hamiplugin, nri
-from webhook.engine.view.caches import Caches, Change, Changes, NodeFold
+from webhook.engine.view.caches import Again, Caches, Change, Changes, NodeFold
 from webhook.engine.view.draobjects import DRAObjects
 from webhook.engine.view.index import NodeIndex
 from webhook.engine.view.nodes import NodeInfo, intern_map
@@ -86,7 +86,8 @@ class ClusterView:
             if old is not None and old.fingerprint == node.fingerprint and node.fingerprint:
                 return False
             self._index.put(node)
-            self._caches.changed(Change.NODE, nodes=(node,))
+            self._caches.changed(Change.NODE, nodes=(node,),
+                                 replaced={node.name: old} if old is not None else None)
             return True
 
     def delete_node(self, name: str) -> None:
@@ -284,13 +285,21 @@ class ClusterView:
         return self.memo(("pool-nodes", policy.cache_key, pool), compute)
 
     def fold(self, key: Any, fn: Callable[[NodeInfo], T | None],
-             initial: Callable[[], Iterable[NodeInfo]], *, reads_slices: bool = False
-             ) -> NodeFold[T]:
+             initial: Callable[[], Iterable[NodeInfo]], *, reads_slices: bool = False,
+             again: Again[T] | None = None) -> NodeFold[T]:
         """The fold under ``key``, made from ``initial()`` nodes the first time (bounded, LRU).
 
         ``fn`` must depend on nothing but the node (and its slices, with ``reads_slices``)
-        and what ``key`` names."""
-        return self._caches.fold(key, fn, initial, reads_slices=reads_slices)
+        and what ``key`` names. ``again(node, old, value)``: a node stored in place of
+        ``old``, whose value was ``value``; it must answer as ``fn(node)`` would."""
+        return self._caches.fold(key, fn, initial, reads_slices=reads_slices, again=again)
+
+    def rejudging(self) -> dict[Any, Any] | None:
+        """While a changed node is re-judged in every fold (a node update), a scratch space
+        the folds share for that node alone, so a question several folds ask of it (the
+        same pod facts, another placement) is answered once; None at any other time. Keys
+        must name everything the answer depends on besides the node."""
+        return self._caches.rejudging
 
     def memo(self, key: Any, compute: Callable[[], T]) -> T:
         """Cache ``compute()`` under ``key`` until the view next changes (bounded, LRU)."""

@@ -68,7 +68,7 @@ class NodeIndex:
         for pair in own.items():
             self._by_own_label.setdefault(pair, set()).add(node.name)
         self._by_shared.setdefault(id(shared), (shared, set()))[1].add(node.name)
-        if node.hami_mig_gpus():
+        if node.runs_hami_mig():
             self.hami_mig.add(node.name)
         if node.inventory is not None and PLUGIN_RESOURCE in (node.inventory.mig or {}):
             self.single_mig.add(node.name)

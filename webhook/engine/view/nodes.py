@@ -45,6 +45,11 @@ class NodeInfo:
     #: GPUs HAMi's device cordon takes out of new allocations (``hami.io/device-cordon``)
     cordoned: frozenset[str] = frozenset()
     fingerprint: Any = field(default=None, compare=False, repr=False)
+    #: a digest of the node's devices alone, as the node checks read them (the registered
+    #: and inventoried GPUs, the cordon, the extended resources): the same digest, and the
+    #: same labels those checks read, is the same answer (``NodeCheck.node_key``). None for
+    #: a node not built from its object: never taken as unchanged.
+    devices: bytes | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> NodeInfo:
@@ -90,16 +95,16 @@ class NodeInfo:
         # A digest of exactly what decisions read: status heartbeats leave it unchanged, so
         # they never invalidate the view's memo.
         cordoned = hami.cordoned(annotations.get(hami.CORDON_ANNOTATION))
-        fingerprint = hashlib.blake2b(repr((sorted(labels.items()), taints, raw_register,
-                                            raw_inventory, sorted(extended),
-                                            sorted((allocatable or {}).items()),
-                                            sorted(cordoned))).encode(),
+        devices = hashlib.blake2b(repr((raw_register, raw_inventory, sorted(extended),
+                                        sorted((allocatable or {}).items()),
+                                        sorted(cordoned))).encode(), digest_size=16).digest()
+        fingerprint = hashlib.blake2b(repr((sorted(labels.items()), taints)).encode() + devices,
                                       digest_size=16).digest()
         return cls(name=sys.intern(name), labels=labels, taints=taints,
                    extended_resources=frozenset(extended), allocatable=allocatable, gpus=gpus,
                    register_error=register_error, inventory=inventory,
                    inventory_error=inventory_error, cordoned=cordoned,
-                   fingerprint=fingerprint)
+                   fingerprint=fingerprint, devices=devices)
 
     def is_gpu_node(self, policy: Policy) -> bool:
         return (self.labels.get(GPU_PRESENT_LABEL) == "true" or bool(self.gpus)
@@ -113,6 +118,10 @@ class NodeInfo:
     def hami_mig_gpus(self) -> frozenset[str]:
         """The GPUs HAMi runs in MIG mode: it creates the MIG device it hands out."""
         return frozenset(g.uuid for g in self.gpus if g.mode == hami.MIG_MODE)
+
+    def runs_hami_mig(self) -> bool:
+        """Whether HAMi runs any GPU here in MIG mode (asked on every node judged)."""
+        return any(g.mode == hami.MIG_MODE for g in self.gpus)
 
     def gpu_uuids(self) -> tuple[str, ...]:
         """The node's GPUs: as its driver lists them (the agent reads them), else as HAMi
