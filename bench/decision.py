@@ -59,27 +59,51 @@ def warm_us(pod: dict[str, Any], view: Any, policy: Any, per_round: int) -> floa
 
 def new_shape_us(pod: dict[str, Any], view: Any, policy: Any, per_round: int,
                  tag: str) -> float:
-    """Microseconds per review of pods the view has not seen the shape of (each carries a
-    label of its own): what a one-off pod, or a workload's first replica, costs with every
-    node and fold already known. A tree that keeps no decision per shape answers as warm."""
-    review_pod = engine().review_pod
+    """Microseconds per review of pods the view has not seen the shape of (each container
+    sets a variable of its own, part of what a decision reads): what a one-off pod, or a new
+    workload's first replica, costs with every node and fold already known. A tree that
+    keeps no decision per shape answers as warm. (Until 2026-12-05 each pod carried a label
+    of its own instead: the same thing then, ``new_labels_us`` since.)"""
+    fresh = []
+    for i in range(per_round):
+        p = dict(pod)
+        spec = dict(p["spec"])
+        spec["containers"] = [{**c, "env": [*c.get("env", ()),
+                                            {"name": "BENCH_RUN", "value": f"{tag}-{i}"}]}
+                              for c in spec["containers"]]
+        p["spec"] = spec
+        fresh.append(p)
+    return _each_once(fresh, view, policy)
+
+
+def new_labels_us(pod: dict[str, Any], view: Any, policy: Any, per_round: int,
+                  tag: str) -> float:
+    """Microseconds per review of pods that differ from a known one in labels no decision
+    reads (each carries a label of its own): a CronJob's next Job, a Deployment's next
+    ReplicaSet with the same template."""
     fresh = []
     for i in range(per_round):
         p = dict(pod)
         p["metadata"] = {**pod["metadata"],
                          "labels": {**pod["metadata"].get("labels", {}), "bench/i": f"{tag}-{i}"}}
         fresh.append(p)
+    return _each_once(fresh, view, policy)
+
+
+def _each_once(fresh: list[dict[str, Any]], view: Any, policy: Any) -> float:
+    review_pod = engine().review_pod
     t = time.perf_counter()
     for p in fresh:
         review_pod(p, "ml", view, policy)
-    return (time.perf_counter() - t) / per_round * 1e6
+    return (time.perf_counter() - t) / len(fresh) * 1e6
 
 
 def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict[str, Any]:
     """Decision time for every size and shape, measured in interleaved rounds in one process
     so machine noise hits every size alike; medians reported. Warm: a shape the view knows
     (a workload's replicas); new shape: a pod no review has had the shape of, the view
-    otherwise warm; cold: the first review after a node of the pool changed."""
+    otherwise warm; new labels: a known shape in labels no decision reads; cold: the first
+    review after a node of the pool changed."""
     from webhook.policyfile import default_policy
 
     e = engine()
@@ -94,12 +118,15 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict[str
     cold: dict[tuple[int, str], list[float]] = {(n, s): [] for n in sizes for s in shapes}
     update: dict[tuple[int, str], list[float]] = {(n, s): [] for n in sizes for s in shapes}
     new: dict[tuple[int, str], list[float]] = {(n, s): [] for n in sizes for s in shapes}
+    labels: dict[tuple[int, str], list[float]] = {(n, s): [] for n in sizes for s in shapes}
     for r in range(rounds):
         for n in sizes:
             for s, pod in shapes.items():
                 warm[(n, s)].append(warm_us(pod, views[n], policy, per_round))
                 new[(n, s)].append(new_shape_us(pod, views[n], policy, per_round,
                                                 f"{r}-{n}-{s}"))
+                labels[(n, s)].append(new_labels_us(pod, views[n], policy, per_round,
+                                                    f"{r}-{n}-{s}"))
                 # Cold: the first review of this shape after a node of its pool changed (a
                 # label flips, as when the node's agent republishes), and what the node
                 # update itself cost the watch.
@@ -115,6 +142,7 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict[str
                 cold[(n, s)].append((time.perf_counter() - t) * 1e6)
     return {str(n): {s: {"warm_us": round(statistics.median(warm[(n, s)]), 1),
                          "new_shape_us": round(statistics.median(new[(n, s)]), 1),
+                         "new_labels_us": round(statistics.median(labels[(n, s)]), 1),
                          "cold_us": round(statistics.median(cold[(n, s)]), 1),
                          "node_update_us": round(statistics.median(update[(n, s)]), 1)}
                      for s in shapes} for n in sizes}

@@ -46,7 +46,8 @@ class Limit:
 #: issue 36's targets: the usual pod pays nothing for features it does not use. A pod shape
 #: no review has had (a one-off pod, a workload's first replica) is decided in full: held to
 #: the limit for pods that use the new features, since per-shape decisions hide the engine's
-#: own cost from the warm figure.
+#: own cost from the warm figure. A pod that differs from a known shape only in labels no
+#: decision reads (a CronJob's next Job) is held to the warm limit: it is decided as one.
 WARM_LIMIT, NEW_SHAPE_LIMIT, NODE_UPDATE_LIMIT = 1.05, 1.20, 1.10
 RPS_FLOOR, P99_LIMIT = 0.80, 1.10
 
@@ -58,6 +59,8 @@ def decision_limits(ratios: dict[tuple[str, str], dict[str, float]]) -> list[Lim
                          WARM_LIMIT))
         out.append(Limit(f"new pod shape, {shape} pod, {nodes} nodes", r["new_shape_us"],
                          NEW_SHAPE_LIMIT))
+        out.append(Limit(f"new labels only, {shape} pod, {nodes} nodes", r["new_labels_us"],
+                         WARM_LIMIT))
         out.append(Limit(f"node update, {shape} pod, {nodes} nodes", r["node_update_us"],
                          NODE_UPDATE_LIMIT))
     return out

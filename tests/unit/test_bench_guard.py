@@ -13,9 +13,11 @@ from harness.kit import ROOT
 
 def test_limits_judge_each_ratio_the_way_it_points():
     rows = guard.decision_limits({("1000", "unpinned"): {
-        "warm_us": 1.04, "new_shape_us": 1.21, "cold_us": 9.0, "node_update_us": 1.2}})
+        "warm_us": 1.04, "new_shape_us": 1.21, "new_labels_us": 1.06, "cold_us": 9.0,
+        "node_update_us": 1.2}})
     assert [(x.what.split(",")[0], x.ok) for x in rows] == [("warm decision", True),
                                                            ("new pod shape", False),
+                                                           ("new labels only", False),
                                                            ("node update", False)]
     http = guard.http_limits({"mutate": {"keepalive_rps": 0.79, "fixed_rate_p99": 1.1,
                                          "no_keepalive_rps": 0.1}})

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import copy
 
+import jsonpatch
+import pytest
+
 from tests.unit.engine.test_dra import docs, make_view, node, pod
 from tests.unit.engine.test_dra import policy as dra_policy  # noqa: F401  (a fixture)
 from tests.unit.engine.test_steering import agent_node, hami_pod
@@ -42,6 +45,79 @@ def test_replicas_are_decided_once_and_each_is_named(tmp_path, monkeypatch):
     second.warnings.append("a shell's own")  # a kept decision is never handed out itself
     assert "a shell's own" not in admit.review_pod(replica("c"), "default", view,
                                                    policy).warnings
+
+
+def _job_pod(job: str, **meta) -> dict:
+    """A pod of one Job among many made from one template: its own name, labels and owner."""
+    p = hami_pod()
+    p["metadata"].update(name=f"{job}-x", labels={"job-name": job, "controller-uid": job,
+                                                  "batch.kubernetes.io/job-name": job},
+                         annotations={"batch.kubernetes.io/job-tracking": ""},
+                         ownerReferences=[{"kind": "Job", "name": job, "uid": job}])
+    for part, entries in meta.items():
+        p["metadata"].setdefault(part, {}).update(entries)
+    return p
+
+
+def test_pods_that_differ_only_where_no_rule_reads_are_decided_once(tmp_path, monkeypatch):
+    """The pods of a CronJob's Jobs differ in their names, labels, annotations and owners,
+    none of which a decision reads: the first is decided in full, the rest are told its
+    decision under their own names, patch included, and it patches each as it is."""
+    policy = default_policy()
+    good = agent_node(tmp_path, "hami-1", "hami", "operator-management", per_uuid=True)
+    view = view_from_objects([good], policy)
+    calls: list[int] = []
+    real = pods.mutate
+    monkeypatch.setattr(pods, "mutate", lambda *a: calls.append(1) or real(*a))
+    out = [admit.decide_pod(admit.Stage.MUTATE, _job_pod(f"train-{i}"), "default", view, policy)
+           for i in range(3)]
+    assert len(calls) == 1 and all(d.allowed and d.pool == "hami" for d in out)
+    assert "pod default/train-2-x " in out[2].message
+    patched = jsonpatch.apply_patch(_job_pod("train-2"), out[2].patch)
+    assert patched["metadata"]["labels"]["job-name"] == "train-2"  # its labels kept
+    assert patched["metadata"]["annotations"]["gpupool.io/pool"] == "hami"
+    # A pod with no labels at all is another shape: its patch creates the map.
+    bare = hami_pod()
+    bare["metadata"].pop("labels", None)
+    d = admit.decide_pod(admit.Stage.MUTATE, bare, "default", view, policy)
+    assert len(calls) == 2
+    assert jsonpatch.apply_patch(bare, d.patch)["metadata"]["annotations"] == {
+        "gpupool.io/pool": "hami"}
+
+
+@pytest.mark.parametrize("meta, differs", [
+    ({"labels": {"gpupool.io/pool": "operator"}}, "the pool it names"),
+    ({"annotations": {"nvidia.com/use-gpuuuid": "GPU-none"}}, "HAMi's GPU picking"),
+    ({"annotations": {"nvidia.cdi.k8s.io/pod": "management.nvidia.com/gpu=all"}}, "NRI"),
+    ({"labels": {"hami.io/webhook": "ignore"}}, "HAMi's opt-out, which the patch sets"),
+])
+def test_pods_that_differ_where_a_rule_reads_are_decided_each(tmp_path, monkeypatch, meta,
+                                                                differs):
+    policy = default_policy()
+    good = agent_node(tmp_path, "hami-1", "hami", "operator-management", per_uuid=True)
+    view = view_from_objects([good], policy)
+    admit.review_pod(_job_pod("a"), "default", view, policy)
+    calls: list[int] = []
+    real = pods.mutate
+    monkeypatch.setattr(pods, "mutate", lambda *a: calls.append(1) or real(*a))
+    other = _job_pod("a", **meta)
+    got = admit.review_pod(other, "default", view, policy)
+    assert calls == [1], f"{differs}: told the decision of a pod without it"
+    fresh = admit.review_pod(other, "default", view_from_objects([good], policy), policy)
+    assert got.to_json() == fresh.to_json()
+
+
+def test_the_engine_holds_only_the_labels_and_annotations_it_declares_reading():
+    from webhook.engine.pod.podfacts import READ_LABELS, PodFacts, reads_annotation
+
+    policy = default_policy()
+    facts = PodFacts.parse(_job_pod("a", labels={"gpupool.io/pool": "hami"},
+                                    annotations={"nvidia.cdi.k8s.io/pod": "x"}),
+                           "default", policy)
+    assert dict(facts.labels) == {"gpupool.io/pool": "hami"}
+    assert set(facts.labels) <= READ_LABELS
+    assert dict(facts.annotations) == {"nvidia.cdi.k8s.io/pod": "x"}
+    assert all(reads_annotation(k, policy) for k in facts.annotations)
 
 
 def test_a_node_change_is_seen_by_the_next_replica(tmp_path):

@@ -19,7 +19,7 @@ from webhook.engine.core import objects, patch
 from webhook.engine.core.decision import Decision, Reason, allow, deny
 from webhook.engine.core.policy import Policy, WorkloadTemplates
 from webhook.engine.pod import podclaims
-from webhook.engine.pod.podfacts import PodFacts, who_of
+from webhook.engine.pod.podfacts import PodFacts, decision_metadata, who_of
 from webhook.engine.view.cluster import ClusterView
 
 
@@ -101,18 +101,15 @@ def decide(stage: Stage, subject: Subject, view: ClusterView | None, policy: Pol
 
 #: Stands for the pod in a decision kept for its shape (private use: no message has it).
 _WHO = "\ue000pod\ue000"
-#: Metadata the decision never reads (the name only to say which pod it is about): pods that
-#: differ in these alone have one shape.
-_NOT_READ = frozenset({"name", "generateName", "uid", "resourceVersion", "creationTimestamp",
-                       "managedFields"})
 
 
 def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
                view: ClusterView | None, policy: Policy) -> Decision:
     """One stage for one pod, decided once per pod shape while the view stands.
 
-    The replicas of a workload differ in their names alone: the first is decided in full and
-    the rest are told its decision, naming them. The decision is kept in the view
+    The replicas of a workload differ in their names and in labels no rule reads (as do
+    the pods of a CronJob's Jobs): the first is decided in full and the rest are told its
+    decision, naming them. The decision is kept in the view
     (``ClusterView.until_any_change``) under the view's version and its ResourceSlices': any change
     a decision reads starts it over. Claims change without the view's version (one per pod
     made from a template), so a pod with resourceClaims is kept under what the claims it
@@ -124,15 +121,18 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     spec = obj.get("spec")
     claims = podclaims.claims_key(spec, namespace, view) \
         if isinstance(spec, Mapping) and spec.get("resourceClaims") else ""
+    # The pod as far as any decision reads it: its name only says which pod it is about,
+    # and labels and annotations no rule reads are not part of it (a Job's pods, each
+    # Job's, are one shape). What is decided is that, so the decision kept is its own.
     meta = obj.get("metadata")
-    shape = {**obj, "metadata": {k: v for k, v in meta.items() if k not in _NOT_READ}
-             if isinstance(meta, Mapping) else meta}
+    shape = {**obj, "metadata": decision_metadata(meta, policy)} \
+        if isinstance(meta, Mapping) else obj
     # (a digest: thousands of kept shapes must not each hold a copy of their pod)
     digest = hashlib.blake2b((objects.json_key(shape) + claims).encode(),
                              digest_size=16).digest()
     key = ("pod", stage, policy.cache_key, namespace, digest)
     kept = view.until_any_change(key, lambda: decide_facts(
-        PodFacts.parse(obj, namespace, policy, who=_WHO), view, policy))
+        PodFacts.parse(shape, namespace, policy, who=_WHO), view, policy))
     return kept.naming(_WHO, who_of(obj, namespace))
 
 

@@ -13,6 +13,7 @@ from webhook.engine.checks import cdi as cdi_needs
 from webhook.engine.core import objects, patch
 from webhook.engine.core.decision import Decision, Reason, allow, deny
 from webhook.engine.core.policy import (
+    HAMI_DRA_LABEL,
     HAMI_IGNORE_LABEL,
     HAMI_IGNORE_VALUE,
     POOL_ANNOTATION,
@@ -23,8 +24,6 @@ from webhook.engine.pod import affinity, podclaims
 from webhook.engine.pod.podfacts import DEFAULT_SCHEDULER, PodFacts
 from webhook.engine.view.cluster import ClusterView
 
-#: The label HAMi-DRA's webhook puts on every pod whose GPU resources it turned into claims.
-HAMI_DRA_LABEL = "hami.io/dra"
 HAMI_DRA_REWRITE = (
     ". HAMi-DRA's webhook rewrote this pod's GPU resources into ResourceClaims of its own "
     "DeviceClass (label hami.io/dra=true) after gpupool had routed it, so it can only run on "

@@ -38,6 +38,8 @@ POOL_ANNOTATION = "gpupool.io/pool"
 #: HAMi's webhook skips objects carrying this label (its objectSelector excludes them).
 HAMI_IGNORE_LABEL = "hami.io/webhook"
 HAMI_IGNORE_VALUE = "ignore"
+#: The label HAMi-DRA's webhook puts on every pod whose GPU resources it turned into claims.
+HAMI_DRA_LABEL = "hami.io/dra"
 
 #: Fields of the first policy version, still read (docs/policy.md, "Deprecated fields").
 CDI_REQUIRE = ("perGPU", "anyDevice", "none")
@@ -144,6 +146,11 @@ class Policy:
         """Stable per policy content (every field: the dataclass's own hash); memo keys use
         it instead of hashing the whole policy on each lookup."""
         return hash(self)
+
+    @cached_property
+    def exclusive_annotations(self) -> frozenset[str]:
+        """Every pool's ``exclusiveAnnotations``: pod annotations routing reads."""
+        return frozenset(a for p in self.pools for a in p.exclusive_annotations)
 
     @cached_property
     def by_name(self) -> dict[str, Pool]:

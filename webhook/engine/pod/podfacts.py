@@ -16,7 +16,13 @@ from typing import Any, NamedTuple, TypeVar, cast
 from webhook.api.inventory import MIG_RESOURCE_PREFIX
 from webhook.engine.core import objects
 from webhook.engine.core.objects import json_key
-from webhook.engine.core.policy import Policy
+from webhook.engine.core.policy import (
+    HAMI_DRA_LABEL,
+    HAMI_IGNORE_LABEL,
+    POOL_ANNOTATION,
+    POOL_LABEL,
+    Policy,
+)
 from webhook.engine.core.resources import containers, is_zero_quantity, resource_names
 from webhook.engine.pod import affinity
 from webhook.engine.stacks import hami, nri
@@ -27,6 +33,46 @@ NARROWING_ANNOTATIONS = (hami.USE_UUID_ANNOTATION, hami.NOUSE_UUID_ANNOTATION,
                          hami.USE_TYPE_ANNOTATION, hami.NOUSE_TYPE_ANNOTATION)
 _USE_UUID, _NOUSE_UUID, _USE_TYPE, _NOUSE_TYPE = NARROWING_ANNOTATIONS
 T = TypeVar("T")
+
+#: The pod's labels a decision reads: the pool it names, HAMi's opt-out (the patch sets it),
+#: HAMi-DRA's mark. ``PodFacts`` holds no other, so no rule can read another without
+#: declaring it here; and pods that differ only in labels no rule reads (a Job's
+#: ``job-name``, a ReplicaSet's ``pod-template-hash``) are decided once (``decision_metadata``).
+READ_LABELS = frozenset({POOL_LABEL, HAMI_IGNORE_LABEL, HAMI_DRA_LABEL})
+#: Likewise its annotations: the pool gpupool recorded, HAMi's GPU picking, the NRI
+#: plugin's (by prefix), and every pool's ``exclusiveAnnotations`` (``reads_annotation``).
+READ_ANNOTATIONS = frozenset({POOL_ANNOTATION, *NARROWING_ANNOTATIONS})
+
+
+def reads_annotation(key: object, policy: Policy) -> bool:
+    return isinstance(key, str) and (key in READ_ANNOTATIONS or key.startswith(nri.DOMAIN)
+                                     or key in policy.exclusive_annotations)
+
+
+def _read_labels(labels: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: labels[k] for k in READ_LABELS if k in labels}
+
+
+def _read_annotations(annotations: Mapping[str, Any], policy: Policy) -> dict[str, Any]:
+    return {k: v for k, v in annotations.items() if reads_annotation(k, policy)}
+
+
+def decision_metadata(meta: Mapping[str, Any], policy: Policy) -> dict[str, Any]:
+    """A pod's metadata as far as any decision reads it: its namespace, and the labels and
+    annotations ``PodFacts`` holds. A map that is there stays there, emptied or not (a patch
+    adds an entry to a map that exists and creates one that does not), so a decision made
+    for it holds, patch included, for every pod with the same: the key of decisions kept
+    per pod shape (``admit``)."""
+    out: dict[str, Any] = {}
+    if "namespace" in meta:
+        out["namespace"] = meta["namespace"]
+    labels, annotations = meta.get("labels"), meta.get("annotations")
+    if "labels" in meta:
+        out["labels"] = _read_labels(labels) if isinstance(labels, dict) else labels
+    if "annotations" in meta:
+        out["annotations"] = _read_annotations(annotations, policy) \
+            if isinstance(annotations, dict) else annotations
+    return out
 
 
 class PodFacts(NamedTuple):
@@ -39,8 +85,8 @@ class PodFacts(NamedTuple):
     namespace: str | None
     who: str  # "pod ns/name", as every message names it
     has_metadata: bool
-    labels: Mapping[str, Any]
-    annotations: Mapping[str, Any]
+    labels: Mapping[str, Any]  # those a decision reads (``READ_LABELS``)
+    annotations: Mapping[str, Any]  # likewise (``reads_annotation``)
     spec: Mapping[str, Any]  # {} when absent or not a mapping
     #: spec.schedulerName as sent (any JSON value); ``scheduler`` is what it means
     scheduler_field: object
@@ -67,8 +113,8 @@ class PodFacts(NamedTuple):
         return cls(
             obj, namespace, who_of(obj, namespace) if who is None else who,
             isinstance(obj.get("metadata"), dict),
-            labels if isinstance(labels, dict) else {},
-            annotations if isinstance(annotations, dict) else {},
+            _read_labels(labels) if isinstance(labels, dict) else {},
+            _read_annotations(annotations, policy) if isinstance(annotations, dict) else {},
             spec, scheduler,
             scheduler if isinstance(scheduler, str) and scheduler else DEFAULT_SCHEDULER,
             runtime_class if isinstance(runtime_class, str) else None,
