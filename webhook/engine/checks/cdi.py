@@ -274,7 +274,7 @@ def _verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
         why = cand.unfit_reason(n, demand_of())
         if why:
             return (why, False, None)
-        shared = view.rejudging()
+        shared = view.rejudging(n)
         check = known or (shared.get(judged_key) if shared is not None else None)
         if check is None:
             if not active:
@@ -290,6 +290,7 @@ def _verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
     key = ("cdi", policy.cache_key, pool_name, shape)
     # what the node checks' answer depends on besides the node: not the placement
     judged_key = ("cdi", policy.cache_key, pool_name, shape[1:])
+
     def again(n: NodeInfo, old: NodeInfo, was: _NodeVerdict) -> _NodeVerdict | None:
         """A node stored again: where nothing the node checks read changed, their finding
         stands and only its pool, reach and fit are asked again."""
@@ -314,7 +315,7 @@ _SAME = ("node checks see the node as before",)
 def _same_to_checks(node: NodeInfo, old: NodeInfo, view: ClusterView) -> bool:
     """Whether the node checks see ``node`` as they saw ``old``; worked out once per node
     update, however many folds ask."""
-    shared = view.rejudging()
+    shared = view.rejudging(node)
     if shared is not None and (hit := shared.get(_SAME)) is not None:
         return bool(hit)
     new_key = nodechecks.node_key(node, view)
@@ -322,7 +323,6 @@ def _same_to_checks(node: NodeInfo, old: NodeInfo, view: ClusterView) -> bool:
     if shared is not None:
         shared[_SAME] = same
     return same
-
 
 
 def _finding(s: Verdicts, facts: PodFacts, hami_pool: bool, policy: Policy) -> Finding | None:

@@ -160,9 +160,9 @@ class Caches:
         self.slice_changes = 0
         #: kept only once a reader asks for it (``ClusterView.track_changes``)
         self.log: Changes | None = None
-        #: while one changed node is re-judged in every fold: what the folds can share
-        #: about it (``ClusterView.rejudging``); None otherwise
-        self.rejudging: dict[Any, Any] | None = None
+        #: while one changed node is re-judged in every fold: the node, and what the folds
+        #: can share about it (``ClusterView.rejudging``); None otherwise
+        self.rejudging: tuple[NodeInfo, dict[Any, Any]] | None = None
 
     def changed(self, change: Change, nodes: Iterable[NodeInfo] = (),
                 names: Iterable[str] = (), namespaces: Iterable[str] = (),
@@ -181,7 +181,7 @@ class Caches:
                 for node in nodes:
                     # The folds of one pod's stages, of a workload's replicas on other
                     # nodes, ask the node the same questions: each is answered once.
-                    self.rejudging = {}
+                    self.rejudging = (node, {})
                     old = replaced.get(node.name) if replaced else None
                     for fold in self.folds.values():
                         fold.update(node, old)

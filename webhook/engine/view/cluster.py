@@ -294,12 +294,14 @@ class ClusterView:
         ``old``, whose value was ``value``; it must answer as ``fn(node)`` would."""
         return self._caches.fold(key, fn, initial, reads_slices=reads_slices, again=again)
 
-    def rejudging(self) -> dict[Any, Any] | None:
-        """While a changed node is re-judged in every fold (a node update), a scratch space
-        the folds share for that node alone, so a question several folds ask of it (the
-        same pod facts, another placement) is answered once; None at any other time. Keys
-        must name everything the answer depends on besides the node."""
-        return self._caches.rejudging
+    def rejudging(self, node: NodeInfo) -> dict[Any, Any] | None:
+        """While ``node`` is re-judged in every fold (it was just stored), a scratch space
+        the folds share for it alone, so a question several folds ask of it (the same pod
+        facts, another placement) is answered once; None for any other node, and at any
+        other time (a fold built meanwhile by a request, for other nodes, must not read
+        it). Keys must name everything the answer depends on besides the node."""
+        current = self._caches.rejudging
+        return current[1] if current is not None and current[0] is node else None
 
     def memo(self, key: Any, compute: Callable[[], T]) -> T:
         """Cache ``compute()`` under ``key`` until the view next changes (bounded, LRU)."""
