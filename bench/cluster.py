@@ -74,7 +74,7 @@ def _as_admitted(pod: dict[str, Any]) -> dict[str, Any]:
     for c in spec["containers"]:
         c.update({"imagePullPolicy": "IfNotPresent", "terminationMessagePath":
                   "/dev/termination-log", "terminationMessagePolicy": "File",
-                  "env": [{"name": "MODEL", "value": "llama-3-8b"},
+                  "env": [*c.get("env", ()), {"name": "MODEL", "value": "llama-3-8b"},
                           {"name": "POD_NAME", "valueFrom": {"fieldRef": {
                               "apiVersion": "v1", "fieldPath": "metadata.name"}}}],
                   "volumeMounts": [{"name": "kube-api-access-x7k2p", "readOnly": True,
@@ -113,15 +113,22 @@ def _as_admitted(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def pods() -> dict[str, dict[str, Any]]:
-    """The three pod shapes of the benchmark, HAMi-pool pods (the CDI check runs), as the
-    API server sends them to webhooks."""
-    def pod(**spec: Any) -> dict[str, Any]:
+    """The pod shapes of the benchmark, HAMi-pool pods (the CDI check runs), as the API
+    server sends them to webhooks: three that use none of the checks added since the
+    reference (``bench/reference``), and one that uses them (its own NVIDIA_VISIBLE_DEVICES,
+    an NRI annotation), which issue 36 holds to a looser limit."""
+    def pod(env: list[dict[str, str]] | None = None,
+            annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+        container: dict[str, Any] = {"name": "c", "image": "cuda", "resources": {"limits": {
+            "nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000}}}
+        if env:
+            container["env"] = env
+        meta: dict[str, Any] = {"name": "bench", "namespace": "ml", "labels": {"app": "bench"}}
+        if annotations:
+            meta["annotations"] = annotations
         return _as_admitted({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "bench", "namespace": "ml", "labels": {"app": "bench"}},
-            "spec": {"schedulerName": "default-scheduler", "containers": [
-                {"name": "c", "image": "cuda", "resources": {"limits": {
-                    "nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000}}}], **spec}})
+            "apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"schedulerName": "default-scheduler", "containers": [container], **spec}})
     return {
         "unpinned": pod(),
         "nodeSelector": pod(nodeSelector={"topology.kubernetes.io/zone": "zone-1",
@@ -131,4 +138,7 @@ def pods() -> dict[str, dict[str, Any]]:
                 {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
                                        "values": [f"gpu-node-{i:05d}" for i in
                                                   (5, 10, 15, 20)]}]}]}}}),
+        "newFeatures": pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+                           annotations={"nvidia.cdi.k8s.io/pod":
+                                        "management.nvidia.com/gpu=all"}),
     }
