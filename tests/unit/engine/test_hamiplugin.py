@@ -209,20 +209,23 @@ def test_a_node_stored_again_is_judged_anew_exactly_when_what_the_checks_read_ch
     from webhook.engine.view.nodes import NodeInfo
 
     node = agent_node(tmp_path, "hami-1", "hami", "operator-management", per_uuid=True)
-    node["metadata"]["labels"]["gpu"] = "on"
+    node["metadata"]["labels"].update(gpu="on", team="a")
     plugin = daemonset("cdi-annotations")
-    pods = [hami_pod(), gpu_pod("g", limits={"nvidia.com/gpu": 1}, nodeSelector={"gpu": "on"})]
+    pods = [hami_pod(), gpu_pod("g", limits={"nvidia.com/gpu": 1}, nodeSelector={"gpu": "on"}),
+            hami_pod(nodeSelector={"team": "a"})]
     warm, view, policy = decide([node, plugin], pods[0])
     assert not warm.final.allowed and warm.final.reason == Reason.CDI_DEVICE_MISSING
     for p in pods[1:]:
         admit.review(admit.Subject(kind="Pod", object=p, namespace="default"), view, policy)
     asked: list[str] = []
+    spec: dict = {}
     real_judge = nodechecks.judge
     monkeypatch.setattr(nodechecks, "judge",
                         lambda n, *a: asked.append(n.name) or real_judge(n, *a))
 
     def store(change) -> list:
         change(node["metadata"]["labels"])
+        node["spec"] = spec
         view.upsert_node(NodeInfo.from_object(copy.deepcopy(node)))
         out = [admit.review_pod(p, "default", view, policy) for p in pods]
         seen = len(asked)  # (the fresh views below judge every node, as they must)
@@ -232,7 +235,7 @@ def test_a_node_stored_again_is_judged_anew_exactly_when_what_the_checks_read_ch
         del asked[seen:]
         return out
 
-    decided = store(lambda labels: labels.update(team="a"))
+    decided = store(lambda labels: labels.update(owner="x"))
     assert asked == [], "a label no check reads made the folds judge the node again"
     assert not decided[0].allowed
     decided = store(lambda labels: labels.update(gpu="off"))  # the DaemonSet leaves it
@@ -241,3 +244,19 @@ def test_a_node_stored_again_is_judged_anew_exactly_when_what_the_checks_read_ch
     asked.clear()
     decided = store(lambda labels: labels.update(gpu="on"))
     assert "hami-1" in asked and not decided[0].allowed
+    # What only reach reads: a taint the pods do not tolerate, then a label a pod's
+    # nodeSelector reads. The checks' finding stands; each decision follows, as fresh.
+    asked.clear()
+    spec = {"taints": [{"key": "maintenance", "value": "x", "effect": "NoSchedule"}]}
+    decided = store(lambda labels: None)
+    assert asked == [] and decided[2].reason != Reason.CDI_DEVICE_MISSING  # none reachable
+    spec = {}  # back among the pods' candidates: judged again, as a node new to them
+    decided = store(lambda labels: None)
+    assert decided[2].reason == Reason.CDI_DEVICE_MISSING
+    asked.clear()
+    decided = store(lambda labels: labels.update(team="b"))  # what the selector reads
+    assert asked == [] and decided[2].reason != Reason.CDI_DEVICE_MISSING
+    decided = store(lambda labels: labels.update(rack="r1"))  # what nothing reads
+    assert asked == [] and decided[0].reason == Reason.CDI_DEVICE_MISSING
+    decided = store(lambda labels: labels.update({"gpupool.io/pool": "operator"}))
+    assert decided[0].reason != Reason.CDI_DEVICE_MISSING  # HAMi's pool has no node left

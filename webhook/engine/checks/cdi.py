@@ -291,13 +291,23 @@ def _verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
     # what the node checks' answer depends on besides the node: not the placement
     judged_key = ("cdi", policy.cache_key, pool_name, shape[1:])
 
+    label_reads: list[frozenset[str]] = []  # worked out on the first node stored again
+
     def again(n: NodeInfo, old: NodeInfo, was: _NodeVerdict) -> _NodeVerdict | None:
         """A node stored again: where nothing the node checks read changed, their finding
-        stands and only its pool, reach and fit are asked again."""
-        known = _OK if was in (_FIT_OK_REACHABLE, _FIT_OK_UNREACHABLE) else was[2]
-        if known is None or not _same_to_checks(n, old, view):
+        stands; where its pool, reach and fit read nothing that changed either (its taints,
+        the labels the pool and the placements read; its devices are in the checks' key),
+        its value stands whole. A node DRA may serve is asked again in full."""
+        if extended or not _same_to_checks(n, old, view):
             return per_node(n)
-        return per_node(n, known)
+        if not label_reads:
+            label_reads.append(placement.label_keys() | unsteered.label_keys()
+                               | cand.in_pool_reads(policy))
+        if n.taints == old.taints and all(n.labels.get(k) == old.labels.get(k)
+                                          for k in label_reads[0]):
+            return was
+        known = _OK if was in (_FIT_OK_REACHABLE, _FIT_OK_UNREACHABLE) else was[2]
+        return per_node(n, known) if known is not None else per_node(n)
 
     fold = view.fold(key, per_node,
                      lambda: cand.candidates(facts.unsteered, pool_name, view, policy),

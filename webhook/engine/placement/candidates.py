@@ -20,7 +20,7 @@ from webhook.engine.pod.affinity import Placement
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import hami
 from webhook.engine.view.cluster import ClusterView
-from webhook.engine.view.nodes import NodeInfo
+from webhook.engine.view.nodes import GPU_PRESENT_LABEL, NodeInfo
 
 
 def shape_key(placement: Placement, extra: Any = None) -> str:
@@ -31,6 +31,11 @@ def shape_key(placement: Placement, extra: Any = None) -> str:
 def in_pool(node: NodeInfo, pool: str, policy: Policy) -> bool:
     """A GPU node whose pool label puts it in ``pool``."""
     return node.is_gpu_node(policy) and policy.node_pool(node.labels) == pool
+
+
+def in_pool_reads(policy: Policy) -> frozenset[str]:
+    """The node labels ``in_pool`` reads (besides its devices: ``NodeInfo.is_gpu_node``)."""
+    return frozenset({GPU_PRESENT_LABEL, policy.pool_label})
 
 
 def candidates(placement: Placement, pool: str, view: ClusterView, policy: Policy

@@ -72,14 +72,24 @@ class Placement:
                 if labels.get(k) != v:
                     return False
         if self.terms:
-            # Matched against every node of a pool, and again on each node change: the
-            # terms are read once, not once per node.
-            compiled = self._compiled
-            if compiled is None:
-                compiled = self._compiled = tuple(
-                    c for t in self.terms if (c := _compile_term(t)) is not None)
-            return any(_term_holds(t, labels, name) for t in compiled)
+            return any(_term_holds(t, labels, name) for t in self._read_terms())
         return True
+
+    def _read_terms(self) -> tuple[_Term, ...]:
+        """The required terms, read once (matched against every node of a pool, and again
+        on each node change), not once per node."""
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compiled = tuple(
+                c for t in self.terms or () if (c := _compile_term(t)) is not None)
+        return compiled
+
+    def label_keys(self) -> frozenset[str]:
+        """Every node label ``matches`` reads: two nodes of one name that agree on these
+        are matched alike."""
+        keys = {k for k in self.selector or () if isinstance(k, str)}
+        keys.update(k for exprs, _ in self._read_terms() for k, _, _ in exprs if k is not None)
+        return frozenset(keys)
 
     def reaches(self, node: NodeInfo) -> bool:
         """Could the pod run on this node? The scheduler's node-affinity and taint filters;
