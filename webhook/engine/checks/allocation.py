@@ -79,12 +79,13 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
     # Once every held device is free: whether the node can ever take the pod.
     slices = view.slices_for(node.name)
     classes = view.device_classes() or {}
-    if _one_plain_request(claims, slices):
+    # each request judged alone, by counting: worked out at most once
+    alone = dra.judge_node(claims, slices, classes) if _one_plain_request(claims, slices) \
+        else None
+    if alone is not None and not alone.fatal and not alone.doubt:
         # One request of whole devices on plain slices: counting its devices is the
         # allocator's answer, and far cheaper (identical devices are judged once).
-        alone = dra.judge_node(claims, slices, classes)
-        if not alone.fatal and not alone.doubt:
-            return _accept(node, alone.ok, alone.why)
+        return _accept(node, alone.ok, alone.why)
     result = allocator.allocate([c.spec for c in claims], node.name, node.labels, slices,
                                 classes, None, affinity.term_matches)
     if result.ok is None:
@@ -94,7 +95,8 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
             return _NodeCheck(node.name, False, result.why, fatal=result.fatal)
         # Name the request no device here serves even alone, where there is one; else the
         # requests fail only together (constraints, capacity, counters, one device each).
-        alone = dra.judge_node(claims, slices, classes)
+        if alone is None:
+            alone = dra.judge_node(claims, slices, classes)
         return _NodeCheck(node.name, False, alone.why or result.why)
     return _accept(node, True, "")
 

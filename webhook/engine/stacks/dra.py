@@ -164,14 +164,25 @@ def _policy(raw: object) -> Capacity | None:
                     if isinstance(values, list) else None)
 
 
+def _quantities(raw: object, field: str | None = None) -> tuple[tuple[str, Fraction | None], ...]:
+    """name -> quantity, sorted by name; ``field``: each value is an object holding the
+    quantity there (a counter's ``value``)."""
+    return tuple(sorted((str(k), quantity_or_none(_mapping(v).get(field) if field else v))
+                        for k, v in _mapping(raw).items()))
+
+
+def _counter_sets(raw: object, name: str
+                  ) -> tuple[tuple[str, tuple[tuple[str, Fraction | None], ...]], ...]:
+    """A slice's ``sharedCounters`` (each set's ``name``) or a device's ``consumesCounters``
+    (``counterSet``): set -> counter -> value."""
+    return tuple((str(_mapping(c).get(name)), _quantities(_mapping(c).get("counters"), "value"))
+                 for c in _list(raw))
+
+
 def _extras(dev: Mapping[str, Any]) -> DeviceExtras | None:
     policies = tuple(sorted((str(k), pol) for k, v in _mapping(dev.get("capacity")).items()
                             if (pol := _policy(_mapping(v).get("requestPolicy"))) is not None))
-    consumes = tuple(
-        (str(_mapping(c).get("counterSet")), tuple(sorted(
-            (str(k), quantity_or_none(_mapping(v).get("value")))
-            for k, v in _mapping(_mapping(c).get("counters")).items())))
-        for c in _list(dev.get("consumesCounters")))
+    consumes = _counter_sets(dev.get("consumesCounters"), "counterSet")
     selection = {k: dev[k] for k in ("nodeName", "allNodes", "nodeSelector") if k in dev}
     multi = dev.get("allowMultipleAllocations") is True
     if not (multi or policies or consumes or selection):
@@ -233,11 +244,7 @@ class Slice:
         pool = _mapping(spec.get("pool"))
         generation, count = pool.get("generation"), pool.get("resourceSliceCount")
         selector = spec.get("nodeSelector")
-        counters = tuple(
-            (str(_mapping(c).get("name")), tuple(sorted(
-                (str(k), quantity_or_none(_mapping(v).get("value")))
-                for k, v in _mapping(_mapping(c).get("counters")).items())))
-            for c in _list(spec.get("sharedCounters")))
+        counters = _counter_sets(spec.get("sharedCounters"), "name")
         keys = sorted({k for row in rows for k in row})
         shared, varying = [], []
         for k in keys:
@@ -310,9 +317,7 @@ def _request(name: str, raw: Mapping[str, Any]) -> DeviceRequest:
                          _selectors(raw.get("selectors")),
                          0 if all_mode else (count if isinstance(count, int) and count > 0
                                              else 1),
-                         raw.get("adminAccess") is True, tolerations,
-                         tuple(sorted((str(k), quantity_or_none(v))
-                                      for k, v in wanted.items())))
+                         raw.get("adminAccess") is True, tolerations, _quantities(wanted))
 
 
 def quantity_or_none(value: object) -> Fraction | None:
@@ -405,8 +410,7 @@ def claim_spec(kind: str, obj: Mapping[str, Any]) -> ClaimSpec:
             if all(isinstance(r.get(k), str) for k in ("driver", "pool", "device")):
                 held.append(Held(r["driver"], r["pool"], r["device"],
                                  r.get("shareID") is not None,
-                                 tuple(sorted((str(k), quantity_or_none(v)) for k, v in
-                                              _mapping(r.get("consumedCapacity")).items())),
+                                 _quantities(r.get("consumedCapacity")),
                                  r.get("adminAccess") is True))
         out = out._replace(allocated=json.dumps(
             [t for t in terms if isinstance(t, Mapping)], sort_keys=True), held=tuple(held))
