@@ -180,15 +180,20 @@ def _flags(c: Mapping[str, Any]) -> dict[str, list[str]]:
     return out
 
 
+def _literal(entry: Mapping[str, Any], what: str) -> str:
+    """An ``env`` entry's value; one from ``valueFrom`` cannot be known here."""
+    if entry.get("valueFrom") is not None:
+        raise Unknown(f"{what} comes from valueFrom")
+    return str(entry.get("value") or "")
+
+
 def _env(c: Mapping[str, Any], name: str, pod_ns: str, config_maps: ConfigMaps
          ) -> str | None:
     """A variable as the kubelet sets it: ``env`` over ``envFrom``, the last of a name."""
     found: str | None = None
     for e in c.get("env") or ():
         if isinstance(e, Mapping) and e.get("name") == name:
-            if e.get("valueFrom") is not None:
-                raise Unknown(f"{name} comes from valueFrom")
-            found = str(e.get("value") or "")
+            found = _literal(e, name)
     if found is not None:
         return found
     for src in c.get("envFrom") or ():
@@ -280,11 +285,7 @@ def _written_by_config_manager(pod: Mapping[str, Any], vol_name: str, rel: str,
 
         def value(name: str, default: str = "", env: dict[str, Any] = env) -> str:
             e = env.get(name)
-            if e is None:
-                return default
-            if e.get("valueFrom") is not None:
-                raise Unknown(f"config-manager's {name} comes from valueFrom")
-            return str(e.get("value") or "")
+            return default if e is None else _literal(e, f"config-manager's {name}")
 
         dst = value("CONFIG_FILE_DST")
         mount = _mount_for(c, posixpath.normpath(dst)) if dst else None

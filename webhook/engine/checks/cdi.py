@@ -307,7 +307,7 @@ def _verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
                                           for k in label_reads[0]):
             return was
         known = _OK if was in (_FIT_OK_REACHABLE, _FIT_OK_UNREACHABLE) else was[2]
-        return per_node(n, known) if known is not None else per_node(n)
+        return per_node(n, known)
 
     fold = view.fold(key, per_node,
                      lambda: cand.candidates(facts.unsteered, pool_name, view, policy),

@@ -61,11 +61,11 @@ class NodeFold(Generic[T]):
     def update(self, node: NodeInfo, old: NodeInfo | None = None) -> None:
         """Re-evaluate ``node``; ``old``: the node it replaced (None: a slice change, or
         nothing to build on)."""
-        again, prev = self.again, None
-        if again is not None and old is not None:
-            prev = self.values.get(node.name)
-        v = again(node, old, prev) if again is not None and old is not None and \
-            prev is not None else self.fn(node)
+        if self.again is not None and old is not None and \
+                (prev := self.values.get(node.name)) is not None:
+            v = self.again(node, old, prev)
+        else:
+            v = self.fn(node)
         if v is None:
             if self.values.pop(node.name, None) is None:
                 return
