@@ -348,12 +348,6 @@ def _all_hold(exprs: tuple[_Expr, ...], get: Any) -> bool:
     return True
 
 
-def expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key = expr.get("key")
-    return _holds(expr.get("operator"), expression_values(expr),
-                  labels.get(key) if isinstance(key, str) else None)
-
-
 def _holds(op: object, values: Sequence[str], value: str | None) -> bool:
     """The scheduler's node-selector operators (``k8s.io/component-helpers``
     ``nodeaffinity``), on the label's value (None: the node has no such label)."""
