@@ -13,7 +13,7 @@ count as "unknown", which the policy turns into a warning by default.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -42,6 +42,7 @@ from webhook.engine.placement import candidates as cand
 from webhook.engine.pod import podclaims
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import nri
+from webhook.engine.view.caches import NodeFold
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
@@ -240,6 +241,18 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
 
 def _verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
               ) -> Verdicts:
+    shape = nodechecks.shape_key(facts, view)
+    key = ("cdi", policy.cache_key, pool_name, shape)
+    # (a kept fold, nearly always: what judging a node takes is built only without one)
+    fold = view.kept_fold(key) or _fold(facts, pool_name, view, policy, key, shape)
+    summary: Verdicts = fold.derive(_summarise)
+    return summary
+
+
+def _fold(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy,
+          key: tuple[Hashable, ...], shape: tuple[Hashable, ...]) -> NodeFold[_NodeVerdict]:
+    """The verdicts' fold for this pod shape, made (or found, if another review made it
+    meanwhile)."""
     node_name = facts.node_name
     hami_pool = policy.is_hami_pool(pool_name)
     demand: list[cand.GPUDemand] = []  # worked out on the first node that needs it
@@ -286,8 +299,6 @@ def _verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
             return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
         return (None, matches, check)
 
-    shape = nodechecks.shape_key(facts, view)
-    key = ("cdi", policy.cache_key, pool_name, shape)
     # what the node checks' answer depends on besides the node: not the placement
     judged_key = ("cdi", policy.cache_key, pool_name, shape[1:])
 
@@ -309,11 +320,9 @@ def _verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
         known = _OK if was in (_FIT_OK_REACHABLE, _FIT_OK_UNREACHABLE) else was[2]
         return per_node(n, known)
 
-    fold = view.fold(key, per_node,
+    return view.fold(key, per_node,
                      lambda: cand.candidates(facts.unsteered, pool_name, view, policy),
                      again=again)
-    summary: Verdicts = fold.derive(_summarise)
-    return summary
 
 
 #: stands for an OK finding the fold did not keep (it keeps only that it was OK)

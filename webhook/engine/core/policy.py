@@ -153,6 +153,12 @@ class Policy:
         return frozenset(a for p in self.pools for a in p.exclusive_annotations)
 
     @cached_property
+    def exclusive_resources(self) -> frozenset[str]:
+        """Every pool's ``exclusiveResources``: a pod asking for none of them (nearly every
+        pod) skips routing's look for them pool by pool."""
+        return frozenset(r for p in self.pools for r in p.exclusive_resources)
+
+    @cached_property
     def by_name(self) -> dict[str, Pool]:
         return {p.name: p for p in self.pools}
 

@@ -46,10 +46,25 @@ def containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, int, Mapping[str,
                 yield fieldname, i, c
 
 
+def container_list(spec: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
+    """The init and regular containers that are mappings, in that order."""
+    out: list[Mapping[str, Any]] = []
+    for fieldname in ("initContainers", "containers"):
+        items = spec.get(fieldname)
+        if isinstance(items, list):
+            out.extend(c for c in items if isinstance(c, dict))
+    return tuple(out)
+
+
 def resource_names(spec: Mapping[str, Any]) -> set[str]:
     """Every extended resource named with a non-zero quantity in requests or limits."""
+    return requested_names(container_list(spec))
+
+
+def requested_names(items: Iterable[Mapping[str, Any]]) -> set[str]:
+    """``resource_names`` of these containers."""
     names: set[str] = set()
-    for _, _, c in containers(spec):
+    for c in items:
         res = c.get("resources")
         if not isinstance(res, dict):
             continue

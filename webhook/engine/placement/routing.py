@@ -35,6 +35,10 @@ def _exclusive_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
     """pool -> the resources, annotations and claimed DeviceClasses in this pod that only
     that pool serves."""
     found = routed_classes(facts, view, policy)
+    if facts.gpus.isdisjoint(policy.exclusive_resources) and (
+            not facts.annotations
+            or policy.exclusive_annotations.isdisjoint(facts.annotations)):
+        return found
     for pool in policy.pools:
         hits = sorted(r for r in pool.exclusive_resources if r in facts.gpus)
         hits += sorted(f"annotation {a}" for a in pool.exclusive_annotations
@@ -51,10 +55,15 @@ class _DraRoutes(NamedTuple):
     order: tuple[str, ...]
 
 
+_NO_ROUTES = _DraRoutes({}, ())
+
+
 def _dra_routes(facts: PodFacts, view: ClusterView | None, policy: Policy) -> _DraRoutes:
     """What the pod's claims' DeviceClasses say of its pool: worked out once per pod."""
     def compute() -> _DraRoutes:
         d = podclaims.demand(facts, view)
+        if d is dra.NO_DEMAND:
+            return _NO_ROUTES  # (nearly every pod)
         # per request, in the scheduler's order: (pool, class) for each alternative a pool
         # serves (requests no pool's class serves say nothing of the pool)
         requests = [tuple(r.device_class for r in alts)
@@ -91,7 +100,8 @@ def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
     scheduler tries them (the first request's alternatives, in turn). Only when no pool
     serves them all does every pool's evidence come back, which routing then names as a
     conflict."""
-    return {k: list(v) for k, v in _dra_routes(facts, view, policy).found.items()}
+    found = _dra_routes(facts, view, policy).found
+    return {k: list(v) for k, v in found.items()} if found else {}
 
 
 def alternative_pools(facts: PodFacts, view: ClusterView | None, policy: Policy

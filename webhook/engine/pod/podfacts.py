@@ -23,7 +23,7 @@ from webhook.engine.core.policy import (
     POOL_LABEL,
     Policy,
 )
-from webhook.engine.core.resources import containers, is_zero_quantity, resource_names
+from webhook.engine.core.resources import container_list, is_zero_quantity, requested_names
 from webhook.engine.pod import affinity
 from webhook.engine.stacks import hami, nri
 
@@ -92,6 +92,8 @@ class PodFacts(NamedTuple):
     scheduler_field: object
     scheduler: str
     runtime_class: str | None
+    #: its init and regular containers (those that are mappings), in that order
+    containers: tuple[Mapping[str, Any], ...]
     resources: frozenset[str]  # the extended resources it asks for (a non-zero quantity)
     gpus: frozenset[str]  # those of them the policy counts as GPUs
     #: what the properties below worked out, each at most once (not part of the facts)
@@ -109,7 +111,8 @@ class PodFacts(NamedTuple):
         scheduler = spec.get("schedulerName")
         runtime_class = spec.get("runtimeClassName")
         labels, annotations = meta.get("labels"), meta.get("annotations")
-        names = frozenset(resource_names(spec))
+        items = container_list(spec)
+        names = frozenset(requested_names(items))
         return cls(
             obj, namespace, who_of(obj, namespace) if who is None else who,
             isinstance(obj.get("metadata"), dict),
@@ -118,7 +121,7 @@ class PodFacts(NamedTuple):
             spec, scheduler,
             scheduler if isinstance(scheduler, str) and scheduler else DEFAULT_SCHEDULER,
             runtime_class if isinstance(runtime_class, str) else None,
-            names, frozenset(r for r in names if policy.is_gpu_resource(r)), {})
+            items, names, frozenset(r for r in names if policy.is_gpu_resource(r)), {})
 
     @property
     def is_gpu_pod(self) -> bool:
@@ -171,7 +174,7 @@ class PodFacts(NamedTuple):
         if hit is None:  # (read on every review of a GPU pod: no closure)
             gpus = self.gpus
             hit = self.memo["gpu_containers"] = tuple(
-                c for _, _, c in containers(self.spec) if _asks_for(c, gpus))
+                c for c in self.containers if _asks_for(c, gpus)) if gpus else ()
         return cast(tuple[Mapping[str, Any], ...], hit)
 
     @property
@@ -218,7 +221,7 @@ class PodFacts(NamedTuple):
         if not self.annotations:
             return ()
         return self.once("nri_requests", lambda: nri.annotation_requests(
-            self.annotations, (name for _, _, c in containers(self.spec)
+            self.annotations, (name for c in self.containers
                                if isinstance(name := c.get("name"), str))))
 
     @property
@@ -228,7 +231,7 @@ class PodFacts(NamedTuple):
         hit = self.memo.get("demand_key")
         if hit is None:
             hit = self.memo["demand_key"] = json_key(
-                [[c.get("resources") for _, _, c in containers(self.spec)], self.narrowing])
+                [[c.get("resources") for c in self.containers], self.narrowing])
         return cast(str, hit)
 
 

@@ -233,6 +233,13 @@ class Caches:
                     self.folds.popitem(last=False)
         return fold
 
+    def kept_fold(self, key: Any) -> NodeFold[Any] | None:
+        with self.lock:
+            fold = self.folds.get(key)
+            if fold is not None:
+                self.folds.move_to_end(key)
+            return fold
+
     def until_any_change(self, key: Any, compute: Callable[[], T]) -> T:
         with self.lock:
             stamp = (self.version, self.slice_changes)

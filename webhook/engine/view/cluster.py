@@ -294,6 +294,11 @@ class ClusterView:
         ``old``, whose value was ``value``; it must answer as ``fn(node)`` would."""
         return self._caches.fold(key, fn, initial, reads_slices=reads_slices, again=again)
 
+    def kept_fold(self, key: Any) -> NodeFold[Any] | None:
+        """The fold kept under ``key``, if any (``fold`` makes one): a caller that would
+        build much to make it asks first."""
+        return self._caches.kept_fold(key)
+
     def rejudging(self, node: NodeInfo) -> dict[Any, Any] | None:
         """While ``node`` is re-judged in every fold (it was just stored), a scratch space
         the folds share for it alone, so a question several folds ask of it (the same pod
