@@ -19,7 +19,6 @@ from webhook.engine import (
     Decision,
     clean_warning,
     clip,
-    encode_patch,
     meta_of,
     name_of,
 )
@@ -169,7 +168,7 @@ def response(req: Request, decision: Decision, *, mutating: bool,
                                                   f"{decision.message}", MESSAGE_LIMIT)}
     elif mutating and decision.patch:
         resp["patchType"] = "JSONPatch"
-        resp["patch"] = encode_patch(decision.patch)
+        resp["patch"] = decision.encoded_patch()
     warnings = [w for w in (clean_warning(x) for x in decision.warnings) if w][:MAX_WARNINGS]
     if warnings:
         resp["warnings"] = warnings

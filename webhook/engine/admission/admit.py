@@ -119,17 +119,16 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     if view is None:
         return decide_facts(PodFacts.parse(obj, namespace, policy), view, policy)
     spec = obj.get("spec")
-    claims = podclaims.claims_key(spec, namespace, view) \
-        if isinstance(spec, Mapping) and spec.get("resourceClaims") else ""
+    claims = podclaims.claims_key(spec, namespace, view).encode() \
+        if isinstance(spec, dict) and spec.get("resourceClaims") else b""
     # The pod as far as any decision reads it: its name only says which pod it is about,
     # and labels and annotations no rule reads are not part of it (a Job's pods, each
     # Job's, are one shape). What is decided is that, so the decision kept is its own.
     meta = obj.get("metadata")
     shape = {**obj, "metadata": decision_metadata(meta, policy)} \
-        if isinstance(meta, Mapping) else obj
+        if isinstance(meta, dict) else obj
     # (a digest: thousands of kept shapes must not each hold a copy of their pod)
-    digest = hashlib.blake2b((objects.json_key(shape) + claims).encode(),
-                             digest_size=16).digest()
+    digest = hashlib.blake2b(objects.json_bytes(shape) + claims, digest_size=16).digest()
     key = ("pod", stage, policy.cache_key, namespace, digest)
     kept = view.until_any_change(key, lambda: decide_facts(
         PodFacts.parse(shape, namespace, policy, who=_WHO), view, policy))

@@ -236,7 +236,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
     change (``ClusterView.fold``): the pods of one workload pay for the scan of their
     candidates once, and a node change costs that node alone; asked again of the same pod
     (steering, then repair), it is the same answer."""
-    return facts.once(f"verdicts {pool_name}", lambda: _verdicts(facts, pool_name, view, policy))
+    return facts.once(f"verdicts {pool_name}", _verdicts, facts, pool_name, view, policy)
 
 
 def _verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy

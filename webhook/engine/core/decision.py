@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from webhook.engine.core.patch import Op
+from webhook.engine.core.patch import Op, encode_patch
 
 
 class Reason(StrEnum):
@@ -97,6 +97,19 @@ class Decision:
     #: why the CDI check did not run ("" when it did, or had nothing to check): "no-nodes"
     #: (no node view at all) or "not-synced" (a watch still filling it); the server counts it
     unchecked: str = ""
+    #: the patch as last encoded, and the list it was encoded from (``encoded_patch``)
+    _encoded: tuple[list[Op], str] | None = field(default=None, repr=False, compare=False)
+
+    def encoded_patch(self) -> str:
+        """The base64 text a response carries for ``patch``. Kept with the list it was made
+        from: the replicas of a workload share their decision's patch (``naming``), so it is
+        encoded once; a patch assigned anew is another list, and encoded again."""
+        got = self._encoded
+        if got is not None and got[0] is self.patch:
+            return got[1]
+        text = encode_patch(self.patch)
+        self._encoded = (self.patch, text)
+        return text
 
     def warn(self, text: str) -> None:
         text = clean_warning(text)
@@ -106,10 +119,14 @@ class Decision:
     def naming(self, placeholder: str, who: str) -> Decision:
         """A copy of this decision with ``who`` where it said ``placeholder``: a decision
         kept for a pod shape, told of the pod at hand."""
+        if self.patch:
+            self.encoded_patch()  # (once, for every copy: they share the patch)
+        # The patch is shared, not copied: no decision's patch is changed in place.
         return Decision(self.allowed, self.reason, self.message.replace(placeholder, who),
-                        self.gpu, self.pool, self.scheduler_name, list(self.patch),
-                        [w.replace(placeholder, who) for w in self.warnings], list(self.nodes),
-                        self.unchecked)
+                        self.gpu, self.pool, self.scheduler_name, self.patch,
+                        [w.replace(placeholder, who) for w in self.warnings]
+                        if self.warnings else [], list(self.nodes), self.unchecked,
+                        self._encoded)
 
     def to_json(self) -> dict[str, Any]:
         return {

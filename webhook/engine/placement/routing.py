@@ -35,14 +35,15 @@ def _exclusive_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
     """pool -> the resources, annotations and claimed DeviceClasses in this pod that only
     that pool serves."""
     found = routed_classes(facts, view, policy)
-    if facts.gpus.isdisjoint(policy.exclusive_resources) and (
-            not facts.annotations
-            or policy.exclusive_annotations.isdisjoint(facts.annotations)):
-        return found
+    resources = facts.gpus & policy.exclusive_resources
+    annotations = policy.exclusive_annotations.intersection(facts.annotations) \
+        if facts.annotations else frozenset()
+    if not resources and not annotations:
+        return found  # (nearly every pod)
     for pool in policy.pools:
-        hits = sorted(r for r in pool.exclusive_resources if r in facts.gpus)
-        hits += sorted(f"annotation {a}" for a in pool.exclusive_annotations
-                       if a in facts.annotations)
+        hits = sorted(resources.intersection(pool.exclusive_resources))
+        hits += sorted(f"annotation {a}" for a in annotations.intersection(
+            pool.exclusive_annotations))
         if hits:
             found.setdefault(pool.name, []).extend(hits)
     return found
@@ -60,32 +61,34 @@ _NO_ROUTES = _DraRoutes({}, ())
 
 def _dra_routes(facts: PodFacts, view: ClusterView | None, policy: Policy) -> _DraRoutes:
     """What the pod's claims' DeviceClasses say of its pool: worked out once per pod."""
-    def compute() -> _DraRoutes:
-        d = podclaims.demand(facts, view)
-        if d is dra.NO_DEMAND:
-            return _NO_ROUTES  # (nearly every pod)
-        # per request, in the scheduler's order: (pool, class) for each alternative a pool
-        # serves (requests no pool's class serves say nothing of the pool)
-        requests = [tuple(r.device_class for r in alts)
-                    for claim in d.claims for alts in claim.spec.requests]
-        requests += [(c,) for r, c in d.extended if r.startswith(dra.IMPLICIT_EXTENDED_PREFIX)]
-        served = [pools for classes in requests
-                  if (pools := [(p, c) for c in classes
-                                if (p := policy.pool_for_device_class(c)) is not None])]
-        if not served:
-            return _DraRoutes({}, ())
-        common = set.intersection(*({p for p, _ in s} for s in served))
-        order = tuple(dict.fromkeys(p for p, _ in served[0] if p in common))
-        found: dict[str, set[str]] = {}
-        if order:  # each request's first alternative there is the one tried
-            found[order[0]] = {f"DeviceClass {next(c for p, c in s if p == order[0])}"
-                               for s in served}
-        else:
-            for s in served:
-                for pool, cls in s:
-                    found.setdefault(pool, set()).add(f"DeviceClass {cls}")
-        return _DraRoutes({k: tuple(sorted(v)) for k, v in found.items()}, order)
-    return facts.once("dra-routes", compute)
+    return facts.once("dra-routes", _routes_of, facts, view, policy)
+
+
+def _routes_of(facts: PodFacts, view: ClusterView | None, policy: Policy) -> _DraRoutes:
+    d = podclaims.demand(facts, view)
+    if d is dra.NO_DEMAND:
+        return _NO_ROUTES  # (nearly every pod)
+    # per request, in the scheduler's order: (pool, class) for each alternative a pool
+    # serves (requests no pool's class serves say nothing of the pool)
+    requests = [tuple(r.device_class for r in alts)
+                for claim in d.claims for alts in claim.spec.requests]
+    requests += [(c,) for r, c in d.extended if r.startswith(dra.IMPLICIT_EXTENDED_PREFIX)]
+    served = [pools for classes in requests
+              if (pools := [(p, c) for c in classes
+                            if (p := policy.pool_for_device_class(c)) is not None])]
+    if not served:
+        return _NO_ROUTES
+    common = set.intersection(*({p for p, _ in s} for s in served))
+    order = tuple(dict.fromkeys(p for p, _ in served[0] if p in common))
+    found: dict[str, set[str]] = {}
+    if order:  # each request's first alternative there is the one tried
+        found[order[0]] = {f"DeviceClass {next(c for p, c in s if p == order[0])}"
+                           for s in served}
+    else:
+        for s in served:
+            for pool, cls in s:
+                found.setdefault(pool, set()).add(f"DeviceClass {cls}")
+    return _DraRoutes({k: tuple(sorted(v)) for k, v in found.items()}, order)
 
 
 def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy

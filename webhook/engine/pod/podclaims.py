@@ -20,23 +20,25 @@ from webhook.engine.view.nodes import NodeInfo
 def demand(facts: PodFacts, view: ClusterView | None) -> dra.ClaimDemand:
     """What the pod asks of DRA: its claims as the view knows them, and the extended
     resources a DeviceClass serves. Worked out once per pod."""
-    def compute() -> dra.ClaimDemand:
-        if view is None:
-            return dra.NO_DEMAND
-        refs = dra.pod_claim_refs(facts.spec)
-        classes = view.device_classes() or {}
-        extended = dra.extended_classes(facts.resources, classes) if classes else ()
-        if not refs and not extended:
-            return dra.NO_DEMAND
-        claims, unresolved = [], []
-        for entry, kind, name in refs:
-            spec = view.claim(kind, facts.namespace or "", name)
-            if spec is None:
-                unresolved.append(f"{kind} {name}")
-            else:
-                claims.append(dra.PodClaim(entry, f"{kind} {name}", spec))
-        return dra.ClaimDemand(tuple(claims), tuple(unresolved), extended)
-    return facts.once("dra", compute)
+    return facts.once("dra", _demand, facts, view)
+
+
+def _demand(facts: PodFacts, view: ClusterView | None) -> dra.ClaimDemand:
+    if view is None:
+        return dra.NO_DEMAND
+    refs = dra.pod_claim_refs(facts.spec)
+    classes = view.device_classes() or {}
+    extended = dra.extended_classes(facts.resources, classes) if classes else ()
+    if not refs and not extended:
+        return dra.NO_DEMAND
+    claims, unresolved = [], []
+    for entry, kind, name in refs:
+        spec = view.claim(kind, facts.namespace or "", name)
+        if spec is None:
+            unresolved.append(f"{kind} {name}")
+        else:
+            claims.append(dra.PodClaim(entry, f"{kind} {name}", spec))
+    return dra.ClaimDemand(tuple(claims), tuple(unresolved), extended)
 
 
 def dra_served(node: NodeInfo, resource: str, extended: Iterable[tuple[str, str]]) -> bool:

@@ -32,6 +32,7 @@ DEFAULT_SCHEDULER = "default-scheduler"
 NARROWING_ANNOTATIONS = (hami.USE_UUID_ANNOTATION, hami.NOUSE_UUID_ANNOTATION,
                          hami.USE_TYPE_ANNOTATION, hami.NOUSE_TYPE_ANNOTATION)
 _USE_UUID, _NOUSE_UUID, _USE_TYPE, _NOUSE_TYPE = NARROWING_ANNOTATIONS
+_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 T = TypeVar("T")
 
 #: The pod's labels a decision reads: the pool it names, HAMi's opt-out (the patch sets it),
@@ -132,11 +133,14 @@ class PodFacts(NamedTuple):
         """It asks for MIG devices, which the agent's per-GPU labels say nothing about."""
         return _asks_mig(self.gpus)
 
-    def once(self, key: str, compute: Callable[[], T]) -> T:
-        """``compute()``, worked out on the first call only (kept in ``memo``)."""
-        if key not in self.memo:
-            self.memo[key] = compute()
-        return cast(T, self.memo[key])
+    def once(self, key: str, compute: Callable[..., T], *args: Any) -> T:
+        """``compute(*args)``, worked out on the first call only (kept in ``memo``). (Its
+        arguments are passed, not closed over: a closure would be built on every call.)"""
+        memo = self.memo
+        if key in memo:
+            return cast(T, memo[key])
+        value = memo[key] = compute(*args)
+        return value
 
     @property
     def placement(self) -> affinity.Placement:
@@ -150,10 +154,7 @@ class PodFacts(NamedTuple):
     def unsteered(self) -> affinity.Placement:
         """Its placement without gpupool's own steering requirements: the nodes the pod
         could reach had gpupool not kept it off the failing ones."""
-        def compute() -> affinity.Placement:
-            spec = affinity.without_steering(self.spec)
-            return self.placement if spec is self.spec else affinity.Placement(spec)
-        return self.once("unsteered", compute)
+        return self.once("unsteered", _unsteered, self)
 
     @property
     def node_name(self) -> str | None:
@@ -163,56 +164,44 @@ class PodFacts(NamedTuple):
     @property
     def narrowing(self) -> tuple[object, ...]:
         """HAMi's GPU-picking annotations, as sent (None where absent)."""
-        get = self.annotations.get
-        return self.once("narrowing", lambda: (get(_USE_UUID), get(_NOUSE_UUID),
-                                                get(_USE_TYPE), get(_NOUSE_TYPE)))
+        return self.once("narrowing", _narrowing, self.annotations)
+
+    @property
+    def _gpu(self) -> _GPUContainers:
+        hit = self.memo.get("gpu")
+        if hit is None:  # (on every review of a GPU pod: no closure, one pass)
+            hit = self.memo["gpu"] = _gpu_containers(self.containers, self.gpus)
+        return cast(_GPUContainers, hit)
 
     @property
     def gpu_containers(self) -> tuple[Mapping[str, Any], ...]:
         """Its containers (init containers included) that ask for one of its GPUs."""
-        hit = self.memo.get("gpu_containers")
-        if hit is None:  # (read on every review of a GPU pod: no closure)
-            gpus = self.gpus
-            hit = self.memo["gpu_containers"] = tuple(
-                c for c in self.containers if _asks_for(c, gpus)) if gpus else ()
-        return cast(tuple[Mapping[str, Any], ...], hit)
+        return self._gpu.containers
 
     @property
     def privileged_gpus(self) -> bool:
         """Every container that asks for GPUs is privileged as the NVIDIA toolkit counts it
         (it has CAP_SYS_ADMIN: ``privileged: true`` or the capability added)."""
-        hit = self.memo.get("privileged_gpus")
-        if hit is None:
-            gpu = self.gpu_containers
-            hit = self.memo["privileged_gpus"] = bool(gpu) and all(_privileged(c) for c in gpu)
-        return cast(bool, hit)
+        return self._gpu.privileged
 
     @property
     def own_visible_devices(self) -> tuple[str, ...]:
         """The NVIDIA_VISIBLE_DEVICES values its GPU containers set themselves, literally
         (one from ``valueFrom`` cannot be known, and is left out): they override the device
         plugin's (``delivery.resolve_own``)."""
-        return self._own_visible_devices[0]
+        return self._gpu.own_visible
 
     @property
     def own_visible_unknown(self) -> bool:
         """A GPU container takes NVIDIA_VISIBLE_DEVICES from ``valueFrom``: it overrides the
         device plugin's with a value that cannot be known at admission."""
-        return self._own_visible_devices[2]
+        return self._gpu.own_visible_unknown
 
     @property
     def only_own_visible_devices(self) -> bool:
         """Every GPU container sets NVIDIA_VISIBLE_DEVICES itself: the plugin's value reaches
         none of them."""
-        return self._own_visible_devices[1]
-
-    @property
-    def _own_visible_devices(self) -> tuple[tuple[str, ...], bool, bool]:
-        hit = self.memo.get("own_visible_devices")
-        if hit is None:  # (on every review: no closure, and the usual answer is quick)
-            hit = self.memo["own_visible_devices"] = _own_visible_devices(
-                self.spec, self.gpu_containers)
-        return cast(tuple[tuple[str, ...], bool, bool], hit)
+        return self._gpu.only_own_visible
 
     @property
     def nri_requests(self) -> nri.Requests:
@@ -220,9 +209,7 @@ class PodFacts(NamedTuple):
         GPU Operator's NRI plugin (empty for nearly every pod)."""
         if not self.annotations:
             return ()
-        return self.once("nri_requests", lambda: nri.annotation_requests(
-            self.annotations, (name for c in self.containers
-                               if isinstance(name := c.get("name"), str))))
+        return self.once("nri_requests", _nri_requests, self)
 
     @property
     def demand_key(self) -> str:
@@ -260,18 +247,60 @@ def _asks_for(container: Mapping[str, Any], names: frozenset[str]) -> bool:
     return False
 
 
-def _own_visible_devices(spec: Mapping[str, Any], gpu_containers: tuple[Mapping[str, Any], ...]
-                         ) -> tuple[tuple[str, ...], bool, bool]:
-    """(the literal values, every GPU container sets one, one comes from valueFrom)."""
-    if not any(c.get("env") for c in gpu_containers):
-        return (), False, False  # nearly every pod: no GPU container sets any variable
-    entries = [objects.env_entry(c.get("env"), "NVIDIA_VISIBLE_DEVICES")
-               for c in gpu_containers]
-    gpu = [objects.literal_value(e) if e is not None else None for e in entries]
-    found = {v for v in gpu if v is not None}
-    referenced = any(isinstance(e, Mapping) and e.get("valueFrom") is not None
-                     for e in entries)
-    return tuple(sorted(found)), bool(found) and all(v is not None for v in gpu), referenced
+def _unsteered(facts: PodFacts) -> affinity.Placement:
+    spec = affinity.without_steering(facts.spec)
+    return facts.placement if spec is facts.spec else affinity.Placement(spec)
+
+
+def _narrowing(annotations: Mapping[str, Any]) -> tuple[object, ...]:
+    get = annotations.get
+    return get(_USE_UUID), get(_NOUSE_UUID), get(_USE_TYPE), get(_NOUSE_TYPE)
+
+
+def _nri_requests(facts: PodFacts) -> nri.Requests:
+    return nri.annotation_requests(facts.annotations, (
+        name for c in facts.containers if isinstance(name := c.get("name"), str)))
+
+
+class _GPUContainers(NamedTuple):
+    """What its GPU containers say, read in one pass: every review of a GPU pod asks."""
+
+    containers: tuple[Mapping[str, Any], ...]
+    privileged: bool  # every one is (and there is one)
+    own_visible: tuple[str, ...]  # the literal NVIDIA_VISIBLE_DEVICES values they set
+    only_own_visible: bool  # every one sets one, literally
+    own_visible_unknown: bool  # one takes it from valueFrom
+
+
+_NO_GPU_CONTAINERS = _GPUContainers((), False, (), False, False)
+
+
+def _gpu_containers(items: tuple[Mapping[str, Any], ...], gpus: frozenset[str]
+                    ) -> _GPUContainers:
+    gpu: list[Mapping[str, Any]] = []
+    privileged = every = True
+    referenced = False
+    values: set[str] = set()
+    for c in items:
+        if not gpus or not _asks_for(c, gpus):
+            continue
+        gpu.append(c)
+        privileged = privileged and _privileged(c)
+        env = c.get("env")
+        entry = objects.env_entry(env, _VISIBLE) if env else None
+        if entry is None:
+            every = False
+            continue
+        referenced = referenced or entry.get("valueFrom") is not None
+        value = objects.literal_value(entry)
+        if value is None:
+            every = False
+        else:
+            values.add(value)
+    if not gpu:
+        return _NO_GPU_CONTAINERS
+    return _GPUContainers(tuple(gpu), privileged, tuple(sorted(values)),
+                          bool(values) and every, referenced)
 
 
 def _privileged(container: Mapping[str, Any]) -> bool:
