@@ -79,9 +79,11 @@ class Request:
 
 def parse_review(body: bytes, content_type: str | None) -> Request:
     """Decode and check an AdmissionReview; raise BadRequest with a clear message."""
-    media = (content_type or "").split(";")[0].strip().lower()
-    if media != "application/json":
-        raise BadRequest(415, f"Content-Type must be application/json, got {media or 'none'!r}")
+    if content_type != "application/json":  # (what the API server sends: no parsing)
+        media = (content_type or "").split(";")[0].strip().lower()
+        if media != "application/json":
+            raise BadRequest(415, f"Content-Type must be application/json, got "
+                                  f"{media or 'none'!r}")
     if len(body) > MAX_BODY_BYTES:
         raise BadRequest(413, f"body is {len(body)} bytes, over the {MAX_BODY_BYTES}-byte cap")
     try:
@@ -112,35 +114,35 @@ def parse_review(body: bytes, content_type: str | None) -> Request:
     if not isinstance(uid, str) or not uid:
         raise BadRequest(400, "request.uid is missing or not a string", api_version=api_version)
 
-    def bad(msg: str) -> BadRequest:
-        return BadRequest(400, msg, uid=uid, api_version=api_version)
-
     kind = req.get("kind")
     if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str):
-        raise bad("request.kind must be an object with a string 'kind'")
+        raise _bad("request.kind must be an object with a string 'kind'", uid, api_version)
     resource = req.get("resource")
     if not isinstance(resource, dict):
         resource = {}
     operation = req.get("operation")
     if not isinstance(operation, str):
-        raise bad("request.operation must be a string")
+        raise _bad("request.operation must be a string", uid, api_version)
     obj = req.get("object")
     old = req.get("oldObject")
     if obj is not None and not isinstance(obj, dict):
-        raise bad("request.object must be an object")
+        raise _bad("request.object must be an object", uid, api_version)
     if old is not None and not isinstance(old, dict):
-        raise bad("request.oldObject must be an object")
+        raise _bad("request.oldObject must be an object", uid, api_version)
     if operation in ("CREATE", "UPDATE") and obj is None:
-        raise bad(f"request.object is required for {operation}")
+        raise _bad(f"request.object is required for {operation}", uid, api_version)
     namespace, name, sub_resource = req.get("namespace"), req.get("name"), req.get("subResource")
-    for key, value in (("namespace", namespace), ("name", name), ("subResource", sub_resource)):
-        if value is not None and not isinstance(value, str):
-            raise bad(f"request.{key} must be a string")
+    if not (isinstance(namespace, str | None) and isinstance(name, str | None)
+            and isinstance(sub_resource, str | None)):
+        key = next(k for k, v in (("namespace", namespace), ("name", name),
+                                  ("subResource", sub_resource))
+                   if v is not None and not isinstance(v, str))
+        raise _bad(f"request.{key} must be a string", uid, api_version)
     dry_run = req.get("dryRun", False)
     if dry_run is None:
         dry_run = False
     if not isinstance(dry_run, bool):
-        raise bad("request.dryRun must be a boolean")
+        raise _bad("request.dryRun must be a boolean", uid, api_version)
     user = req.get("userInfo")
     if not isinstance(user, dict):
         user = {}
@@ -153,6 +155,10 @@ def parse_review(body: bytes, content_type: str | None) -> Request:
         operation=operation, namespace=namespace or None, name=name,
         object=obj, old_object=old, dry_run=dry_run,
         user=str(user.get("username", "")), groups=[str(g) for g in groups])
+
+
+def _bad(msg: str, uid: str, api_version: str) -> BadRequest:
+    return BadRequest(400, msg, uid=uid, api_version=api_version)
 
 
 def _review(api_version: str, response: dict[str, Any]) -> dict[str, Any]:

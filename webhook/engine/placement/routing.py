@@ -42,8 +42,9 @@ def _exclusive_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
         return found  # (nearly every pod)
     for pool in policy.pools:
         hits = sorted(resources.intersection(pool.exclusive_resources))
-        hits += sorted(f"annotation {a}" for a in annotations.intersection(
-            pool.exclusive_annotations))
+        if annotations:
+            hits += sorted(f"annotation {a}" for a in annotations.intersection(
+                pool.exclusive_annotations))
         if hits:
             found.setdefault(pool.name, []).extend(hits)
     return found

@@ -10,6 +10,7 @@ kind of change (``EFFECTS``); the view's writes only say what changed.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
@@ -158,6 +159,8 @@ class Caches:
         #: bumped by every change the memo depends on
         self.version = 0
         self.slice_changes = 0
+        #: (version, slice_changes), replaced whole when either changes (read without lock)
+        self.stamp = (0, 0)
         #: kept only once a reader asks for it (``ClusterView.track_changes``)
         self.log: Changes | None = None
         #: while one changed node is re-judged in every fold: the node, and what the folds
@@ -201,6 +204,7 @@ class Caches:
         if effect.memo:
             self.version += 1
             self.memo_store.clear()
+        self.stamp = (self.version, self.slice_changes)
 
     def _note(self, change: Change, nodes: Iterable[NodeInfo], names: Iterable[str],
               namespaces: tuple[str, ...]) -> None:
@@ -241,10 +245,19 @@ class Caches:
             return fold
 
     def until_any_change(self, key: Any, compute: Callable[[], T]) -> T:
-        with self.lock:
-            stamp = (self.version, self.slice_changes)
-        return self._lru(self.shapes, _SHAPES, (*stamp, key), compute,
-                         lambda: (self.version, self.slice_changes) == stamp)
+        # A hit takes no lock (every review of a known pod shape is one): the stamp is one
+        # tuple, replaced whole on a change, and a dict lookup is atomic. A change racing
+        # with the lookup finds the value made just before it, as a review a moment
+        # earlier would have.
+        stamp = self.stamp
+        full = (*stamp, key)
+        store = self.shapes
+        hit = store.get(full)
+        if hit is not None:
+            with contextlib.suppress(KeyError):  # (aged out meanwhile, by another thread)
+                store.move_to_end(full)
+            return cast(T, hit)
+        return self._lru(store, _SHAPES, full, compute, lambda: self.stamp == stamp)
 
     def memo(self, key: Any, compute: Callable[[], T]) -> T:
         with self.lock:
