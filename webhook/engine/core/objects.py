@@ -51,6 +51,11 @@ def clip(value: object, limit: int = QUOTE_LIMIT) -> str:
 
 def describe(obj: Mapping[str, Any], namespace: str | None, kind: str) -> str:
     """'<kind> ns/name': every message says which object it is about."""
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if isinstance(name, str) and name and namespace and len(name) <= QUOTE_LIMIT \
+            and len(namespace) <= QUOTE_LIMIT:
+        return f"{kind} {namespace}/{name}"  # (every review names its pod: the usual case)
     ns = clip(namespace or meta_of(obj).get("namespace") or "")
     return f"{kind} {ns + '/' if ns else ''}{clip(name_of(obj)) or '(unnamed)'}"
 

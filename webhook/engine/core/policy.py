@@ -178,10 +178,21 @@ class Policy:
     def _gpu_resource_patterns(self) -> tuple[str, ...]:
         return tuple(r for r in self.gpu_resources if _is_pattern(r))
 
+    @cached_property
+    def _gpu_resource_memo(self) -> dict[str, bool]:
+        return {}  # memo of is_gpu_resource: every pod names cpu, memory, ... again
+
     def is_gpu_resource(self, name: str) -> bool:
         if name in self._exact_gpu_resources:
             return True
-        return any(fnmatch.fnmatchcase(name, p) for p in self._gpu_resource_patterns)
+        memo = self._gpu_resource_memo
+        hit = memo.get(name)
+        if hit is None:
+            if len(memo) > 1024:  # (names come from pods: bounded)
+                memo.clear()
+            hit = memo[name] = any(fnmatch.fnmatchcase(name, p)
+                                   for p in self._gpu_resource_patterns)
+        return hit
 
     def pool_for_label_value(self, value: str | None) -> str:
         """The pool of a node whose ``poolLabel`` has this value (None: label absent)."""

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+_NONZERO_DIGITS = frozenset("123456789")
 _ZERO = re.compile(r"^[+]?0*(\.0*)?([eE][+-]?\d+)?([a-zA-Z]{0,2})?$")
 
 
@@ -21,6 +22,8 @@ def is_zero_quantity(value: Any) -> bool:
     if isinstance(value, int | float):
         return value == 0
     if isinstance(value, str):
+        if value[:1] in _NONZERO_DIGITS:  # ("8000", "1Gi": most quantities, no regex)
+            return False
         s = value.strip()
         return bool(s) and bool(_ZERO.match(s)) and any(c == "0" for c in s)
     return False
