@@ -72,7 +72,10 @@ def apply(obj: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
     for op in ops:
         if op["op"] not in ("add", "replace"):
             raise ValueError(f"unsupported operation {op['op']!r}")
-        tokens = [unescape(t) for t in op["path"].split("/")[1:]]
+        path = op["path"]
+        tokens = path.split("/")[1:]
+        if "~" in path:
+            tokens = [unescape(t) for t in tokens]
         parent: Any = root
         for token in tokens[:-1]:
             key: Any = int(token) if isinstance(parent, list) else token
