@@ -80,6 +80,14 @@ CASES = [
         lambda r: r["request"].update(dryRun="yes")), 400, "request.dryRun must be a boolean"),
     Case("namespace-is-list", "request.namespace: []", _with(
         lambda r: r["request"].update(namespace=[])), 400, "request.namespace must be a string"),
+    Case("name-is-number", "request.name: 5", _with(
+        lambda r: r["request"].update(name=5)), 400, "request.name must be a string"),
+    Case("subresource-is-map", "request.subResource: {}", _with(
+        lambda r: r["request"].update(subResource={})), 400,
+         "request.subResource must be a string"),
+    Case("content-type-with-charset", "Content-Type with a charset parameter: decided",
+         json.dumps(review({"metadata": {"name": "p"}}, uid="ct-1")).encode(), 200,
+         '"uid":"ct-1"', content_type="Application/JSON; charset=utf-8"),
     Case("non-pod-kind", "a Service sent to /mutate (a rule slip): allowed, warned",
          json.dumps(review({"metadata": {"name": "s"}}, kind="Service", uid="bad-1")).encode(),
          200, "/mutate does not handle Service"),

@@ -160,3 +160,22 @@ def test_a_claim_pod_is_always_decided_in_full(dra_policy):  # noqa: F811
                                                            docs("claims.yaml")))
     d = admit.review_pod(p, "default", view, policy)
     assert d.allowed and d.pool == "dra" and not any("not found" in w for w in d.warnings)
+
+
+def test_replicas_share_one_encoded_patch_and_a_new_patch_is_encoded_anew(tmp_path):
+    """The patch a response carries is encoded once per kept decision; a decision given
+    another patch never answers with the old text."""
+    import base64
+    import json
+
+    policy = default_policy()
+    view = view_from_objects([agent_node(tmp_path, "hami-1", "hami", "operator-management",
+                                              per_uuid=True)], policy)
+    first = admit.decide_pod(admit.Stage.MUTATE, replica("train-a"), "default", view, policy)
+    second = admit.decide_pod(admit.Stage.MUTATE, replica("train-bb"), "default", view, policy)
+    assert first.patch and first.patch is second.patch  # one kept patch, shared
+    assert first.encoded_patch() is second.encoded_patch()
+    assert json.loads(base64.b64decode(first.encoded_patch())) == first.patch
+    second.patch = [{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]
+    assert json.loads(base64.b64decode(second.encoded_patch())) == second.patch
+    assert json.loads(base64.b64decode(first.encoded_patch())) == first.patch != second.patch

@@ -128,7 +128,9 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     shape = {**obj, "metadata": decision_metadata(meta, policy)} \
         if isinstance(meta, dict) else obj
     # (a digest: thousands of kept shapes must not each hold a copy of their pod)
-    digest = hashlib.blake2b(objects.json_bytes(shape) + claims, digest_size=16).digest()
+    # (SHA-256: collision-proof as the key must be, and the fastest such hash here, where
+    # the CPU computes it)
+    digest = hashlib.sha256(objects.json_bytes(shape) + claims).digest()[:16]
     key = ("pod", stage, policy.cache_key, namespace, digest)
     kept = view.until_any_change(key, lambda: decide_facts(
         PodFacts.parse(shape, namespace, policy, who=_WHO), view, policy))

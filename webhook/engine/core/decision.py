@@ -97,18 +97,22 @@ class Decision:
     #: why the CDI check did not run ("" when it did, or had nothing to check): "no-nodes"
     #: (no node view at all) or "not-synced" (a watch still filling it); the server counts it
     unchecked: str = ""
-    #: the patch as last encoded, and the list it was encoded from (``encoded_patch``)
-    _encoded: tuple[list[Op], str] | None = field(default=None, repr=False, compare=False)
+    #: the patch as encoded, with the list it was encoded from (``encoded_patch``); one
+    #: holder shared by a kept decision and every copy ``naming`` makes of it
+    _encoded: list[tuple[list[Op], str]] = field(default_factory=list, repr=False,
+                                                 compare=False)
 
     def encoded_patch(self) -> str:
-        """The base64 text a response carries for ``patch``. Kept with the list it was made
-        from: the replicas of a workload share their decision's patch (``naming``), so it is
-        encoded once; a patch assigned anew is another list, and encoded again."""
-        got = self._encoded
+        """The base64 text a response carries for ``patch``. The replicas of a workload share
+        their decision's patch (``naming``), so it is encoded for the first that answers
+        and kept for the rest; a patch assigned anew is another list, and encoded again."""
+        held = self._encoded
+        got = held[0] if held else None
         if got is not None and got[0] is self.patch:
             return got[1]
         text = encode_patch(self.patch)
-        self._encoded = (self.patch, text)
+        if got is None:
+            held.append((self.patch, text))
         return text
 
     def warn(self, text: str) -> None:
@@ -119,9 +123,8 @@ class Decision:
     def naming(self, placeholder: str, who: str) -> Decision:
         """A copy of this decision with ``who`` where it said ``placeholder``: a decision
         kept for a pod shape, told of the pod at hand."""
-        if self.patch:
-            self.encoded_patch()  # (once, for every copy: they share the patch)
-        # The patch is shared, not copied: no decision's patch is changed in place.
+        # The patch is shared, not copied (no decision's patch is changed in place), and so
+        # is its encoding, made when one of them first answers.
         return Decision(self.allowed, self.reason, self.message.replace(placeholder, who),
                         self.gpu, self.pool, self.scheduler_name, self.patch,
                         [w.replace(placeholder, who) for w in self.warnings]

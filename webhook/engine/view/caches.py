@@ -257,7 +257,9 @@ class Caches:
             with contextlib.suppress(KeyError):  # (aged out meanwhile, by another thread)
                 store.move_to_end(full)
             return cast(T, hit)
-        return self._lru(store, _SHAPES, full, compute, lambda: self.stamp == stamp)
+        value = compute()
+        self._keep(store, _SHAPES, full, value, lambda: self.stamp == stamp)
+        return value
 
     def memo(self, key: Any, compute: Callable[[], T]) -> T:
         with self.lock:
@@ -275,9 +277,15 @@ class Caches:
                 store.move_to_end(key)
                 return cast(T, hit)  # stored by this method under this key: a T
         value = compute()
+        self._keep(store, size, key, value, still)
+        return value
+
+    def _keep(self, store: OrderedDict[Any, Any], size: int, key: Any, value: Any,
+              still: Callable[[], bool]) -> None:
+        """Keep ``value`` under ``key`` (bounded, LRU) if ``still()``, asked under the lock,
+        says the view has not changed since it was computed."""
         with self.lock:
             if still():
                 store[key] = value
                 if len(store) > size:
                     store.popitem(last=False)
-        return value
