@@ -237,10 +237,10 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
         out.denial = (Reason.EXCLUSIVE_RESOURCE_CONFLICT,
                       f"the pod asks for things no single pool serves: {parts}")
         return out
-    alternatives = alternative_pools(facts, view, policy) if exclusive else ()
     for pool, hits in exclusive.items():
-        if out.pool is not None and out.pool != pool and out.pool in alternatives \
-                and pool in alternatives and all(h.startswith("DeviceClass ") for h in hits):
+        if out.pool is not None and out.pool != pool \
+                and all(h.startswith("DeviceClass ") for h in hits) \
+                and {out.pool, pool} <= set(alternative_pools(facts, view, policy)):
             continue  # the pod's own pin picks among its claims' alternatives
         if out.pool is not None and out.pool != pool:
             out.denial = (Reason.EXCLUSIVE_RESOURCE_CONFLICT,
