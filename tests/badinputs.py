@@ -125,6 +125,9 @@ CASES = [
     Case("control-chars-in-label", "pool label with control characters: denied, named",
          _with(lambda r: r["request"]["object"]["metadata"].update(
              labels={"gpupool.io/pool": "ha\u0007mi"})), 200, "UnknownPool"),
+    Case("pool-label-is-list", "pool label that is a list: denied, not an internal error",
+         _with(lambda r: r["request"]["object"]["metadata"].update(
+             labels={"gpupool.io/pool": ["hami"]})), 200, "UnknownPool"),
     Case("get-method", "GET /mutate", b"", 405, "Method Not Allowed", method="GET"),
     Case("unknown-path", "POST /admit", GOOD, 404, "Not Found", endpoint="admit"),
 ]

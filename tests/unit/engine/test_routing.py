@@ -143,6 +143,60 @@ def test_unknown_pool_label_denied_listing_known(policy, view):
     assert "hami, operator" in d.message and "pod default/p" in d.message
 
 
+def test_a_pool_label_that_is_not_a_string_is_denied_not_a_crash(policy, view):
+    pod = gpu_pod()
+    pod["metadata"]["labels"] = {"gpupool.io/pool": ["hami"]}
+    d = mutate(pod, "default", view, policy)
+    assert not d.allowed and d.reason == Reason.UNKNOWN_POOL and "names no pool" in d.message
+
+
+def _with_env(pod: dict, value: str) -> dict:
+    pod["spec"]["containers"][0]["env"] = [{"name": "RUN", "value": value}]
+    return pod
+
+
+#: one pod per input routing reads, each routed elsewhere than the plain pod (operator)
+_ROUTE_INPUTS = {
+    "namespace label": (lambda p: p, "team-hami"),
+    "pool label": (lambda p: p["metadata"].update(labels={"gpupool.io/pool": "hami"}),
+                   "default"),
+    "nodeSelector": (lambda p: p["spec"].update(nodeSelector={"gpupool.io/pool": "hami"}),
+                     "default"),
+    "nodeName": (lambda p: p["spec"].update(nodeName="h1"), "default"),
+    "exclusive resource": (lambda p: p["spec"]["containers"][0]["resources"]["limits"].update(
+        {"nvidia.com/gpumem": 1000}), "default"),
+    "exclusive annotation": (lambda p: p["metadata"].update(
+        annotations={"nvidia.com/use-gputype": "A100"}), "default"),
+}
+
+
+def test_pods_that_differ_where_routing_reads_nothing_are_routed_once(policy, view,
+                                                                     monkeypatch):
+    """Routing is kept per what it reads: pods new in anything else (a variable) reuse it,
+    a pod new in anything it reads is routed anew, and every answer is a fresh view's."""
+    from webhook.engine.placement import routing
+
+    calls = []
+    real = routing._route
+    monkeypatch.setattr(routing, "_route", lambda *a: calls.append(1) or real(*a))
+    assert mutate(_with_env(gpu_pod(), "1"), "default", view, policy).pool == "operator"
+    routed = len(calls)
+    assert mutate(_with_env(gpu_pod(), "2"), "default", view, policy).pool == "operator"
+    assert len(calls) == routed  # a new shape, the same route
+    for what, (change, namespace) in _ROUTE_INPUTS.items():
+        pod = _with_env(gpu_pod(), what)
+        change(pod)
+        kept = mutate(copy.deepcopy(pod), namespace, view, policy)
+        fresh = mutate(pod, namespace, view_from_objects(_nodes(), policy, {
+            "team-hami": {"gpupool.io/pool": "hami"}}), policy)
+        assert kept.pool == fresh.pool == "hami", what
+        assert (kept.reason, kept.message, kept.patch) == (fresh.reason, fresh.message,
+                                                           fresh.patch), what
+    # A change of the view routes anew: the default namespace now names the hami pool.
+    view.replace_namespaces({"default": {"gpupool.io/pool": "hami"}})
+    assert mutate(_with_env(gpu_pod(), "3"), "default", view, policy).pool == "hami"
+
+
 def test_node_name_pins_pool(policy, view):
     assert mutate(gpu_pod(nodeName="h1"), "default", view, policy).pool == "hami"
     assert mutate(gpu_pod(nodeName="o2"), "default", view, policy).pool == "operator"

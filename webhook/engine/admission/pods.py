@@ -7,6 +7,8 @@ because HAMi's webhook may run after ours and rewrite what we set.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from webhook.engine.admission import steering
 from webhook.engine.checks import allocation, registry
 from webhook.engine.checks import cdi as cdi_needs
@@ -58,32 +60,33 @@ def _prelude(facts: PodFacts, view: ClusterView | None, policy: Policy
         if facts.labels.get(HAMI_DRA_LABEL) == "true":
             message += HAMI_DRA_REWRITE
         return deny(reason, f"{facts.who}: {message}", gpu=True, pool=r.pool), r
-    _first_allocatable_alternative(facts, view, policy, r)
-    return None, r
+    return None, _first_allocatable_alternative(facts, view, policy, r)
 
 
 def _first_allocatable_alternative(facts: PodFacts, view: ClusterView | None, policy: Policy,
-                                   r: routing.Route) -> None:
+                                   r: routing.Route) -> routing.Route:
     """A pod routed by its claims' DeviceClasses whose ``firstAvailable`` alternatives name
     classes of several pools goes where the scheduler would allocate it: on a node it tries
     the alternatives in order and takes the first that fits, so the pool of the first
     alternative some node there can allocate (issue 35, item 1), not merely the first
     alternative's pool. Nothing changes where the pool came from other evidence, or where
-    no pool can allocate it (its checks then say so)."""
+    no pool can allocate it (its checks then say so). The route given is never changed
+    (routing may share it): another pool is a new Route."""
     if view is None or r.pool is None or not r.source.startswith("DeviceClass "):
-        return
+        return r
     order = routing.alternative_pools(facts, view, policy)
     if len(order) < 2 or r.pool != order[0]:
-        return
+        return r
     for pool in order:
         if r.admitted and pool not in r.admitted:
             continue
         if allocation.can_allocate(facts, pool, view, policy):
             if pool != r.pool:
-                r.pool = pool
-                r.source = (f"the first firstAvailable alternative a node of pool {pool!r} "
-                            "can allocate")
-            return
+                return replace(r, pool=pool, source=(
+                    f"the first firstAvailable alternative a node of pool {pool!r} can "
+                    "allocate"), warnings=list(r.warnings))
+            return r
+    return r
 
 
 def mutate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decision:

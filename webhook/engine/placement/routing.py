@@ -149,6 +149,24 @@ def _only_pool_serving(facts: PodFacts, view: ClusterView, policy: Policy
 
 
 def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
+    """The pod's pool and the evidence for it. Kept (``ClusterView.memo``, until the view
+    changes) under everything it reads of a pod that asks nothing of DRA: its pool label,
+    placement, namespace, GPU resources and pools' exclusive annotations; pods that differ
+    elsewhere (their image, a variable, a label no rule reads) are routed once. The Route
+    returned is shared: never changed by its callers."""
+    if view is None or podclaims.demand(facts, view) is not dra.NO_DEMAND:
+        return _route(facts, view, policy)  # (claims change without the memo knowing)
+    label = facts.labels.get(POOL_LABEL)
+    annotations = facts.annotations
+    key = ("route", policy.cache_key, facts.namespace,
+           label if label is None or isinstance(label, str) else objects.json_key(label),
+           facts.placement.key, facts.gpus,
+           tuple(sorted(policy.exclusive_annotations.intersection(annotations)))
+           if annotations else ())
+    return view.memo(key, lambda: _route(facts, view, policy))
+
+
+def _route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
     namespace = facts.namespace
     placement = facts.placement
     out = Route()
@@ -169,7 +187,7 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
     # 1. The pod's own label.
     label = facts.labels.get(POOL_LABEL)
     if label is not None:
-        if label not in policy.by_name:
+        if not isinstance(label, str) or label not in policy.by_name:
             out.denial = (Reason.UNKNOWN_POOL,
                           f"label {POOL_LABEL}={objects.clip(label)} names no pool; known "
                           f"pools: {', '.join(policy.pool_names)}")
