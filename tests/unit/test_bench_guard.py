@@ -13,12 +13,21 @@ from harness.kit import ROOT
 
 def test_limits_judge_each_ratio_the_way_it_points():
     rows = guard.decision_limits({("1000", "unpinned"): {
-        "warm_us": 1.04, "new_shape_us": 1.21, "new_labels_us": 1.06, "cold_us": 9.0,
+        "warm_us": 1.04, "new_shape_us": 1.76, "new_labels_us": 1.06, "cold_us": 9.0,
         "node_update_us": 1.2}})
     assert [(x.what.split(",")[0], x.ok) for x in rows] == [("warm decision", True),
                                                            ("new pod shape", False),
                                                            ("new labels only", False),
                                                            ("node update", False)]
+    # A pod that uses the checks added since the reference has the looser warm
+    # limit, and its full decision is held where it stands, apart.
+    features = guard.decision_limits({("1000", guard.NEW_FEATURES_SHAPE): {
+        "warm_us": 1.19, "new_shape_us": 1.99, "new_labels_us": 1.0, "cold_us": 1.0,
+        "node_update_us": 1.0}})
+    assert all(x.ok for x in features)
+    assert not guard.decision_limits({("1000", "unpinned"): {
+        "warm_us": 1.19, "new_shape_us": 1.5, "new_labels_us": 1.0, "cold_us": 1.0,
+        "node_update_us": 1.0}})[0].ok
     http = guard.http_limits({"mutate": {"keepalive_rps": 0.79, "fixed_rate_p99": 1.1,
                                          "no_keepalive_rps": 0.1}})
     assert [x.ok for x in http] == [False, True]  # a floor for throughput, a ceiling for p99
