@@ -277,12 +277,14 @@ _NO_GPU_CONTAINERS = _GPUContainers((), False, (), False, False)
 
 def _gpu_containers(items: tuple[Mapping[str, Any], ...], gpus: frozenset[str]
                     ) -> _GPUContainers:
+    if not gpus:
+        return _NO_GPU_CONTAINERS
     gpu: list[Mapping[str, Any]] = []
     privileged = every = True
     referenced = False
     values: set[str] = set()
     for c in items:
-        if not gpus or not _asks_for(c, gpus):
+        if not _asks_for(c, gpus):
             continue
         gpu.append(c)
         privileged = privileged and _privileged(c)
