@@ -28,7 +28,7 @@ from bench import (
 )
 from bench.publish import publish
 from bench.servers import bodies, certs, start, stop
-from bench.throughput import http_bench
+from bench.throughput import FIXED_RATE_SECONDS, http_bench
 from harness.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -198,7 +198,8 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             res["http"] = http_bench(Path(tmp), seconds=3 if a.quick else 5,
                                      rate=50 if a.quick else 100, rounds=1 if a.quick else 7,
-                                     worker_class=a.worker_class)
+                                     worker_class=a.worker_class,
+                                     fixed_seconds=None if a.quick else FIXED_RATE_SECONDS)
     publish(res, a.out, "bench", report)
     left = (res.get("e2e_load") or {}).get("leftover_processes")
     if left:

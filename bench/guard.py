@@ -55,8 +55,6 @@ RPS_FLOOR, P99_LIMIT = 0.80, 1.10
 #: 2.2-2.8 before that day's work): it is held where it stands, with this machine's noise as
 #: margin, so it cannot slide back unnoticed.
 NEW_SHAPE_HELD, NEW_SHAPE_HELD_FEATURES = 1.75, 2.00
-#: the shortest fixed-rate run the p99 is taken from (at 100 requests a second)
-FIXED_RATE_SECONDS = 10
 
 
 #: the benchmark's pod shape that uses the checks added since the reference (issue 36:
@@ -119,11 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.guard: cannot compare with {ref}: {exc}", file=sys.stderr)
         return 2
     if not a.skip_http:
-        from bench.throughput import http_bench
+        from bench.throughput import FIXED_RATE_SECONDS, http_bench
 
         with tempfile.TemporaryDirectory(prefix="gpupool-guard-") as tmp:
-            # The fixed-rate p99 runs at least 10 s a round: at 100 requests a second a 3 s
-            # run's p99 is its third-slowest request, and swung 0.96-1.31 between runs.
             res = http_bench(Path(tmp), a.seconds, rate=100.0, rounds=a.rounds,
                              fixed_seconds=max(a.seconds, FIXED_RATE_SECONDS))
         limits += http_limits(res["ratios"])
