@@ -179,3 +179,53 @@ def test_replicas_share_one_encoded_patch_and_a_new_patch_is_encoded_anew(tmp_pa
     second.patch = [{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]
     assert json.loads(base64.b64decode(second.encoded_patch())) == second.patch
     assert json.loads(base64.b64decode(first.encoded_patch())) == first.patch != second.patch
+
+
+def test_kept_decisions_under_threads_end_as_a_fresh_view_decides(tmp_path):
+    """Reviews that find kept decisions without the view's lock, in threads (gthread
+    workers), while the watch stores the node again and again: none fails, and once the
+    node stands still every answer is the one a fresh view gives."""
+    import sys
+    import threading
+
+    policy = default_policy()
+    bad_obj = agent_node(tmp_path / "a", "hami-1", "hami", "operator-management")
+    bad = NodeInfo.from_object(bad_obj)
+    good_obj = agent_node(tmp_path / "b", "hami-1", "hami", "operator-management",
+                          per_uuid=True)
+    good = NodeInfo.from_object(good_obj)
+    view = view_from_objects([good_obj], policy)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reviews(k: int) -> None:
+        i = 0
+        while not stop.is_set():
+            try:
+                admit.review_pod(replica(f"r{k}-{i % 7}"), "default", view, policy)
+            except BaseException as exc:  # noqa: BLE001 - any failure is the finding
+                errors.append(exc)
+                return
+            i += 1
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter lets them
+    try:
+        threads = [threading.Thread(target=reviews, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for n in range(150):
+            view.upsert_node(bad if n % 2 else good)
+        view.upsert_node(bad)  # where it ends: every decision kept before is stale
+        stop.set()
+        for t in threads:
+            t.join(30)
+    finally:
+        sys.setswitchinterval(before)
+    assert not errors, errors[:1]
+    fresh = view_from_objects([bad_obj], policy)
+    for k in range(7):
+        got = admit.review_pod(replica(f"after-{k}"), "default", view, policy)
+        assert got.to_json() == admit.review_pod(replica(f"after-{k}"), "default", fresh,
+                                                 policy).to_json()
+        assert not got.allowed and got.reason == Reason.CDI_DEVICE_MISSING

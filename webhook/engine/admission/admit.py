@@ -131,7 +131,9 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     # (SHA-256: collision-proof as the key must be, and the fastest such hash here, where
     # the CPU computes it)
     digest = hashlib.sha256(objects.json_bytes(shape) + claims).digest()[:16]
-    key = ("pod", stage, policy.cache_key, namespace, digest)
+    # (every part a str, an int or bytes: hashed and compared in C, so the view's lookup
+    # without a lock is one step under the GIL; an enum hashes in Python)
+    key = ("pod", stage.value, policy.cache_key, namespace, digest)
     kept = view.until_any_change(key, lambda: decide_facts(
         PodFacts.parse(shape, namespace, policy, who=_WHO), view, policy))
     return kept.naming(_WHO, who_of(obj, namespace))

@@ -246,9 +246,9 @@ class Caches:
 
     def until_any_change(self, key: Any, compute: Callable[[], T]) -> T:
         # A hit takes no lock (every review of a known pod shape is one): the stamp is one
-        # tuple, replaced whole on a change, and a dict lookup is atomic. A change racing
-        # with the lookup finds the value made just before it, as a review a moment
-        # earlier would have.
+        # tuple, replaced whole on a change, and a lookup of a key hashed in C is atomic
+        # under the GIL (``ClusterView.until_any_change``). A change racing with the lookup
+        # finds the value made just before it, as a review a moment earlier would have.
         stamp = self.stamp
         full = (*stamp, key)
         store = self.shapes

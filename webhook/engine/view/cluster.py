@@ -316,7 +316,8 @@ class ClusterView:
         """Cache ``compute()`` under ``key`` while nothing in the view changes, slices
         included (the memo outlives slice changes). Bounded, LRU, apart from the memo: a
         stream of one-off pods must not push out the candidates every pod of a pool
-        shares."""
+        shares. A hit is found without the lock, so ``key`` must hash and compare in C
+        (tuples of str, int, bytes, None): the lookup is then one step under the GIL."""
         return self._caches.until_any_change(key, compute)
 
 
