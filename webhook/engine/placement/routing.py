@@ -36,8 +36,7 @@ def _exclusive_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
     that pool serves."""
     found = routed_classes(facts, view, policy)
     resources = facts.gpus & policy.exclusive_resources
-    annotations = policy.exclusive_annotations.intersection(facts.annotations) \
-        if facts.annotations else frozenset()
+    annotations = _exclusive_annotations(facts, policy)
     if not resources and not annotations:
         return found  # (nearly every pod)
     for pool in policy.pools:
@@ -48,6 +47,12 @@ def _exclusive_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
         if hits:
             found.setdefault(pool.name, []).extend(hits)
     return found
+
+
+def _exclusive_annotations(facts: PodFacts, policy: Policy) -> frozenset[str]:
+    """The pod's annotations some pool alone serves (``exclusiveAnnotations``)."""
+    return policy.exclusive_annotations.intersection(facts.annotations) \
+        if facts.annotations else frozenset()
 
 
 class _DraRoutes(NamedTuple):
@@ -157,12 +162,9 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
     if view is None or podclaims.demand(facts, view) is not dra.NO_DEMAND:
         return _route(facts, view, policy)  # (claims change without the memo knowing)
     label = facts.labels.get(POOL_LABEL)
-    annotations = facts.annotations
     key = ("route", policy.cache_key, facts.namespace,
            label if label is None or isinstance(label, str) else objects.json_key(label),
-           facts.placement.key, facts.gpus,
-           tuple(sorted(policy.exclusive_annotations.intersection(annotations)))
-           if annotations else ())
+           facts.placement.key, facts.gpus, _exclusive_annotations(facts, policy))
     return view.memo(key, lambda: _route(facts, view, policy))
 
 

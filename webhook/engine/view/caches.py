@@ -223,9 +223,8 @@ class Caches:
              initial: Callable[[], Iterable[NodeInfo]], *, reads_slices: bool = False,
              again: Again[T] | None = None) -> NodeFold[T]:
         with self.lock:
-            fold = self.folds.get(key)
+            fold = self.kept_fold(key)
             if fold is not None:
-                self.folds.move_to_end(key)
                 return fold
             version = (self.version, self.slice_changes if reads_slices else 0)
         fold = NodeFold(fn, initial(), self.lock, reads_slices=reads_slices, again=again)
