@@ -16,7 +16,9 @@ import yaml
 from harness.gobuild import built
 from harness.kit import ROOT
 from tests.unit.engine.test_dra import KUBERNETES_CEL, MISSING_DOMAIN
+from tests.unit.engine.test_routing import OTHER_QUANTITIES, ZERO_QUANTITIES
 from webhook.engine import Slice, selector_verdict
+from webhook.engine.core.resources import is_zero_quantity
 
 BUILD = ROOT / "tests" / "celjudge" / "build.sh"
 FIXTURE = ROOT / "tests" / "fixtures" / "dra" / "nvidia.yaml"
@@ -122,3 +124,30 @@ def test_gpupool_evaluates_selectors_as_kubernetes_does():
         agreed += 1
     print(f"{agreed} agreed with Kubernetes, {len(gaps)} doubt: {gaps}")
     assert agreed == len(exprs) and not gaps
+
+
+def test_which_quantities_ask_for_nothing_is_kubernetes_parsers_answer():
+    """Whether a container's request asks for nothing (so the pod is no GPU pod) follows
+    k8s.io/apimachinery's own quantity parser, reached through CEL's ``quantity()``: every
+    quantity string the API server accepts is zero for gpupool exactly when it equals 0.
+    Strings it refuses never reach a webhook in a created pod; gpupool counts them as asking."""
+    judge_device, _ = _slice_device()
+    texts = [q for q in ZERO_QUANTITIES + OTHER_QUANTITIES if isinstance(q, str)]
+    exprs = [e for q in texts for e in (
+        f"isQuantity('{q}')",
+        f"isQuantity('{q}') && quantity('{q}').compareTo(quantity('0')) == 0")]
+    lines = "\n".join(json.dumps({"expression": e, "device": judge_device}) for e in exprs)
+    r = subprocess.run([str(built(BUILD, "cel-judge") / "cel-judge")], input=lines + "\n",
+                       capture_output=True, text=True, timeout=120, check=True)
+    answers = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(answers) == len(exprs) and all("match" in a for a in answers), answers
+    judged = 0
+    for i, q in enumerate(texts):
+        parses, zero = answers[2 * i]["match"], answers[2 * i + 1]["match"]
+        if parses:
+            assert is_zero_quantity(q) is zero, (q, zero)
+            judged += 1
+        else:
+            assert not is_zero_quantity(q) or q.strip() != q, q  # refused: asks, or padded
+    print(f"{judged} of {len(texts)} quantities judged by Kubernetes' parser")
+    assert judged >= len(texts) - 2, judged  # only " 0 " and "junk" are refused
