@@ -19,6 +19,8 @@ says it, whoever deployed it. Pure: the caller reads ConfigMaps.
 from __future__ import annotations
 
 import posixpath
+import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,9 +73,14 @@ class Settled:
     #: how it registers MIG devices (``none``, ``single``: as ``nvidia.com/gpu``, ``mixed``;
     #: "": not known, though its device-list strategy is)
     mig_strategy: str = "none"
+    #: who deployed it (``deployed_by``): the GPU Operator, NVIDIA's chart, HAMi's chart;
+    #: "" where its pod does not say
+    deployed_by: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pod": self.pod, "container": self.container}
+        if self.deployed_by:
+            out["deployedBy"] = self.deployed_by
         if self.strategies is not None:
             out["strategies"] = list(self.strategies)
             out["source"] = self.source
@@ -94,14 +101,16 @@ class Settled:
         return cls(str(doc.get("pod", "")), str(doc.get("container", "")),
                    None if raw is None else tuple(raw), str(doc.get("source", "")),
                    str(doc.get("unknown", "")) if raw is None else "",
-                   _mig_from_json(doc.get("migStrategy")))
+                   _mig_from_json(doc.get("migStrategy")), str(doc.get("deployedBy") or ""))
 
     def describe(self) -> str:
         mig = "" if self.mig_strategy == MIG_NONE else \
             f", MIG strategy {self.mig_strategy or 'unknown'}"
+        who = f"{self.pod} ({self.container}" + \
+            (f", deployed by {self.deployed_by})" if self.deployed_by else ")")
         if self.strategies is None:
-            return f"{self.pod} ({self.container}): unknown, {self.unknown}"
-        return f"{self.pod} ({self.container}): {','.join(self.strategies)} ({self.source}){mig}"
+            return f"{who}: unknown, {self.unknown}"
+        return f"{who}: {','.join(self.strategies)} ({self.source}){mig}"
 
 
 def _mig_from_json(raw: Any) -> str:
@@ -128,38 +137,172 @@ def _image_is_plugin(c: Mapping[str, Any]) -> bool:
 
 
 def is_plugin(c: Mapping[str, Any]) -> bool:
-    """Does this container run NVIDIA's device plugin (or HAMi's)? By its command, or by
-    NVIDIA's image run with its entrypoint."""
+    """Does this container run NVIDIA's device plugin (or HAMi's) by its own command, or
+    as NVIDIA's image run with its entrypoint? (A shell's script: ``runs_plugin``.)"""
     command = _strings(c.get("command"))
     if command:
-        if _is(command[0], PLUGIN_COMMAND):
-            return True
-        return (_is(command[0], "sh") or posixpath.basename(command[0]) in _SHELLS) and \
-            any(PLUGIN_COMMAND in a for a in (*command[1:], *_strings(c.get("args"))))
+        return _is(command[0], PLUGIN_COMMAND)
     args = _strings(c.get("args"))
     return (_image_is_plugin(c) and not (args and _is(args[0], CONFIG_MANAGER))) or \
         bool(args and _is(args[0], PLUGIN_COMMAND))
 
 
-def plugin_containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def runs_plugin(pod: Mapping[str, Any], c: Mapping[str, Any],
+                config_maps: ConfigMaps) -> bool:
+    """Does this container run the device plugin, whatever its command? A shell runs it
+    when its script does: the GPU Operator starts it as ``/bin/sh -c /bin/entrypoint.sh``,
+    a script from its ConfigMap ``nvidia-device-plugin-entrypoint`` that waits for the
+    driver and then execs ``nvidia-device-plugin`` (gpu-operator v26.3.0
+    ``assets/state-device-plugin/0400_configmap.yaml``, ``0500_daemonset.yaml``). A script
+    gpupool cannot read runs it when NVIDIA's plugin image does (its strategy is then
+    unknown, with the reason)."""
+    if not _is_shell(_argv(c)):
+        return is_plugin(c)
+    try:
+        script = _script(pod, c, config_maps)
+    except Unknown:
+        return _image_is_plugin(c)
+    return _invocation(script) is not None
+
+
+def plugin_containers(pod: Mapping[str, Any], config_maps: ConfigMaps | None = None
+                      ) -> list[Mapping[str, Any]]:
     spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
     assert isinstance(spec, Mapping)
-    return [c for c in spec.get("containers") or () if isinstance(c, Mapping) and is_plugin(c)]
+    cms = config_maps or _no_config_maps
+    return [c for c in spec.get("containers") or ()
+            if isinstance(c, Mapping) and runs_plugin(pod, c, cms)]
 
 
-def _flags(c: Mapping[str, Any]) -> dict[str, list[str]]:
+#: What deployed a plugin, told by the labels its deployer puts on the pod: the GPU
+#: Operator's DaemonSet template (gpu-operator ``assets/state-device-plugin/
+#: 0500_daemonset.yaml``), HAMi's chart (v2.10 ``templates/device-plugin/
+#: daemonsetnvidia.yaml``) and NVIDIA's own chart (k8s-device-plugin
+#: ``deployments/helm/nvidia-device-plugin/templates/_helpers.tpl``, its selector labels).
+_DEPLOYERS = (("app", "nvidia-device-plugin-daemonset", "the GPU Operator"),
+              ("app.kubernetes.io/component", "hami-device-plugin", "HAMi's chart"),
+              ("app.kubernetes.io/name", "nvidia-device-plugin",
+               "NVIDIA's device-plugin chart"))
+
+
+def deployed_by(pod: Mapping[str, Any]) -> str:
+    """Who deployed this plugin pod, for ``doctor``; else the DaemonSet that owns it; ""
+    where neither says."""
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    assert isinstance(meta, Mapping)
+    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    assert isinstance(labels, Mapping)
+    for key, value, who in _DEPLOYERS:
+        if labels.get(key) == value:
+            return who
+    for ref in meta.get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("kind") == "DaemonSet":
+            return f"DaemonSet {ref.get('name', '')}"
+    return ""
+
+
+def _is_shell(argv: Sequence[str]) -> bool:
+    return bool(argv) and posixpath.basename(argv[0]) in _SHELLS
+
+
+#: Files a plugin's entrypoint may source (``. FILE``) that cannot set its strategy, config
+#: file or MIG strategy: the GPU Operator's ``driver-ready``, which its validator writes with
+#: the driver's paths alone (gpu-operator v26.3.0 ``cmd/nvidia-validator/main.go``, lines
+#: 917-921: IS_HOST_DRIVER, NVIDIA_DRIVER_ROOT, DRIVER_ROOT_CTR_PATH, NVIDIA_DEV_ROOT,
+#: DEV_ROOT_CTR_PATH), and ``feature-flags.env``, which the v26.7.0 entrypoint writes itself
+#: (GDRCOPY_ENABLED, GDS_ENABLED, MOFED_ENABLED).
+_KNOWN_SOURCED = frozenset({"/run/nvidia/validations/driver-ready", "./feature-flags.env",
+                            "feature-flags.env"})
+#: The settings a script could change on the plugin's way (the variables it reads).
+_WATCHED = re.compile(r"\b(DEVICE_LIST_STRATEGY|CONFIG_FILE|MIG_STRATEGY)\b")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_COMMANDS = re.compile(r"\n|;|&&|\|\|")
+
+
+def _script(pod: Mapping[str, Any], c: Mapping[str, Any], config_maps: ConfigMaps) -> str:
+    """The script a shell container runs: ``sh -c STRING`` runs STRING, which may name a
+    script file (the GPU Operator's ``/bin/entrypoint.sh``, mounted from a ConfigMap);
+    ``sh FILE`` runs FILE. Raises ``Unknown`` where the file cannot be read."""
+    rest = _argv(c)[1:]
+    if rest and rest[0] == "-c":
+        inline = rest[1] if len(rest) > 1 else ""
+        try:
+            words = shlex.split(inline, comments=True)
+        except ValueError:
+            return inline
+        if len(words) != 1 or not words[0].startswith("/") or _is(words[0], PLUGIN_COMMAND):
+            return inline
+        path = words[0]
+    elif rest and not rest[0].startswith("-"):
+        path = rest[0]
+    else:
+        return ""
+    found = _mount_for(c, posixpath.normpath(path))
+    vol = _volume(pod, str(found[0].get("name"))) if found else {}
+    if found is None or not isinstance(vol.get("configMap"), Mapping):
+        raise Unknown(f"its entrypoint script {path} is in the image or on a volume gpupool "
+                      "does not read")
+    text = _config_map_file(_namespace(pod), vol, found[1], config_maps,
+                            "its entrypoint script")
+    if text is None:
+        raise Unknown(f"its entrypoint script {path} is not in its ConfigMap "
+                      f"{_namespace(pod)}/{vol['configMap'].get('name', '')}")
+    return text
+
+
+def _invocation(script: str) -> list[str] | None:
+    """The arguments a script starts the plugin with (after its command), None where it
+    does not start it: the first command whose word, after ``exec`` and variable
+    assignments, is ``nvidia-device-plugin``."""
+    for command in _COMMANDS.split(script):
+        try:
+            words = shlex.split(command, comments=True)
+        except ValueError:
+            continue
+        while words and (words[0] == "exec" or _ASSIGNMENT.match(words[0])):
+            words = words[1:]
+        if words and _is(words[0], PLUGIN_COMMAND):
+            return words[1:]
+    return None
+
+
+def _script_args(script: str) -> list[str]:
+    """The plugin's arguments from its script; raises ``Unknown`` where the script may set
+    what the plugin reads in ways gpupool does not follow: a variable it reads, a sourced
+    file gpupool does not know, an argument from a shell expansion."""
+    args = _invocation(script) or []
+    for command in _COMMANDS.split(script):
+        try:
+            words = shlex.split(command, comments=True)
+        except ValueError:
+            words = command.split()
+        if len(words) >= 2 and words[0] in (".", "source") and words[1] not in _KNOWN_SOURCED:
+            raise Unknown(f"the plugin's entrypoint script sources {words[1]}, which may set "
+                          "its strategy")
+        started = _invocation(command)
+        before = words if started is None else words[:len(words) - len(started) - 1]
+        if _WATCHED.search(" ".join(before)):
+            raise Unknown("the plugin is started by a shell script that sets its strategy, "
+                          "config file or MIG strategy")
+    if any("$" in a or "`" in a for a in args):
+        raise Unknown("the plugin's arguments in its entrypoint script come from shell "
+                      "expansions")
+    return args
+
+
+def _flags(c: Mapping[str, Any], script: str | None = None) -> dict[str, list[str]]:
     """The plugin's flags as Go's flag package reads them (urfave/cli v2 parses with it):
     ``-name``/``--name``, ``=value`` or the next argument, up to ``--`` or the first
-    argument that is not a flag; a repeated slice flag adds up."""
+    argument that is not a flag; a repeated slice flag adds up. ``script``: what a shell
+    container runs (``_script``; None: its inline text alone)."""
     argv = _argv(c)
-    if argv and (posixpath.basename(argv[0]) in _SHELLS):
-        script = " ".join(argv[1:])
-        if any(w in script for w in (_STRATEGY_FLAG, _CONFIG_FLAG, _STRATEGY_ENV,
-                                     _CONFIG_ENV)):
-            raise Unknown("the plugin is started by a shell script that sets its strategy "
-                           "or config file")
-        return {}
-    if argv and (_is(argv[0], PLUGIN_COMMAND) or _strings(c.get("command"))):
+    if _is_shell(argv):
+        if script is None:
+            rest = argv[1:]
+            script = (rest[1] if len(rest) > 1 else "") if rest[:1] == ["-c"] \
+                else " ".join(rest)
+        argv = _script_args(script)
+    elif argv and (_is(argv[0], PLUGIN_COMMAND) or _strings(c.get("command"))):
         argv = argv[1:]
     out: dict[str, list[str]] = {}
     i = 0
@@ -250,15 +393,14 @@ def _volume(pod: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return {}
 
 
-def _config_map_file(ns: str, vol: Mapping[str, Any], rel: str, config_maps: ConfigMaps
-                     ) -> str | None:
+def _config_map_file(ns: str, vol: Mapping[str, Any], rel: str, config_maps: ConfigMaps,
+                     what: str = "its config file") -> str | None:
     """The text of ``rel`` in a ConfigMap volume (None: no such file)."""
     cm = vol["configMap"]
     name = str(cm.get("name") or "")
     data = config_maps(ns, name)
     if data is None:
-        raise Unknown(f"its config file comes from ConfigMap {ns}/{name}, which cannot be "
-                       "read")
+        raise Unknown(f"{what} comes from ConfigMap {ns}/{name}, which cannot be read")
     items = cm.get("items")
     if isinstance(items, list):
         key = next((str(i.get("key")) for i in items
@@ -386,15 +528,17 @@ def settle(pod: Mapping[str, Any], c: Mapping[str, Any], labels: Mapping[str, st
     meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
     assert isinstance(meta, Mapping)
     who, name = f"{_namespace(pod)}/{meta.get('name', '')}", str(c.get("name") or "")
+    by = deployed_by(pod)
     try:
         strategies, source, mig = _settle(pod, c, labels, config_maps)
     except Unknown as exc:
-        return Settled(who, name, None, unknown=str(exc))
+        return Settled(who, name, None, unknown=str(exc), deployed_by=by)
     bad = sorted(set(strategies) - STRATEGIES)
     if bad:
         return Settled(who, name, None, unknown=f"{source} names strategy {bad[0]!r}, which "
-                                               "the plugin refuses: it never starts")
-    return Settled(who, name, strategies, source, mig_strategy=mig)
+                                               "the plugin refuses: it never starts",
+                       deployed_by=by)
+    return Settled(who, name, strategies, source, mig_strategy=mig, deployed_by=by)
 
 
 def _no_config_maps(namespace: str, name: str) -> Mapping[str, str] | None:
@@ -402,12 +546,13 @@ def _no_config_maps(namespace: str, name: str) -> Mapping[str, str] | None:
 
 
 def given_strategy(c: Mapping[str, Any], namespace: str = "",
-                   config_maps: ConfigMaps = _no_config_maps
+                   config_maps: ConfigMaps = _no_config_maps, script: str | None = None
                    ) -> tuple[tuple[str, ...], str] | None:
     """The strategy a container's own flags or variables set (the flag over the variable),
     and which; None where neither does (its config file, or the default, decides). Raises
-    ``Unknown`` where the variable comes from what cannot be read."""
-    flags = _flags(c)
+    ``Unknown`` where the variable comes from what cannot be read. ``script``: what a
+    shell container runs, read from its ConfigMap (``_script``)."""
+    flags = _flags(c, script)
     if flags.get(_STRATEGY_FLAG):
         return _split(flags[_STRATEGY_FLAG]), f"flag --{_STRATEGY_FLAG}"
     env = _env(c, _STRATEGY_ENV, namespace, config_maps)
@@ -419,9 +564,10 @@ def given_strategy(c: Mapping[str, Any], namespace: str = "",
 def _settle(pod: Mapping[str, Any], c: Mapping[str, Any], labels: Mapping[str, str],
             config_maps: ConfigMaps) -> tuple[tuple[str, ...], str, str]:
     """(strategies, where they came from, MIG strategy: "" when only that is unknown)."""
-    flags = _flags(c)
+    script = _script(pod, c, config_maps) if _is_shell(_argv(c)) else None
+    flags = _flags(c, script)
     ns = _namespace(pod)
-    given = given_strategy(c, ns, config_maps)
+    given = given_strategy(c, ns, config_maps, script)
     mig = flags[_MIG_FLAG][-1] if flags.get(_MIG_FLAG) else _env(c, _MIG_ENV, ns, config_maps)
     path = flags[_CONFIG_FLAG][-1] if flags.get(_CONFIG_FLAG) else \
         _env(c, _CONFIG_ENV, ns, config_maps)
@@ -465,5 +611,6 @@ def settle_pods(pods: Sequence[Mapping[str, Any]], labels: Mapping[str, str],
         assert isinstance(status, Mapping) and isinstance(meta, Mapping)
         if status.get("phase") in ("Succeeded", "Failed") or meta.get("deletionTimestamp"):
             continue
-        out += [settle(pod, c, labels, config_maps) for c in plugin_containers(pod)]
+        out += [settle(pod, c, labels, config_maps)
+                for c in plugin_containers(pod, config_maps)]
     return tuple(sorted(out, key=lambda s: (s.pod, s.container)))

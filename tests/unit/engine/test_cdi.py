@@ -14,6 +14,7 @@ import yaml
 
 from harness.kit import UPSTREAM, gpu_pod, load_docs
 from harness.layouts import UUIDS, hami_register, per_uuid_spec, write_layout
+from tests.unit.engine.test_steering import implied_plugins
 from webhook.cli.doctor import diagnose
 from webhook.engine.admission import admit
 from webhook.engine.core.decision import Reason
@@ -27,11 +28,15 @@ OPERATOR_POD = UPSTREAM / "pods/hami/nvidia/default_use_legacy.yaml"  # whole GP
 
 
 def inventory(root: Path, layout: str, extra: str | None = None) -> str:
+    """The agent's inventory of a node of this layout, with what it learns from the device
+    plugin's pod there (``implied_plugins``: its CDI strategies beside its spec, else
+    envvar)."""
     paths = write_layout(root, layout)
     if extra:
         (paths["run"] / "management.nvidia.com-gpu-uuid.yaml").write_text(extra)
+    learned = implied_plugins(layout, None, root.name)
     return Observer([str(paths["etc"]), str(paths["run"])], str(paths["config"]),
-                    str(paths["containerd"])).observe().dumps()
+                    str(paths["containerd"]), plugin_pods=lambda: learned).observe().dumps()
 
 
 def node(name: str, pool: str | None, inv: str | None, *, register: str | None = None,

@@ -7,10 +7,18 @@ from __future__ import annotations
 import pytest
 
 from harness.kit import gpu_pod
-from tests.unit.engine.test_steering import agent_node, decide
+from tests.unit.engine.test_steering import decide
 from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES
 from webhook.engine.core.decision import Reason
 from webhook.engine.stacks.clusterpolicy import DEPLOY_LABEL, cluster_operator, plugin_way
+
+
+def agent_node(*args, **kwargs):
+    """A node whose agent did not look at the device-plugin pods (unless told what it
+    learned): how the plugin hands GPUs comes from the cluster's objects, or the disk."""
+    from tests.unit.engine import test_steering
+
+    return test_steering.agent_node(*args, **{"plugins": None, **kwargs})
 
 
 def policy(**spec) -> dict:

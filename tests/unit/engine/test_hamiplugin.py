@@ -10,10 +10,18 @@ import pytest
 import yaml
 
 from harness.kit import UPSTREAM, gpu_pod
-from tests.unit.engine.test_steering import agent_node, decide, hami_pod, terms
+from tests.unit.engine.test_steering import decide, hami_pod, terms
 from webhook.api.delivery import CDI_DEVICES, VISIBLE_DEVICES
 from webhook.engine.core.decision import Reason
 from webhook.engine.stacks.hamiplugin import HamiPlugin, hami_plugin_from, way_on
+
+
+def agent_node(*args, **kwargs):
+    """A node whose agent did not look at the device-plugin pods (unless told what it
+    learned): how the plugin hands GPUs comes from the cluster's objects, or the disk."""
+    from tests.unit.engine import test_steering
+
+    return test_steering.agent_node(*args, **{"plugins": None, **kwargs})
 
 CHART_VALUES = yaml.safe_load((UPSTREAM / "hami-chart/values.yaml").read_text())
 

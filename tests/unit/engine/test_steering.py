@@ -30,6 +30,24 @@ from webhook.node.agent import Observer, node_labels
 from webhook.policyfile import default_policy_text
 
 DETECTED = delivery.LABELS[delivery.DETECT]
+#: ``agent_node``'s default: the device plugin the node's layout implies, learned from its pod
+#: as the agent learns it (a CDI strategy beside its spec, else envvar)
+IMPLIED = "implied by the layout"
+
+
+def implied_plugins(layout: str, pool: str | None, name: str) -> tuple[Settled, ...]:
+    """What the agent learns from the plugin pod a node of this layout runs: the GPU
+    Operator's, in its CDI strategies where the layout has the plugin's spec; HAMi's chart's
+    (envvar, its default) on HAMi's nodes; the operator's in envvar otherwise."""
+    from tests.plugincases import operator_learned
+
+    if layout == "device-plugin":
+        return operator_learned("cdi-annotations,cdi-cri", name)
+    if pool == "hami":
+        return (Settled(f"kube-system/hami-device-plugin-{name}", "device-plugin",
+                        ("envvar",), "variable DEVICE_LIST_STRATEGY",
+                        deployed_by="HAMi's chart"),)
+    return operator_learned("envvar", name)
 
 
 def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
@@ -39,10 +57,14 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
                default_runtime: str | None = None, envvar_unprivileged: bool = True,
                default_kind: str | None = None, mode: str | None = None,
                mig: dict[str, tuple[str, ...]] | None = None,
-               plugins: tuple[Settled, ...] | None = None) -> dict:
+               plugins: tuple[Settled, ...] | str | None = IMPLIED) -> dict:
     """A node as gpupool's agent publishes it (inventory annotation and steering labels);
     ``per_uuid``: a per-UUID spec for every GPU, or for those listed; ``mig``: the MIG
-    devices the kubelet's checkpoint lists, per resource."""
+    devices the kubelet's checkpoint lists, per resource; ``plugins``: what the agent
+    learned from the device-plugin pods there (None: it did not look)."""
+    if plugins == IMPLIED:
+        plugins = implied_plugins(layout, pool, name)
+    assert not isinstance(plugins, str)
     labels = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": name}
     if pool:
         labels["gpupool.io/pool"] = pool
@@ -531,6 +553,7 @@ def test_envvar_gpus_under_a_default_handler_other_than_nvidia_never_arrive(tmp_
     handler is runc (the GPU Operator injecting devices through NRI), a HAMi pod in the
     envvar strategy would reach Running with no GPU: denied, with the fix; a pod naming the
     NVIDIA runtime's class is fine, and so is a device plugin in a CDI strategy."""
+    from tests.plugincases import operator_learned
     from webhook.cli.doctor import diagnose
 
     runc = agent_node(tmp_path, "hami-nri", "hami", "operator-management", per_uuid=True,
@@ -545,7 +568,8 @@ def test_envvar_gpus_under_a_default_handler_other_than_nvidia_never_arrive(tmp_
     rv, _, _ = decide([runc], hami_pod(runtimeClassName="nvidia"))
     assert rv.final.allowed and not rv.final.warnings  # the NVIDIA handler reads it
     plugin = agent_node(tmp_path / "p", "op-nri", None, "device-plugin", register=False,
-                        default_runtime="runc")
+                        default_runtime="runc",
+                        plugins=operator_learned("cdi-annotations,cdi-cri"))
     rv, _, _ = decide([plugin], gpu_pod("g", limits={"nvidia.com/gpu": 1}))
     assert rv.final.allowed and not rv.final.warnings  # CDI names: containerd delivers them
 

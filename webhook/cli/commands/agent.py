@@ -19,7 +19,7 @@ from webhook.cli.common import (
 def cmd_agent(args: argparse.Namespace) -> int:
     import logging
 
-    from webhook.kube import api_client
+    from webhook.kube import KubeError, api_client
     from webhook.node.agent import KubeNodeClient, Observer, Publisher, run
 
     for d in args.cdi_dir:  # a typo would otherwise read as "no specs on this node"
@@ -31,19 +31,32 @@ def cmd_agent(args: argparse.Namespace) -> int:
                         driver_gpus_dir=args.driver_gpus_dir or None,
                         kubelet_checkpoint=args.kubelet_checkpoint or None,
                         settle_seconds=args.settle_seconds)
+    api = None
+    only_print = args.print and args.once
+    if args.node_name and (args.plugin_pods or not only_print):
+        try:
+            api = api_client(kubeconfig=args.kubeconfig, context=args.context,
+                             in_cluster=not args.kubeconfig and not args.context)
+        except KubeError as exc:
+            if not only_print:
+                raise
+            print(f"note: the device plugin's pods are not looked at ({exc}): the printed "
+                  "inventory has no 'plugins'", file=sys.stderr)
+    if api is not None and args.plugin_pods:
+        from webhook.node.pluginpods import KubePluginPods
+
+        # (looked at before printing too: what --print shows is what would be published)
+        observer.plugin_pods = KubePluginPods(api, args.node_name, args.plugin_pods_interval)
     if args.print:
+        if not args.node_name and args.plugin_pods:
+            print("note: without --node-name (or NODE_NAME) the device plugin's pods are not "
+                  "looked at: the printed inventory has no 'plugins'", file=sys.stderr)
         print(observer.observe().dumps())
         if args.once:
             return EXIT_OK
-    if not args.node_name:
+    if not args.node_name or api is None:
         raise UsageError("--node-name is required to publish (or set NODE_NAME; or use "
                          "--once --print to only print)")
-    api = api_client(kubeconfig=args.kubeconfig, context=args.context,
-                     in_cluster=not args.kubeconfig and not args.context)
-    if args.plugin_pods:
-        from webhook.node.pluginpods import KubePluginPods
-
-        observer.plugin_pods = KubePluginPods(api, args.node_name, args.plugin_pods_interval)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     publisher = Publisher(KubeNodeClient(api, args.node_name))

@@ -51,7 +51,7 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
         # strategy that wrote no spec looks like an envvar one).
         way = declared_way if declared_way is not None \
             else delivery.Way(delivery.detected_way(inv, req.device_kind))
-        inferred = declared_way is None and way == delivery.CDI_DEVICES
+        inferred = declared_way is None
     if way == delivery.VISIBLE_DEVICES and runtime_class in policy.non_cdi_runtime_classes \
             and not delivery.envvar_ignored(inv, privileged):
         return NodeAssessment(node.name, NodeState.OK, way=way,
@@ -74,7 +74,7 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
         return NodeAssessment(node.name, NodeState.UNKNOWN, note=r.note, mode=r.mode,
                               way=way)
     if inferred:
-        doubt = _inferred_doubt(node, inv, gpus, r, handler, req.device_kind, privileged)
+        doubt = _inferred_doubt(node, inv, gpus, handler, req.device_kind, privileged)
         if doubt is not None:
             return doubt
     created = sorted(node.hami_mig_gpus().intersection(gpus)) \
@@ -102,43 +102,50 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
 
 
 def _inferred_doubt(node: NodeInfo, inv: Inventory, gpus: tuple[str, ...],
-                    as_cdi: delivery.Resolution, handler: str | None, device_kind: str,
-                    privileged: bool) -> NodeAssessment | None:
-    """A CDI strategy only inferred from the device plugin's spec on disk (nothing in the
-    cluster says how the plugin hands GPUs): the spec may be left over from an earlier setup,
-    or be NVIDIA's plugin's beside HAMi's, which hands UUIDs (its default, envvar). Where the
-    two ways agree the inference decides nothing; where only the inferred way fails, it is
-    doubt, a warning naming the node and the spec, not a denial (issue 34, item 7); where
-    only the inferred way resolves, it is doubt on nodes whose GPUs HAMi registered. The
-    real runtime shows that side: HAMi's UUIDs refused under a CDI-mode runtime beside a
-    device-plugin spec (tests/integration/test_scan_restart.py)."""
+                    handler: str | None, device_kind: str, privileged: bool
+                    ) -> NodeAssessment | None:
+    """How the device plugin hands GPUs only inferred from the disk (its pod does not say,
+    and nothing in the cluster does): a spec of its kind may be left over from an earlier
+    setup, or be NVIDIA's plugin's beside HAMi's, which hands UUIDs; a plugin in a CDI
+    strategy may not have written its spec yet, or ever. The disk is only a guess: where the
+    two ways agree it decides nothing; where they disagree, the node is doubt with the
+    reason the plugin's pod did not tell, a warning that names the node, not a denial and
+    never "fine" (issue 46, item 3). The real runtime shows both sides: HAMi's UUIDs refused
+    under a CDI-mode runtime beside a device-plugin spec (tests/integration/
+    test_scan_restart.py), a CDI strategy's names unresolvable where no spec defines them
+    (tests/integration/test_corpus.py)."""
+    as_cdi = delivery.resolve(inv, delivery.CDI_DEVICES, gpus, handler, device_kind,
+                              privileged)
     as_uuids = delivery.resolve(inv, delivery.VISIBLE_DEVICES, gpus, handler,
                                 device_kind, privileged)
     if as_uuids.ok is None or as_uuids.ok == as_cdi.ok:
         return None
-    if as_cdi.ok and not node.gpus:
-        # Resolving as CDI names where no HAMi registered the GPUs: NVIDIA's plugin wrote
-        # that spec, and writes it only in a CDI strategy (as the GPU Operator deploys it
-        # with CDI on). Where HAMi registered them, HAMi's plugin hands them, envvar unless
-        # configured otherwise, and writes the same kind in its CDI strategy
-        # (HAMi v2.10 cmd/device-plugin/nvidia/plugin-manager.go): no telling which.
-        return None
     fails, runs = ("UUIDs (envvar)", "CDI names") if as_cdi.ok else \
         ("CDI names", "UUIDs (envvar)")
-    unknown = delivery.learned_way(inv).why
     missing = as_uuids.missing if as_cdi.ok else as_cdi.missing
     shown = ", ".join(missing[:SHOW_DEVICES])
+    spec = f"a {device_kind} spec on the node" if inv.kinds.get(device_kind) else \
+        f"no {device_kind} spec on the node"
     # Doubt, not a denial; but one way the GPUs fail there, so steering keeps pods off the
     # node as it does off a node that fails (``may_fail``), where other nodes can take them.
+    failing = as_uuids if as_cdi.ok else as_cdi
     return NodeAssessment(
-        node.name, NodeState.UNKNOWN, kind=as_cdi.kind, mode=as_cdi.mode, may_fail=True,
-        way=delivery.CDI_DEVICES,
-        note=f"how the device plugin hands GPUs is only inferred from a {device_kind} spec "
-             f"on the node: handed as {runs} they resolve, handed as {fails} they do not"
+        node.name, NodeState.UNKNOWN, kind=failing.kind, mode=failing.mode, may_fail=True,
+        way=delivery.VISIBLE_DEVICES if as_cdi.ok else delivery.CDI_DEVICES,
+        note=f"how the device plugin hands GPUs is only inferred from {spec}: handed as "
+             f"{runs} they resolve, handed as {fails} they do not"
              + (f" ({shown})" if shown else "")
-             + (f"; from its pod: {unknown}" if unknown else "")
-             + "; pin the pool's cdi.delivery in the policy, or deploy the plugin with the "
-               "objects gpupool reads (ClusterPolicy, HAMi's chart)")
+             + f"; not learned from its pod: {_not_learned(inv)}; pin the pool's "
+               "cdi.delivery in the policy, or let gpupool's agent read the plugin's pod")
+
+
+def _not_learned(inv: Inventory) -> str:
+    """Why the agent's inventory does not say how the node's device plugin hands GPUs."""
+    why = delivery.learned_way(inv).why
+    if why:
+        return why
+    return ("the agent did not look at the node's device-plugin pods (it runs with "
+            "--no-plugin-pods, cannot reach the API server, or predates the look)")
 
 
 def declared_way(node: NodeInfo, view: ClusterView) -> delivery.Way | None:
