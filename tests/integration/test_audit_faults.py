@@ -375,3 +375,89 @@ def test_filling_and_freeing_the_disk_under_load_leaves_no_torn_line(tmpfs):
     assert markers == lost_counted
     assert len(set(uids) & set(sent)) + markers == len(sent)  # each kept or accounted for
     assert "Traceback" not in srv.log.read_text()
+
+
+def _fill_to_the_byte(filler: Path) -> None:
+    """Fill as a user's filler does: 64 KiB writes until the file system refuses one, then
+    4 KiB, then single bytes, so every byte a write can still take is taken."""
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for chunk in (65536, 4096, 1):
+            try:
+                while os.write(fd, b"\0" * chunk):
+                    pass
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+
+
+def test_a_disk_filled_to_the_last_byte_never_leaves_a_torn_gap_marker(tmpfs):
+    """Issue 46, item 7, in its exact sequence: an 8 MiB tmpfs filled to the last byte
+    (64 KiB writes until ENOSPC, then 4 KiB, then single bytes), 20 denials through two
+    workers, the filler removed, 10 denials more. The free-space check sees no free block,
+    yet the audit file's last page can still take part of a line: whole or absent must hold
+    for gap markers as for records, and every record after recovery is there."""
+    fs = tmpfs("8m")
+    audit = fs / "audit.log"
+    srv = start_server(fs.parent / "srv", "--audit-file", str(audit), workers=2,
+                       audit_stdout=False)
+    try:
+        _deny(srv, "first")
+        _fill_to_the_byte(fs / "filler")
+        full = [f"full-{i}" for i in range(20)]
+        for uid in full:
+            _deny(srv, uid)
+        lost_counted = _metric(srv, "gpupool_audit_records_lost_total", "file")
+        (fs / "filler").unlink()
+        after = [f"after-{i}" for i in range(10)]
+        for uid in after:
+            _deny(srv, uid)
+    finally:
+        stop_server(srv)
+    lines = audit.read_text().splitlines()
+    torn = [line for line in lines if not line.startswith("{") or not line.endswith("}")]
+    assert not torn, torn[:3]
+    uids = _uids(audit)
+    assert set(after) <= set(uids), [u for u in after if u not in uids]
+    assert lost_counted > 0, "the disk never filled: the test did not test anything"
+    assert len([u for u in full if u not in uids]) == lost_counted == _lost_by_markers(audit)
+
+
+def test_a_line_the_last_page_cannot_take_whole_is_not_started(tmpfs, monkeypatch):
+    """On a real tmpfs filled to the last byte, the audit file's last page still has room
+    for part of a line. Even where the free-space count is wrong (a test double says there
+    is room, as when it is taken between the count and the write) and the cut-back fails
+    too (a double), no byte of the line is written: the file system is asked to reserve the
+    line's blocks first, and refuses."""
+    from webhook.server import audit as audit_mod
+    from webhook.server.audit import FileSink, SinkHealth
+
+    fs = tmpfs("1m")
+    path = fs / "audit.log"
+    sink = FileSink(str(path), max_bytes=0, backups=0, health=SinkHealth("file"))
+    sink.write(b'{"audit":"gpupool","uid":"before"}\n')
+    _fill_to_the_byte(fs / "filler")
+    real = os.fstatvfs
+
+    def roomy(fd: int) -> os.statvfs_result:  # test double: the count says there is room
+        fields = list(real(fd))
+        fields[4] = 1 << 20
+        return os.statvfs_result(fields)
+
+    def no_cut_back(fd: int, length: int) -> None:  # test double: the cut-back fails
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(audit_mod.os, "fstatvfs", roomy)
+    monkeypatch.setattr(audit_mod.os, "ftruncate", no_cut_back)
+    before = path.read_bytes()
+    line = b'{"audit":"gpupool","uid":"' + b"x" * 8000 + b'"}\n'  # past the last page
+    sink.write(line)
+    assert sink.health.failing and sink.health.unmarked == 1
+    assert path.read_bytes() == before  # not one byte of it
+    monkeypatch.undo()
+    (fs / "filler").unlink()
+    sink.write(b'{"audit":"gpupool","uid":"after"}\n')
+    records = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [r.get("uid") for r in records] == ["before", None, "after"]
+    assert records[1]["lost"] == 1

@@ -127,6 +127,40 @@ def _line_boundary(fd: int) -> int:
     return end
 
 
+_FALLOC_FL_KEEP_SIZE = 0x01
+_libc: Any = None
+
+
+def _reserve(fd: int, start: int, size: int) -> bool:
+    """Have the file system set aside the blocks for ``size`` bytes at ``start`` before a
+    byte is written (``fallocate`` with ``FALLOC_FL_KEEP_SIZE``: the file's size, and so
+    what a reader sees, is unchanged). A line then lands whole or, refused here with
+    ENOSPC, not at all: the free-space count (``_check_room``) alone cannot promise that,
+    since the room it saw can be taken before the write, and a file's last page can take
+    part of a line while the file system reports no free block. False where the file system
+    cannot reserve (the count and the cut-back then stand alone)."""
+    global _libc
+    if _libc is None:
+        import ctypes
+
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+            _libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64,
+                                        ctypes.c_int64)
+        except (OSError, AttributeError):
+            _libc = False
+    if not _libc or size <= 0:
+        return False
+    if _libc.fallocate(fd, _FALLOC_FL_KEEP_SIZE, start, size) == 0:
+        return True
+    import ctypes
+
+    err = ctypes.get_errno()
+    if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(err, os.strerror(err))
+
+
 def _check_room(fd: int, size: int) -> None:
     """Refuse a write the file system cannot take whole. A write that tears on a full disk
     is cut back, but a cut-back can fail too, and until the next write repairs it the file
@@ -291,6 +325,7 @@ class FileSink(_Sink):
         for all of it; a write that fails part way all the same (the room taken meanwhile by
         someone else) is cut back to it."""
         _check_room(fd, len(data))
+        _reserve(fd, start, len(data))
         try:
             _write_all(fd, data)
         except OSError:
