@@ -584,7 +584,12 @@ def _run_plugin_pods(rng: random.Random, nodes: list[NodeSetup]) -> None:
     for n in nodes:
         meant = rng.choice(_CDI_STRATEGIES) if n.plugin == "cdi" else "envvar"
         mig = n.mig_strategy if n.mig else rng.choice((None, "none"))
-        n.plugin_pod = plugin_pod(rng, n.name, corners=False, strategy=meant, mig=mig)
+        # The GPU Operator's own DaemonSet is how most clusters run the plugin on their
+        # operator nodes (issue 46): its real template, started through its entrypoint.
+        way = "operator" if n.pool == "operator" and not n.hami_plugin \
+            and rng.random() < 0.7 else None
+        n.plugin_pod = plugin_pod(rng, n.name, corners=False, strategy=meant, mig=mig,
+                                  way=way)
         roll = rng.random()
         # (the chart grants the agent its read access: "no access" is a cluster that took it
         # away, or runs the agent with --no-plugin-pods)

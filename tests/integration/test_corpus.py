@@ -12,6 +12,7 @@ from collections import Counter
 
 from tests import corpus
 from tests.conftest import report
+from webhook.api.pluginconfig import settle_pods
 
 SEED = int(os.environ.get("GPUPOOL_CORPUS_SEED", "20261203"))
 PODS = int(os.environ.get("GPUPOOL_CORPUS_PODS", "3000"))
@@ -60,6 +61,17 @@ def test_zero_late_failures_and_zero_false_denials(tmp_path):
     learned = Counter(n.learns for c in {id(j.cluster): j.cluster for j in judged}.values()
                       for n in c.nodes)
     assert learned["yes"] and learned["no access"] and learned["valueFrom"], learned
+    # The GPU Operator's own plugin pod (its DaemonSet, started through its entrypoint) is
+    # the most common deployment, and wherever the agent may read a plugin's pod, it learns
+    # the strategy from it, the operator's included.
+    ways = Counter(n.plugin_pod.what.split(" ")[1] for n in nodes if n.plugin_pod)
+    assert ways.most_common(1)[0][0] == "operator", ways
+    for n in nodes:
+        if n.learns == "yes" and n.plugin_pod is not None:
+            pp = n.plugin_pod
+            (s,) = settle_pods([pp.pod], pp.labels,
+                               lambda ns, name, pp=pp: pp.config_maps.get((ns, name)))
+            assert s.strategies is not None, (n.what, s)
     counted = Counter(j.outcome for j in judged if not j.apart)
     # Not vacuous: both sides of the line are well populated...
     assert counted["fine"] > PODS // 5 and counted["denied correctly"] > PODS // 10, table

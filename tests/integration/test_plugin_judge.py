@@ -1,7 +1,8 @@
 """How a device plugin hands out GPUs, learned from its pod, judged by the plugin's own code.
 
 Every pod ``tests.plugincases`` draws (the standalone chart's variable and config file picked by
-config-manager, flags, the GPU Operator's variable, HAMi's chart, and the corners a plugin
+config-manager, flags, the GPU Operator's own DaemonSet started through its entrypoint
+script at each release teams run, HAMi's chart, and the corners a plugin
 refuses) is read by gpupool (``webhook.api.pluginconfig``) and by ``plugin-judge``
 (tests/pluginjudge: NVIDIA's device plugin's ``NewConfig`` and CLI library, v0.19.3), given the
 same arguments, environment and config file text. Where gpupool names strategies they must be
@@ -35,10 +36,13 @@ def test_gpupool_reads_the_strategy_the_plugin_settles_on():
             assert ours.mig_strategy == real["migStrategy"], (case.what, case.pod, real)
             seen[f"MIG {ours.mig_strategy}"] += 1
             seen[ours.source.split(" ")[0]] += 1
+            if case.what.startswith("plugin operator"):
+                seen["operator"] += 1
+                assert ours.deployed_by == "the GPU Operator", ours
     print(dict(seen))
     # every way a plugin is told, and the plugin's refusals, are exercised
     assert {"flag", "variable", "config", "the", "refused", "MIG none", "MIG single",
-            "MIG mixed"} <= set(seen), seen
+            "MIG mixed", "operator"} <= set(seen), seen
 
 
 def test_unreadable_inputs_are_doubt_with_the_reason():

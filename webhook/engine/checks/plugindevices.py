@@ -74,7 +74,8 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
         return NodeAssessment(node.name, NodeState.UNKNOWN, note=r.note, mode=r.mode,
                               way=way)
     if inferred:
-        doubt = _inferred_doubt(node, inv, gpus, handler, req.device_kind, privileged)
+        doubt = _inferred_doubt(node, inv, gpus, handler, req.device_kind, privileged,
+                                guessed=way, guessed_fails=r.ok is False)
         if doubt is not None:
             return doubt
     created = sorted(node.hami_mig_gpus().intersection(gpus)) \
@@ -102,15 +103,15 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
 
 
 def _inferred_doubt(node: NodeInfo, inv: Inventory, gpus: tuple[str, ...],
-                    handler: str | None, device_kind: str, privileged: bool
-                    ) -> NodeAssessment | None:
+                    handler: str | None, device_kind: str, privileged: bool,
+                    guessed: delivery.Way, guessed_fails: bool) -> NodeAssessment | None:
     """How the device plugin hands GPUs only inferred from the disk (its pod does not say,
     and nothing in the cluster does): a spec of its kind may be left over from an earlier
     setup, or be NVIDIA's plugin's beside HAMi's, which hands UUIDs; a plugin in a CDI
     strategy may not have written its spec yet, or ever. The disk is only a guess: where the
     two ways agree it decides nothing; where they disagree, the node is doubt with the
     reason the plugin's pod did not tell, a warning that names the node, not a denial and
-    never "fine" (issue 46, item 3). The real runtime shows both sides: HAMi's UUIDs refused
+    never "fine" (issue 46, item 3); steered off only where the guess itself fails. The real runtime shows both sides: HAMi's UUIDs refused
     under a CDI-mode runtime beside a device-plugin spec (tests/integration/
     test_scan_restart.py), a CDI strategy's names unresolvable where no spec defines them
     (tests/integration/test_corpus.py)."""
@@ -126,12 +127,13 @@ def _inferred_doubt(node: NodeInfo, inv: Inventory, gpus: tuple[str, ...],
     shown = ", ".join(missing[:SHOW_DEVICES])
     spec = f"a {device_kind} spec on the node" if inv.kinds.get(device_kind) else \
         f"no {device_kind} spec on the node"
-    # Doubt, not a denial; but one way the GPUs fail there, so steering keeps pods off the
-    # node as it does off a node that fails (``may_fail``), where other nodes can take them.
+    # Doubt, not a denial. Steering follows the disk's guess, as the agent's label does: where
+    # the guessed way fails, pods are kept off the node as off one that fails (``may_fail``),
+    # where other nodes can take them; where it resolves, the node stays open to them.
     failing = as_uuids if as_cdi.ok else as_cdi
     return NodeAssessment(
-        node.name, NodeState.UNKNOWN, kind=failing.kind, mode=failing.mode, may_fail=True,
-        way=delivery.VISIBLE_DEVICES if as_cdi.ok else delivery.CDI_DEVICES,
+        node.name, NodeState.UNKNOWN, kind=failing.kind, mode=failing.mode,
+        may_fail=guessed_fails, way=guessed,
         note=f"how the device plugin hands GPUs is only inferred from {spec}: handed as "
              f"{runs} they resolve, handed as {fails} they do not"
              + (f" ({shown})" if shown else "")
