@@ -13,14 +13,13 @@ environment and file text the pod gives it.
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import copy
 
 import yaml
 

@@ -111,10 +111,10 @@ def _inferred_doubt(node: NodeInfo, inv: Inventory, gpus: tuple[str, ...],
     strategy may not have written its spec yet, or ever. The disk is only a guess: where the
     two ways agree it decides nothing; where they disagree, the node is doubt with the
     reason the plugin's pod did not tell, a warning that names the node, not a denial and
-    never "fine" (issue 46, item 3); steered off only where the guess itself fails. The real runtime shows both sides: HAMi's UUIDs refused
-    under a CDI-mode runtime beside a device-plugin spec (tests/integration/
-    test_scan_restart.py), a CDI strategy's names unresolvable where no spec defines them
-    (tests/integration/test_corpus.py)."""
+    never "fine" (issue 46, item 3); steered off only where the guess itself fails. The
+    real runtime shows both sides: HAMi's UUIDs refused under a CDI-mode runtime beside a
+    device-plugin spec (tests/integration/test_scan_restart.py), a CDI strategy's names
+    unresolvable where no spec defines them (tests/integration/test_corpus.py)."""
     as_cdi = delivery.resolve(inv, delivery.CDI_DEVICES, gpus, handler, device_kind,
                               privileged)
     as_uuids = delivery.resolve(inv, delivery.VISIBLE_DEVICES, gpus, handler,
