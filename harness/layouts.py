@@ -30,7 +30,10 @@ def _device_edits(i: int) -> dict[str, Any]:
     return {"deviceNodes": [{"path": f"/dev/nvidia{i}", "hostPath": f"/dev/nvidia{i}"}]}
 
 
-def management_spec() -> str:
+def management_spec(gpus: int = 2) -> str:
+    """The GPU Operator's management spec on a node with ``gpus`` GPUs: ``all`` holds every
+    GPU's device node."""
+    nodes = "".join(f"        - path: /dev/nvidia{i}\n" for i in range(gpus))
     return """---
 cdiVersion: 0.5.0
 kind: management.nvidia.com/gpu
@@ -41,9 +44,7 @@ devices:
         - path: /dev/nvidia-modeset
         - path: /dev/nvidia-uvm
         - path: /dev/nvidiactl
-        - path: /dev/nvidia0
-        - path: /dev/nvidia1
-containerEdits:
+""" + nodes + """containerEdits:
   env:
     - NVIDIA_VISIBLE_DEVICES=void
   hooks:

@@ -147,7 +147,7 @@ def make_node(rng: random.Random, name: str, pool: str, plugin: str) -> NodeSetu
     kind = rng.choice((MGMT_KIND, MGMT_KIND, None, MGMT_KIND, MGMT_KIND, None, JIT_KIND))
     what = [f"pool {pool}", f"plugin {plugin}", f"mode {mode}", f"default kind {kind}"]
     specs: list[tuple[str, str, str]] = [("run", "management.nvidia.com-gpu.yaml",
-                                          management_spec())]
+                                          management_spec(len(gpus)))]
     # What defines the GPUs by UUID for NVIDIA_VISIBLE_DEVICES in cdi mode.
     uuid_spec = rng.choice(("none", "none", "management", "management", "nvidia-ctk",
                             "partial", "stale", "etc", "broken", "duplicate"))
@@ -683,6 +683,8 @@ class Judged:
     note: str = ""  # within its outcome, what kind of it (shown under the outcome's line)
     #: the nodes it could reach without gpupool's steering
     reach: list[str] = field(default_factory=list)
+    #: what gpupool told the user besides the message: its warnings, and each node's note
+    texts: list[str] = field(default_factory=list)
 
 
 #: Fine, and pending: every node the pod can reach fails it, some only in doubt (a way only
@@ -716,6 +718,8 @@ def node_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
         return bool(gpus) and own_runs(cluster, n, rc, own) and annotated_runs(
             cluster, pod, n) and (not others or all(runs(cluster, n, rc, g).ok
                                                     for g in handed))
+    if _under_runc(pod, n) and accounted_arrives(cluster, pod, n):
+        return annotated_runs(cluster, pod, n)  # the accounted GPU arrives through NRI
     return bool(gpus) and all(runs(cluster, n, rc, g).ok for g in handed) and \
         annotated_runs(cluster, pod, n)
 
@@ -811,17 +815,42 @@ def annotated_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
     return all(v.ok and v.devices for v in _nri(cluster, pod, n).values())
 
 
+def _gpu_containers(pod: dict) -> list[str]:
+    return [c["name"] for c in pod["spec"]["containers"]
+            if any(r.startswith("nvidia.com/") for r in c["resources"]["limits"])]
+
+
+def _under_runc(pod: dict, n: NodeSetup) -> bool:
+    """The device plugin's GPUs, handed as NVIDIA_VISIBLE_DEVICES, reach nothing: the node's
+    default runtime is runc and the pod names no NVIDIA class."""
+    return n.plugin == "envvar" and n.default_runtime == "runc" and \
+        pod["spec"].get("runtimeClassName") not in ("nvidia-cdi", "nvidia-legacy")
+
+
+def accounted_arrives(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
+    """Under runc, the NRI plugin (the real plugin says) injects into every GPU container
+    the device node of every GPU the device plugin could account for the pod (each GPU's
+    minor number as the node's driver lists it: ``harness.layouts.fake_driver``), so the
+    accounted one arrives, whichever it is (issue 46, item 4)."""
+    gpus = plugin_gpus(pod, n)
+    if not gpus or any(g not in n.gpus or g in n.hami_mig for g in gpus):
+        return False  # a MIG device is no GPU's device node
+    want = {f"/dev/nvidia{n.gpus.index(g)}" for g in gpus}
+    verdicts = _nri(cluster, pod, n)
+    return all(c in verdicts and verdicts[c].ok
+               and want <= {d.get("path") for d in verdicts[c].devices}
+               for c in _gpu_containers(pod))
+
+
 def misaccounted(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
-    """A GPU arrives, but not the one accounted for: the device plugin's GPU (handed as
-    NVIDIA_VISIBLE_DEVICES) never reaches a GPU container under runc, while the NRI plugin
-    injects the devices its annotation names (the real plugin says) into that container."""
-    if n.plugin != "envvar" or n.default_runtime != "runc" or \
-            pod["spec"].get("runtimeClassName") in ("nvidia-cdi", "nvidia-legacy"):
+    """A GPU arrives, but not surely the one accounted for: the device plugin's GPU (handed
+    as NVIDIA_VISIBLE_DEVICES) never reaches a GPU container under runc, while the NRI
+    plugin injects the devices its annotation names (the real plugin says) into that
+    container, and they do not hold every GPU it could have accounted for."""
+    if not _under_runc(pod, n) or accounted_arrives(cluster, pod, n):
         return False
     injected = {c for c, v in _nri(cluster, pod, n).items() if v.ok and v.devices}
-    gpu_containers = [c["name"] for c in pod["spec"]["containers"]
-                      if any(r.startswith("nvidia.com/") for r in c["resources"]["limits"])]
-    return bool(injected) and any(c in injected for c in gpu_containers)
+    return bool(injected) and any(c in injected for c in _gpu_containers(pod))
 
 
 def judge(cluster: Cluster, pod: dict) -> Judged:
@@ -836,7 +865,7 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
     if rv.mutation.patch:
         mutated = jsonpatch.apply_patch(pod, rv.mutation.patch)
     j = Judged(pod, cluster, final.allowed, str(final.reason), final.message, "",
-               admitted=mutated)
+               admitted=mutated, texts=[*final.warnings, *(f.note for f in final.nodes)])
     unsteered = _without_steering(mutated)
     j.reach = [n.name for n in cluster.nodes
                if reachable(unsteered, n, cluster.labels(n.name))]

@@ -12,6 +12,7 @@ from collections import Counter
 
 from tests import corpus
 from tests.conftest import report
+from tests.messages import empty_parts, named_runtime_classes
 from webhook.api.pluginconfig import settle_pods
 
 SEED = int(os.environ.get("GPUPOOL_CORPUS_SEED", "20261203"))
@@ -42,6 +43,11 @@ def test_zero_late_failures_and_zero_false_denials(tmp_path):
     # Every class of issue 34 is in the table, decided by the real programs: a GPU that
     # arrives but is not the one accounted for (the NRI plugin under runc)...
     assert any(j.note == corpus.MISACCOUNTED for j in judged), table
+    # ...and where what the NRI plugin injects holds every GPU the device plugin could
+    # account for, the accounted one arrives (issue 46, item 4; the real plugin says)...
+    assert any(corpus._under_runc(j.admitted or j.pod, n)
+               and corpus.accounted_arrives(j.cluster, j.admitted or j.pod, n)
+               for j in judged for n in j.cluster.nodes), table
     # ...the legacy hook (the real hook; the cli's device selection from its source) with
     # the pods' own NVIDIA_VISIBLE_DEVICES, both ways...
     hook = Counter(v.ok and bool(v.devices) for k, v in corpus._verdicts.items()
@@ -72,6 +78,14 @@ def test_zero_late_failures_and_zero_false_denials(tmp_path):
             (s,) = settle_pods([pp.pod], pp.labels,
                                lambda ns, name, pp=pp: pp.config_maps.get((ns, name)))
             assert s.strategies is not None, (n.what, s)
+    # Issue 46, item 5: no message, warning or node note shows an empty part, and a fix
+    # names a RuntimeClass only where every node it is for runs that class's handler
+    # without CDI (the cluster's classes are not known here: the handlers decide).
+    for j in judged:
+        for text in (j.message, *j.texts):
+            assert not empty_parts(text), (empty_parts(text), text)
+        for rc in named_runtime_classes(j.message):
+            assert rc in ("nvidia-legacy",), (rc, j.message)
     counted = Counter(j.outcome for j in judged if not j.apart)
     # Not vacuous: both sides of the line are well populated...
     assert counted["fine"] > PODS // 5 and counted["denied correctly"] > PODS // 10, table

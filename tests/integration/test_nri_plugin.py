@@ -80,29 +80,40 @@ def test_gpupool_agrees_with_the_real_nri_plugin(tmp_path, namespace, extra, suf
 
 
 @pytest.mark.parametrize("namespace, extra", [("team-a", "team-a"), ("team-a", None)])
-def test_a_gpu_that_arrives_but_not_the_one_hami_accounted_for(tmp_path, namespace, extra):
+@pytest.mark.parametrize("value", ["all", "one", "both"])
+def test_a_gpu_that_arrives_but_not_the_one_hami_accounted_for(tmp_path, namespace, extra,
+                                                               value):
     """HAMi's envvar pod on a node of the GPU Operator's NRI setup (containerd's default
     runtime is runc: NVIDIA_VISIBLE_DEVICES, which only NVIDIA's runtime reads, reaches
     nothing, as modelled in webhook/api/delivery.py), annotated for the NRI plugin. The real
-    plugin decides whether a device arrives: where it injects one, gpupool says a GPU arrives
-    that HAMi did not account for (GPUNotAccounted); where it drops the annotation, that
-    nothing arrives (GPUNotDelivered)."""
+    plugin decides what arrives: where it injects the device nodes of every GPU HAMi could
+    account for (the driver's minor numbers), the accounted one arrives and the pod starts
+    as accounted (issue 46, item 4); where it injects only some, a GPU arrives that HAMi
+    may not have accounted for (GPUNotAccounted); where it drops the annotation (namespace
+    not allowed), nothing arrives (GPUNotDelivered)."""
+    from harness.layouts import UUIDS
     from tests.stacknames import TOOLKIT_DEPLOY_LABEL
     from tests.unit.engine.test_steering import agent_node, hami_pod
 
     node = agent_node(tmp_path, "hami-nri", "hami", "operator-management",
-                      default_runtime="runc")
+                      default_runtime="runc", per_uuid=True)
     node["metadata"]["labels"][TOOLKIT_DEPLOY_LABEL] = "true"
     spec_dirs = [tmp_path / "hami-nri" / "etc/cdi", tmp_path / "hami-nri" / "var/run/cdi"]
     oracle = OracleNode(tmp_path / "oracle", spec_dirs, None)
-    annotations = {DOMAIN + "/pod": ALL}
+    names = {"all": ALL, "one": f"{MANAGEMENT}={UUIDS[0]}",
+             "both": ",".join(f"{MANAGEMENT}={u}" for u in UUIDS)}[value]
+    annotations = {DOMAIN + "/pod": names}
     v = oracle.nri(namespace, annotations, "h", (OPERATOR_NS, *([extra] if extra else [])))
     pod = hami_pod()
     pod["metadata"]["annotations"] = annotations
     rv = decide(node, cluster_policy(extra=extra), pod, namespace)
-    assert not rv.final.allowed
-    if v.ok and v.devices:
+    # the driver's word on each GPU's device node (harness.layouts.fake_driver, Device Minor)
+    accounted = {f"/dev/nvidia{i}" for i in range(len(UUIDS))}
+    injected = {d["path"] for d in v.devices} if v.ok else set()
+    if injected >= accounted:
+        assert rv.final.allowed and not rv.final.warnings, (v, rv.final.to_json())
+    elif injected:
         assert rv.final.reason == Reason.GPU_NOT_ACCOUNTED, rv.final.to_json()
     else:
         assert rv.final.reason == Reason.GPU_NOT_DELIVERED, (v, rv.final.to_json())
-    assert bool(extra) == bool(v.ok and v.devices)  # both sides met
+    assert bool(extra) == bool(injected)  # both sides met

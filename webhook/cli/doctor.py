@@ -74,7 +74,7 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
             if m.state is NodeState.MISSING:
                 shown = ", ".join(m.missing[:2]) or m.note
                 hazards.append(f"{resource}: its MIG devices fail here ({shown}); fix: "
-                               f"{fix_text(pool, [m], policy, view.runtime_classes())}")
+                               f"{fix_text(pool, [m], policy, view)}")
         errors = [f"{p}: {r}" for p, r in inv.errors] if inv else []
         for e in (node.inventory_error, node.register_error):
             if e:
@@ -82,7 +82,7 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
         if check.state is NodeState.OK:
             fix = ""
         elif check.state is NodeState.MISSING:
-            fix = fix_text(pool, [check], policy, view.runtime_classes())
+            fix = fix_text(pool, [check], policy, view)
         else:
             fix = ("deploy gpupool's agent DaemonSet on this node" if inv is None
                    else "check the node's runtime configuration and HAMi registration")

@@ -174,25 +174,42 @@ def test_a_node_whose_containerd_hosts_no_nri_plugin_never_injects_them(tmp_path
 def test_a_gpu_that_arrives_but_not_the_one_accounted_for_has_its_own_reason(tmp_path):
     """Issue 34, item 3: HAMi's envvar pod on a node of the GPU Operator's NRI setup
     (containerd's default runtime is runc, so NVIDIA_VISIBLE_DEVICES reaches nothing), whose
-    own annotation makes the NRI plugin inject management.nvidia.com/gpu=all: a GPU does
-    arrive, so "starts without its GPUs" is false; it is not the one HAMi accounted for."""
+    own annotation makes the NRI plugin inject one GPU by UUID: a GPU does arrive, so
+    "starts without its GPUs" is false; it is not (surely) the one HAMi accounted for.
+    Issue 46, item 4: where what it injects holds every GPU HAMi could account for
+    (management.nvidia.com/gpu=all), the accounted GPU arrives with the rest: it starts as
+    accounted, not denied (tests/integration/test_nri_plugin.py has the real plugin's
+    word)."""
+    from harness.layouts import UUIDS
     from tests.unit.engine.test_steering import hami_pod
 
     node = agent_node(tmp_path, "hami-nri", "hami", "operator-management",
-                      default_runtime="runc")
+                      default_runtime="runc", per_uuid=True)
     node["metadata"]["labels"][TOOLKIT_LABEL] = "true"
     plain = hami_pod()
     rv, _, _ = decide([node, cluster_policy(extra="default")], plain)
     assert not rv.final.allowed and rv.final.reason == Reason.GPU_NOT_DELIVERED
+    one = f"{MANAGEMENT}={UUIDS[0]}"
     pod = hami_pod()
-    pod["metadata"]["annotations"] = {f"{DOMAIN}/pod": ALL}
+    pod["metadata"]["annotations"] = {f"{DOMAIN}/pod": one}
     rv, _, _ = decide([node, cluster_policy(extra="default")], pod)
     assert not rv.final.allowed and rv.final.reason == Reason.GPU_NOT_ACCOUNTED
     msg = rv.final.message
     assert "would get a GPU, but not the one its device plugin accounted for" in msg
-    assert "hami-nri" in msg and ALL in msg and "share a GPU" in msg
+    assert "hami-nri" in msg and one in msg and "share a GPU" in msg
     assert "start without" not in msg
     assert "devicePlugin.deviceListStrategy=cdi-annotations" in msg
+    # every GPU named by UUID, or all of them at once: the accounted one arrives
+    for value in (f"{one},{MANAGEMENT}={UUIDS[1]}", ALL):
+        pod["metadata"]["annotations"] = {f"{DOMAIN}/pod": value}
+        rv, _, _ = decide([node, cluster_policy(extra="default")], pod)
+        assert rv.final.allowed and not rv.final.warnings, (value, rv.final.to_json())
+    # HAMi narrowed to the GPU the name holds: the one it may account is the one injected
+    narrowed = hami_pod()
+    narrowed["metadata"]["annotations"] = {f"{DOMAIN}/pod": one,
+                                           "nvidia.com/use-gpuuuid": UUIDS[0]}
+    rv, _, _ = decide([node, cluster_policy(extra="default")], narrowed)
+    assert rv.final.allowed, rv.final.to_json()
     # where the plugin drops the annotation (namespace not allowed), nothing arrives at all
     rv, _, _ = decide([node, cluster_policy()], pod)
     assert not rv.final.allowed and rv.final.reason == Reason.GPU_NOT_DELIVERED

@@ -108,40 +108,75 @@ def _summary(checks: list[NodeAssessment]) -> str:
 
 
 def fix_text(pool: Pool, checks: list[NodeAssessment], policy: Policy,
-             runtime_classes: Mapping[str, str] | None = None) -> str:
-    """The fix to name. A RuntimeClass is suggested only if the cluster has it (when gpupool
-    knows the cluster's classes): the GPU Operator deletes its own with NRI injection."""
-    if checks and all(c.fix for c in checks):
-        return "; or ".join(dict.fromkeys(c.fix for c in checks))
+             view: ClusterView) -> str:
+    """The fix to name for these failing nodes: one fix where they share it, else each
+    fix with the nodes it is for. Every part names what is there: a RuntimeClass only where
+    the cluster has it (when gpupool knows the cluster's classes: the GPU Operator deletes
+    its own with NRI injection) and every such node's containerd runs its handler without
+    CDI; a CDI kind only where one is known."""
+    fixes: dict[str, list[str]] = {}
+    for c in checks:
+        fixes.setdefault(_fix_for(pool, c, policy, view), []).append(c.node)
+    if len(fixes) == 1:
+        return next(iter(fixes))
+    parts = []
+    for fix, nodes in fixes.items():
+        more = f" and {len(nodes) - SHOW_NODES} more" if len(nodes) > SHOW_NODES else ""
+        parts.append(f"on {', '.join(nodes[:SHOW_NODES])}{more}: {fix}")
+    return "; ".join(parts)
+
+
+def _fix_for(pool: Pool, c: NodeAssessment, policy: Policy, view: ClusterView) -> str:
+    """The fix for one failing node."""
+    if c.fix:
+        return c.fix
     # HAMi's chart sets its plugin's strategy from devicePlugin.deviceListStrategy.
     strategy = ("HAMi's chart value devicePlugin.deviceListStrategy=cdi-annotations"
                 if policy.is_hami_pool(pool.name) else
                 f"pool {pool.name}'s device plugin to DEVICE_LIST_STRATEGY=cdi-annotations")
-    if checks and all(c.note == delivery.UNPRIVILEGED_ENVVAR_IGNORED for c in checks):
+    if c.note == delivery.UNPRIVILEGED_ENVVAR_IGNORED:
         return ("set accept-nvidia-visible-devices-envvar-when-unprivileged = true in the "
                 f"NVIDIA runtime's config.toml on those nodes, or set {strategy} (a CDI "
                 "strategy, whose devices containerd delivers to any container)")
-    if checks and all(c.undelivered for c in checks):
+    if c.undelivered:
         return ("make the NVIDIA runtime containerd's default runtime on those nodes, or set "
                 f"{strategy} (a CDI strategy, which containerd and the GPU Operator's NRI "
                 "plugin deliver under any handler)")
-    kind = next((c.kind for c in checks if c.kind), "")
-    way = next((c.way for c in checks if c.way), delivery.VISIBLE_DEVICES)
-    legacy = next((rc for rc in policy.non_cdi_runtime_classes
-                   if runtime_classes is None or rc in runtime_classes), "")
-    alt = f"run the pod with runtimeClassName {legacy}" if legacy else ""
-    if way == delivery.VISIBLE_DEVICES:
+    kind = c.kind
+    if (c.way or delivery.VISIBLE_DEVICES) == delivery.VISIBLE_DEVICES:
         vendor, _, cls = kind.partition("/")
-        parts = [f"define a CDI device per GPU UUID for kind {kind} on those nodes (e.g. "
-                 f"nvidia-ctk cdi generate --vendor={vendor} --class={cls} "
-                 f"--device-name-strategy=uuid --output=/var/run/cdi/{vendor}-{cls}-uuid.yaml)"]
-        if alt:
-            parts.append(alt)
-        parts.append(f"or turn off the GPU Operator's CDI mode on pool {pool.name}'s nodes")
-        return "; ".join(parts)
-    return (f"make the device plugin on those nodes write its {kind} CDI spec for every GPU "
-            f"the node has (DEVICE_LIST_STRATEGY cdi-annotations/cdi-cri; restart it after a "
-            f"GPU is replaced)")
+        parts = []
+        if vendor and cls:
+            parts.append(f"define a CDI device per GPU UUID for kind {kind} on those nodes "
+                         f"(e.g. nvidia-ctk cdi generate --vendor={vendor} --class={cls} "
+                         f"--device-name-strategy=uuid "
+                         f"--output=/var/run/cdi/{vendor}-{cls}-uuid.yaml)")
+        legacy = _legacy_class(c.node, policy, view)
+        if legacy:
+            parts.append(f"run the pod with runtimeClassName {legacy}")
+        parts.append(f"turn off the GPU Operator's CDI mode on pool {pool.name}'s nodes")
+        return "; ".join(parts[:-1] + [("or " if len(parts) > 1 else "") + parts[-1]])
+    spec = f"its {kind} CDI spec" if kind else "its CDI spec"
+    return (f"make the device plugin on those nodes write {spec} for every GPU the node "
+            f"has (DEVICE_LIST_STRATEGY cdi-annotations/cdi-cri; restart it after a GPU is "
+            f"replaced)")
+
+
+def _legacy_class(node_name: str, policy: Policy, view: ClusterView) -> str:
+    """A RuntimeClass of the policy's non-CDI ones that this node can run: the cluster has
+    it (where gpupool knows the cluster's classes) and the node's containerd runs its
+    handler with the NVIDIA runtime in a mode that uses no CDI; "" where none."""
+    classes = view.runtime_classes()
+    node = view.node(node_name)
+    handlers = node.inventory.runtime.handlers if node is not None and \
+        node.inventory is not None else None
+    for rc in policy.non_cdi_runtime_classes:
+        if classes is not None and rc not in classes:
+            continue
+        handler = classes[rc] if classes is not None else rc
+        if handlers is None or handlers.get(handler) in delivery.NON_CDI_MODES:
+            return rc
+    return ""
 
 
 #: (why the pod's GPU demand rules the node out, whether its node affinity as it stands
@@ -172,9 +207,12 @@ def _summarise(verdicts: dict[str, _NodeVerdict]) -> Verdicts:
 
 
 def _why(pool: Pool, missing: list[NodeAssessment]) -> str:
-    kind = next((c.kind for c in missing if c.kind), "")
-    mode = next((c.mode for c in missing if c.mode), None)
-    way = next((c.way for c in missing if c.way), delivery.VISIBLE_DEVICES)
+    """Why the CDI names are needed, from the nodes that lack some ("" where none names
+    one: their own notes say what goes wrong)."""
+    named = [c for c in missing if c.missing and (c.kind or c.way == nri.WAY)]
+    if not named:
+        return ""
+    kind, mode, way = named[0].kind, named[0].mode, named[0].way or delivery.VISIBLE_DEVICES
     if way == nri.WAY:
         return (f"The GPU Operator's NRI plugin has containerd inject the CDI devices its "
                 f"{nri.DOMAIN} annotations name, which containerd resolves from the node's "
@@ -182,6 +220,8 @@ def _why(pool: Pool, missing: list[NodeAssessment]) -> str:
     if way == delivery.CDI_DEVICES:
         return (f"Its device plugin hands containers CDI devices {kind}=GPU-<uuid>, which "
                 f"containerd resolves from the node's CDI specs whatever the runtime's mode")
+    if not mode:
+        return ""
     return (f"The node runtime (mode {mode}, default kind {kind}) resolves "
             f"NVIDIA_VISIBLE_DEVICES=GPU-<uuid> as CDI devices {kind}=GPU-<uuid>")
 
@@ -359,13 +399,18 @@ def _finding(s: Verdicts, facts: PodFacts, hami_pool: bool, policy: Policy) -> F
         return Finding.NOT_DELIVERED
     if s.missing and not s.unknown and all(c.misaccounted for c in s.missing):
         return Finding.NOT_ACCOUNTED
+    if s.missing and not s.unknown and all(c.undelivered or c.misaccounted
+                                           for c in s.missing):
+        # no node lacks a CDI device: on each the accounted GPU never arrives, with no GPU
+        # at all or with another one
+        return Finding.NOT_DELIVERED
     if s.missing and all(c.mode in delivery.NON_CDI_MODES for c in s.missing):
         return Finding.UNKNOWN_DEVICE
     return Finding.MISSING
 
 
 def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy,
-           runtime_classes: Mapping[str, str] | None) -> tuple[str, str]:
+           view: ClusterView) -> tuple[str, str]:
     """The decision's message, and the warning an allowed pod gets."""
     name, failing = pool.name, len(s.missing) + len(s.unknown)
     unfit = "; ".join(f"{n}: {why}" for n, why in s.unfit[:SHOW_NODES])
@@ -405,15 +450,19 @@ def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy,
             return (f"{who}: on every candidate node of pool {name}, the devices its "
                     f"{nri.DOMAIN} annotations name would not reach its containers (the "
                     f"GPUs its device plugin hands would): {s.failing_text}. "
-                    f"Fix: {fix_text(pool, s.missing, policy, runtime_classes)}", "")
+                    f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
+        case Finding.NOT_DELIVERED if not all(c.undelivered for c in s.missing):
+            return (f"{who} would not get the GPUs its device plugin accounted for on any "
+                    f"candidate node of pool {name}: {s.failing_text}. "
+                    f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
         case Finding.NOT_DELIVERED:
             return (f"{who} would start without its GPUs on every candidate node of pool "
                     f"{name}: {s.failing_text}. "
-                    f"Fix: {fix_text(pool, s.missing, policy, runtime_classes)}", "")
+                    f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
         case Finding.NOT_ACCOUNTED:
             return (f"{who} would get a GPU, but not the one its device plugin accounted for, "
                     f"on every candidate node of pool {name}: {s.failing_text}. "
-                    f"Fix: {fix_text(pool, s.missing, policy, runtime_classes)}", "")
+                    f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
         case Finding.UNKNOWN_DEVICE:
             device = next((m for c in s.missing for m in c.missing), "")
             return (f"{who} would fail on its node with '{device}: unknown device': the "
@@ -423,10 +472,11 @@ def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy,
                     "or index, or remove NVIDIA_VISIBLE_DEVICES from the pod's GPU "
                     "containers so the device plugin's GPUs are used", "")
         case Finding.MISSING:
+            why = _why(pool, s.missing)
             return (f"{who} would fail on its node with 'unresolvable CDI devices': no "
                     f"candidate node of pool {name} defines the CDI devices it needs: "
-                    f"{s.failing_text}. {_why(pool, s.missing)}. "
-                    f"Fix: {fix_text(pool, s.missing, policy, runtime_classes)}", "")
+                    f"{s.failing_text}. {why + '. ' if why else ''}"
+                    f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
 
 
 def repair_class(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
@@ -491,7 +541,7 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     if finding is None:
         return None
     outcome = OUTCOMES[finding]
-    message, warning = _texts(finding, s, facts.who, pool, policy, view.runtime_classes())
+    message, warning = _texts(finding, s, facts.who, pool, policy, view)
     if outcome.denies(policy):
         return deny(outcome.reason, message, gpu=True, pool=pool_name, nodes=s.findings)
     d = allow(Reason.ROUTED, gpu=True, pool=pool_name, nodes=s.findings, message=message)

@@ -16,6 +16,7 @@ from webhook.engine.checks.assessment import (
     NodeState,
     worse,
 )
+from webhook.engine.placement import candidates as cand
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import nri
 from webhook.engine.view.cluster import ClusterView
@@ -53,11 +54,22 @@ def _assess(node: NodeInfo, ask: Ask, plugin: Any, so_far: NodeAssessment | None
     "starts without its GPUs" is true: a GPU arrives, not the one accounted for."""
     own = assess_annotations(node, ask.facts, plugin)
     if own is not None:
+        if so_far is not None and so_far.undelivered and own.missing:
+            # containerd fails the container's creation on names it cannot resolve before
+            # anything runs: that, not starting without the plugin's GPUs, is what happens
+            return own
         return worse(so_far, own) if so_far is not None else own
     if so_far is None or so_far.state is not NodeState.MISSING or not so_far.undelivered \
             or so_far.way != delivery.VISIBLE_DEVICES or not nri.runs_on(node.labels):
         return None
     named = sorted({n for _, value in ask.facts.nri_requests for n in value.split(",")})
+    covered = _covers_accounted(node, ask)
+    if covered:
+        return NodeAssessment(
+            node.name, NodeState.OK, way=nri.WAY,
+            note=f"the GPU Operator's NRI plugin injects {covered} into every GPU container "
+                 f"(its {nri.DOMAIN} annotations), the GPU its device plugin accounted for "
+                 "among them")
     return NodeAssessment(
         node.name, NodeState.MISSING, way=so_far.way,
         kind=so_far.kind, mode=so_far.mode, misaccounted=True,
@@ -70,6 +82,34 @@ def _assess(node: NodeInfo, ask: Ask, plugin: Any, so_far: NodeAssessment | None
             "devicePlugin.deviceListStrategy=cdi-annotations (a CDI strategy, which the NRI "
             "plugin delivers under any handler), or make the NVIDIA runtime containerd's "
             "default runtime on those nodes")
+
+
+def _covers_accounted(node: NodeInfo, ask: Ask) -> str:
+    """What the annotations inject that holds every GPU the device plugin could account
+    for this pod on the node ("" where they do not): in every GPU container, a device named
+    ``all`` of a kind the node's specs define (the GPU Operator's management spec and
+    ``nvidia-ctk cdi generate`` give ``all`` every GPU's device nodes: toolkit v1.20.2
+    ``pkg/nvcdi`` ``newAllDevice``), or each such GPU by UUID. Where the plugin hands a MIG
+    device (asked for, or a GPU HAMi runs in MIG mode) no GPU name holds it."""
+    inv = node.inventory
+    facts = ask.facts
+    if inv is None or facts.asks_mig:
+        return ""
+    demand = ask.demand()
+    gpus = cand.eligible_gpus(node, demand)
+    if not gpus or (demand.hami and node.runs_hami_mig()
+                    and node.hami_mig_gpus().intersection(gpus)):
+        return ""
+    values = dict(facts.nri_requests)
+    found: list[str] = []
+    for c in facts.gpu_containers:
+        named = [n.partition("=") for n in values.get(str(c.get("name")), "").split(",")]
+        defined = [(k, d) for k, sep, d in named if sep and inv.has(k, d)]
+        every = next((f"{k}={d}" for k, d in defined if d == "all"), "")
+        if not every and not set(gpus) <= {d for _, d in defined}:
+            return ""
+        found.append(every or ", ".join(f"{k}={d}" for k, d in defined if d in gpus))
+    return "; ".join(dict.fromkeys(found))
 
 
 def _node_key(node: NodeInfo, view: ClusterView) -> Hashable:
