@@ -13,7 +13,7 @@ count as "unknown", which the policy turns into a warning by default.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -155,7 +155,7 @@ def _fix_for(pool: Pool, c: NodeAssessment, policy: Policy, view: ClusterView) -
         if legacy:
             parts.append(f"run the pod with runtimeClassName {legacy}")
         parts.append(f"turn off the GPU Operator's CDI mode on pool {pool.name}'s nodes")
-        return "; ".join(parts[:-1] + [("or " if len(parts) > 1 else "") + parts[-1]])
+        return "; ".join([*parts[:-1], ("or " if len(parts) > 1 else "") + parts[-1]])
     spec = f"its {kind} CDI spec" if kind else "its CDI spec"
     return (f"make the device plugin on those nodes write {spec} for every GPU the node "
             f"has (DEVICE_LIST_STRATEGY cdi-annotations/cdi-cri; restart it after a GPU is "
