@@ -581,14 +581,19 @@ def test_an_allocated_claim_pins_the_pod_to_its_node(policy):
     resources = [*docs("nvidia.yaml"), _shared_claim("dra-node-2")]
     on_1 = _shared_pod(nodeSelector={"kubernetes.io/hostname": "dra-node-1"})
     d = review(on_1, make_view(policy, resources), policy)
-    assert d.allowed and any("no node in pool dra has the DRA devices" in w
+    assert d.allowed and any("allocated claim pins it to nodes it cannot reach" in w
                              for w in d.warnings), d.to_json()
+    assert not any("waits for devices in use" in w for w in d.warnings)
     assert [n.node for n in d.nodes] == ["dra-node-1"]
     assert "ResourceClaim shared-gpu is allocated already" in d.nodes[0].note
     strict = load_policy_text(POLICY + "onNoCandidates: deny\n")
     d = review(on_1, make_view(strict, resources), strict)
     assert not d.allowed and d.reason == Reason.NO_MATCHING_DEVICES
     assert "status.allocation.nodeSelector" in d.message
+    # Issue 46, item 6: where the claim is allocated, and why that blocks the pod
+    assert "places on node(s) dra-node-2" in d.message
+    assert "no node the pod can reach (dra-node-1) matches it" in d.message
+    assert "never schedulable while that allocation stands" in d.message
     # unpinned, or pinned to the claim's node: fine, and only that node can take it
     d = review(_shared_pod(), make_view(policy, resources), policy)
     assert d.allowed and not d.warnings, d.to_json()

@@ -45,6 +45,8 @@ class _NodeCheck(NamedTuple):
     undelivered: bool = False
     device_plugin: bool = False
     fatal: str = ""  # a selector's runtime failure here (``dra.RuntimeFailure``)
+    #: the allocated claim whose node selector keeps the pod off this node
+    pinned: str = ""
 
 
 def _extended_claims(d: dra.ClaimDemand, spec: Mapping[str, Any]
@@ -65,7 +67,8 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
         if c.spec.allocated is not None and not _reaches(c.spec.allocated, node):
             return _NodeCheck(node.name, False,
                               f"{c.source} is allocated already, to devices this node cannot "
-                              "reach (its status.allocation.nodeSelector does not match it)")
+                              "reach (its status.allocation.nodeSelector does not match it)",
+                              pinned=c.source)
     # an allocated claim asks the allocator for nothing more
     claims = tuple(c for c in d.claims if c.spec.allocated is None) + tuple(
         c for r, c in extra.items() if podclaims.dra_served(node, r, d.extended))
@@ -371,6 +374,13 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
         out.message = f"{who}: DRA claims not verified: {s.doubt}; {shown}"
         out.nodes = findings
         return out
+    pinned = _pinned_elsewhere(d, s, view)
+    if pinned:
+        return _no_devices(facts, pool_name, policy, Reason.NO_MATCHING_DEVICES,
+                           f"{who}: {pinned}",
+                           f"gpupool: this pod's allocated claim pins it to nodes it cannot "
+                           f"reach in pool {pool_name}; it stays pending while that "
+                           "allocation stands", findings)
     if s.all_undelivered:
         return deny(Reason.GPU_NOT_DELIVERED,
                     f"{who} would start without its DRA devices on every candidate node of "
@@ -382,6 +392,36 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
                        f"its claims ask for: {shown}",
                        f"gpupool: no node in pool {pool_name} has the DRA devices this pod "
                        "asks for; it stays pending", findings)
+
+
+def _pinned_elsewhere(d: dra.ClaimDemand, s: _Summary, view: ClusterView) -> str:
+    """Where every candidate fails only because an allocated claim the pod uses holds
+    devices it cannot reach: the message that says where that claim is allocated and why it
+    blocks the pod ("" otherwise). The scheduler filters nodes by an allocated claim's
+    ``status.allocation.nodeSelector`` (Kubernetes 1.35 ``pkg/scheduler/framework/plugins/
+    dynamicresources``, Filter: an allocated claim's node selector must match the node),
+    and the claim is not allocated again while it is reserved: the pod is never schedulable
+    while that allocation stands, whatever devices are freed meanwhile."""
+    if not s.failing or len(s.failing_first) < s.failing \
+            or not all(c.pinned for c in s.failing_first):
+        return ""
+    source = s.failing_first[0].pinned
+    claim = next((c for c in d.claims if c.source == source), None)
+    if claim is None or claim.spec.allocated is None:
+        return ""
+    where = sorted(n.name for n in view.nodes() if _reaches(claim.spec.allocated, n))
+    at = (f"node(s) {', '.join(where[:SHOW_NODES])}"
+          + (f" and {len(where) - SHOW_NODES} more" if len(where) > SHOW_NODES else "")
+          if where else "no node gpupool knows")
+    reach = ", ".join(c.node for c in s.failing_first[:SHOW_NODES]) + \
+        (f" and {s.failing - SHOW_NODES} more" if s.failing > SHOW_NODES else "")
+    return (f"{source} is allocated already, to devices its status.allocation.nodeSelector "
+            f"places on {at}, and no node the pod can reach ({reach}) matches it. The "
+            "scheduler places a pod only where its allocated claims' devices are, so it is "
+            "never schedulable while that allocation stands (not a wait for devices in "
+            "use). Fix: let the pod reach the node the claim is allocated on (its "
+            "nodeSelector, affinity and tolerations), or have the claim deallocated (every "
+            "pod reserving it gone) so it is allocated again where the pod can run")
 
 
 def _no_devices(facts: PodFacts, pool: str, policy: Policy, reason: Reason, message: str,
