@@ -26,7 +26,7 @@ from harness.gobuild import built
 from harness.kit import ROOT
 from harness.layouts import fake_driver, per_uuid_spec, write_layout
 from tests.plugincases import BUILD as PLUGIN_JUDGE
-from tests.plugincases import Judge
+from tests.plugincases import OPERATOR_NS, OPERATOR_RELEASES, Judge, operator_pod
 from tests.unit.engine.test_steering import ONE_POOL as POLICY
 
 NODE = "gpu-1"
@@ -150,6 +150,7 @@ def test_the_agent_learns_the_strategy_config_manager_picks_and_check_follows_it
     install.agent(cp, NODE, layout)
     (plugin,) = _inventory(cp)["plugins"]
     assert plugin == {"pod": f"{NS}/nvdp-gpu-1", "container": "nvidia-device-plugin-ctr",
+                      "deployedBy": "NVIDIA's device-plugin chart",
                       "strategies": ["cdi-cri"], "source": "config file /config/config.yaml"}
     assert plugin["strategies"] == _what_the_plugin_runs_with(cp, tmp, _plugin_pod())
     r = _check(cp, tmp)
@@ -158,8 +159,9 @@ def test_the_agent_learns_the_strategy_config_manager_picks_and_check_follows_it
     doctor = subprocess.run([sys.executable, "-m", "webhook", "doctor", "--policy",
                              str(tmp / "policy.yaml"), "--kubeconfig", str(cp.kubeconfig)],
                             capture_output=True, text=True, timeout=120)
-    assert f"device plugin: {NS}/nvdp-gpu-1 (nvidia-device-plugin-ctr): cdi-cri (config " \
-        "file /config/config.yaml)" in doctor.stdout, doctor.stdout + doctor.stderr
+    assert f"device plugin: {NS}/nvdp-gpu-1 (nvidia-device-plugin-ctr, deployed by NVIDIA's " \
+        "device-plugin chart): cdi-cri (config file /config/config.yaml)" in doctor.stdout, \
+        doctor.stdout + doctor.stderr
     # the node relabelled to the envvar config: the plugin hands UUIDs, which resolve
     cp.kubectl("label", "node", NODE, "nvidia.com/device-plugin.config=envvar", "--overwrite")
     install.agent(cp, NODE, layout)
@@ -167,6 +169,69 @@ def test_the_agent_learns_the_strategy_config_manager_picks_and_check_follows_it
         _what_the_plugin_runs_with(cp, tmp, _plugin_pod())
     r = _check(cp, tmp)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("release", OPERATOR_RELEASES)
+def test_the_gpu_operators_own_plugin_pod_is_learned_and_printed_as_published(cluster,
+                                                                                release):
+    """Issue 46, items 1 and 2: the GPU Operator's plugin, as its real DaemonSet template and
+    entrypoint ConfigMap at each release run it (``/bin/sh -c /bin/entrypoint.sh``), served
+    by the API server. The real agent learns its strategy from the pod (the plugin's own
+    NewConfig, given what the entrypoint execs it with, is the judge); what
+    ``agent --once --print`` shows is what it publishes; doctor says who deployed it."""
+    import random
+
+    cp, tmp, _ = cluster
+    name = f"gpu-op-{release.replace('.', '-')}"
+    layout = write_layout(tmp / name, "device-plugin")
+    layout["driver"] = fake_driver(tmp / name / "driver")
+    res = {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "2"}
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": name, "labels": {"nvidia.com/gpu.present": "true",
+                                 "nvidia.com/gpu.deploy.device-plugin": "true",
+                                 "kubernetes.io/hostname": name}},
+            "status": {"capacity": res, "allocatable": res}}
+    case = operator_pod(random.Random(release), name, "cdi-annotations,cdi-cri", "single",
+                        release)
+    pod = case.pod
+    pod["metadata"].pop("ownerReferences")  # no DaemonSet here to own it
+    cp.kubectl("create", "namespace", OPERATOR_NS, check=False)
+    cp.kubectl("create", "serviceaccount", "nvidia-device-plugin", "-n", OPERATOR_NS,
+               check=False)
+    config_maps = [{"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": cm, "namespace": ns}, "data": data}
+                   for (ns, cm), data in case.config_maps.items()]
+    for obj in (node, *config_maps, pod):
+        r = install.apply(cp, obj)
+        assert r.returncode == 0, r.stderr
+    for k, v in case.labels.items():
+        cp.kubectl("label", "node", name, f"{k}={v}", "--overwrite")
+    (real,) = Judge(built(PLUGIN_JUDGE, "plugin-judge")).ask([case.request])
+    printed = subprocess.run(
+        [sys.executable, "-m", "webhook", "agent", "--once", "--print", "--node-name", name,
+         "--kubeconfig", str(cp.kubeconfig), "--cdi-dir", str(layout["etc"]),
+         "--cdi-dir", str(layout["run"]), "--runtime-config", str(layout["config"]),
+         "--containerd-config", str(layout["containerd"]),
+         "--driver-gpus-dir", str(layout["driver"])],
+        capture_output=True, text=True, timeout=60)
+    assert printed.returncode == 0, printed.stderr
+    (plugin,) = json.loads(printed.stdout)["plugins"]
+    assert plugin["deployedBy"] == "the GPU Operator", plugin
+    assert plugin["container"] == "nvidia-device-plugin"
+    assert plugin["strategies"] == real["strategies"] == ["cdi-annotations", "cdi-cri"]
+    assert plugin["migStrategy"] == real["migStrategy"] == "single"
+    install.agent(cp, name, layout)
+    n = json.loads(cp.kubectl("get", "node", name, "-o", "json").stdout)
+    published = json.loads(n["metadata"]["annotations"]["gpupool.io/cdi-inventory"])
+    assert published["plugins"] == [plugin]
+    doctor = subprocess.run([sys.executable, "-m", "webhook", "doctor", "--policy",
+                             str(tmp / "policy.yaml"), "--kubeconfig", str(cp.kubeconfig)],
+                            capture_output=True, text=True, timeout=120)
+    assert f"device plugin: {OPERATOR_NS}/{pod['metadata']['name']} (nvidia-device-plugin, " \
+        "deployed by the GPU Operator): cdi-annotations,cdi-cri (variable " \
+        "DEVICE_LIST_STRATEGY), MIG strategy single" in doctor.stdout, doctor.stdout
+    cp.kubectl("delete", "node", name)
+    cp.kubectl("delete", "pod", "-n", OPERATOR_NS, pod["metadata"]["name"], "--wait=false")
 
 
 def test_without_the_plugins_objects_readable_the_node_says_what_is_unknown(cluster):
