@@ -213,3 +213,46 @@ def test_a_gpu_that_arrives_but_not_the_one_accounted_for_has_its_own_reason(tmp
     # where the plugin drops the annotation (namespace not allowed), nothing arrives at all
     rv, _, _ = decide([node, cluster_policy()], pod)
     assert not rv.final.allowed and rv.final.reason == Reason.GPU_NOT_DELIVERED
+
+
+def test_a_mix_of_nodes_that_fail_in_different_ways_says_each_and_leaves_nothing_empty(
+        tmp_path):
+    """Issue 46, item 5: one candidate never delivers the GPU (runc, no NRI plugin there),
+    another delivers a different one (the NRI plugin injects one GPU by name), a third fails
+    the container's creation on a name no spec defines (``nvidia.com/gpu=0``). No part of
+    the message is empty (no 'mode None', no 'default kind )', no '--vendor= --class='),
+    no RuntimeClass is named that the nodes cannot run, and each node's note says what the
+    real stack does there."""
+    from harness.layouts import UUIDS
+    from tests.messages import empty_parts, named_runtime_classes
+    from tests.unit.engine.test_steering import hami_pod
+
+    def runc_node(name: str, nri_runs: bool) -> dict:
+        node = agent_node(tmp_path / name, name, "hami", "operator-management",
+                          default_runtime="runc", per_uuid=True)
+        node["metadata"]["labels"][TOOLKIT_LABEL] = str(nri_runs).lower()
+        return node
+
+    nodes = [runc_node("hami-plain", False), runc_node("hami-nri", True)]
+    pod = hami_pod()
+    pod["metadata"]["annotations"] = {f"{DOMAIN}/pod": f"{MANAGEMENT}={UUIDS[0]}"}
+    rv, _, _ = decide([*nodes, cluster_policy(extra="default")], pod)
+    final = rv.final
+    assert not final.allowed and final.reason == Reason.GPU_NOT_DELIVERED, final.to_json()
+    for text in (final.message, *(f.note for f in final.nodes)):
+        assert not empty_parts(text), (empty_parts(text), text)
+    assert "would not get the GPUs its device plugin accounted for" in final.message
+    assert "on hami-plain: " in final.message and "on hami-nri: " in final.message
+    assert not named_runtime_classes(final.message)  # runc nodes: no class to suggest
+    notes = {f.node: f.note for f in final.nodes}
+    assert "start without" in notes["hami-plain"] or "not the NVIDIA runtime" in \
+        notes["hami-plain"]
+    assert "accounted for" in notes["hami-nri"]
+    # a name no spec defines fails the container's creation: that is what is said
+    pod["metadata"]["annotations"] = {f"{DOMAIN}/pod": "nvidia.com/gpu=0"}
+    rv, _, _ = decide([nodes[1], cluster_policy(extra="default")], pod)
+    final = rv.final
+    assert not final.allowed and final.reason == Reason.CDI_DEVICE_MISSING, final.to_json()
+    assert "hami-nri lacks nvidia.com/gpu=0" in final.message
+    assert "start without" not in final.message
+    assert not empty_parts(final.message), final.message
