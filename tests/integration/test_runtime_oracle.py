@@ -206,12 +206,12 @@ def test_the_nri_fix_applied_the_pod_runs(tmp_path):
     from webhook.engine import Reason
 
     before = agent_node(tmp_path / "a", "hami-nri", "hami", "operator-management",
-                        default_runtime="runc")
+                        default_runtime="runc", plugins=None)
     rv, _, _ = decide([before], hami_pod())
     assert not rv.final.allowed and rv.final.reason == Reason.GPU_NOT_DELIVERED
     assert "devicePlugin.deviceListStrategy=cdi-annotations" in rv.final.message
     after = agent_node(tmp_path / "b", "hami-nri", "hami", "device-plugin",
-                       default_runtime="runc")
+                       default_runtime="runc", plugins=None)  # its pod not read
     # the fix as applied: HAMi's DaemonSet says cdi-annotations, and its plugin wrote its spec
     from tests.unit.engine.test_hamiplugin import daemonset
 
@@ -389,7 +389,7 @@ def test_hamis_plugin_on_an_operator_node_is_judged_by_what_it_hands(tmp_path):
     from tests.unit.engine.test_steering import agent_node, decide
 
     node = agent_node(tmp_path, "op-1", None, "operator-management", per_uuid=True,
-                      register=False)
+                      register=False, plugins=None)  # what runs there: its DaemonSet says
     node["metadata"]["labels"]["gpu"] = "on"  # HAMi's chart's selector
     paths = tmp_path / "op-1"
     oracle = OracleNode(tmp_path / "oracle", [paths / "etc/cdi", paths / "var/run/cdi"],

@@ -42,7 +42,10 @@ def test_the_scan_and_the_real_runtime_agree_as_the_node_changes(tmp_path):
     seen = []
     for i, (layout, per_uuid, mode) in enumerate(STEPS):
         root = tmp_path / str(i)
-        node = agent_node(root, "hami-1", "hami", layout, per_uuid=per_uuid, mode=mode)
+        # (where the layout is the device plugin's, its pod is not read: the step that
+        # leaves the way to inference; elsewhere the agent learns HAMi's envvar from it)
+        node = agent_node(root, "hami-1", "hami", layout, per_uuid=per_uuid, mode=mode,
+                          **({"plugins": None} if layout == "device-plugin" else {}))
         view.upsert_node(NodeInfo.from_object(node))
         scanner.sync()
         answer = scanner.answer_of("uid-train").answer

@@ -49,8 +49,10 @@ def test_hami_chart_values_switching_the_plugin_to_cdi_break_the_running_pods(tm
     """HAMi's plugin moved to cdi-annotations on nodes whose specs have no device-plugin
     kind: every running HAMi pod there fails on its next start; the plan as it stands (the
     chart's default envvar) breaks nothing."""
+    # (published by an agent that does not read the plugin's pod: the plan's DaemonSet then
+    # says what the plugin will run with)
     nodes = [agent_node(tmp_path / "n", "hami-1", "hami", "operator-management",
-                        per_uuid=True)]
+                        per_uuid=True, plugins=None)]
     nodes[0]["metadata"]["labels"]["gpu"] = "on"  # the chart's nvidiaNodeSelector
     pods = _running(tmp_path, nodes)
     today = hami.render(helm, tmp_path / "r1", "device-plugin/daemonsetnvidia.yaml")

@@ -36,12 +36,12 @@ IMPLIED = "implied by the layout"
 
 
 def implied_plugins(layout: str, pool: str | None, name: str) -> tuple[Settled, ...]:
-    """What the agent learns from the plugin pod a node of this layout runs: the GPU
-    Operator's, in its CDI strategies where the layout has the plugin's spec; HAMi's chart's
-    (envvar, its default) on HAMi's nodes; the operator's in envvar otherwise."""
+    """What the agent learns from the plugin pod a node of this layout runs: HAMi's chart's
+    (envvar, its default) on HAMi's nodes; elsewhere the GPU Operator's, in its CDI
+    strategies where the layout has the plugin's spec, else in envvar."""
     from tests.plugincases import operator_learned
 
-    if layout == "device-plugin":
+    if pool != "hami" and layout == "device-plugin":
         return operator_learned("cdi-annotations,cdi-cri", name)
     if pool == "hami":
         return (Settled(f"kube-system/hami-device-plugin-{name}", "device-plugin",
