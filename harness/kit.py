@@ -87,3 +87,11 @@ def gpu_pod(name: str = "p", limits: dict[str, Any] | None = None,
                                     "resources": {"limits": limits or {"nvidia.com/gpu": 1}}}]}}
     pod["spec"].update(spec)
     return pod
+
+
+def only_voids(patch: list[dict]) -> bool:
+    """Whether a patch does nothing but set ``NVIDIA_VISIBLE_DEVICES=void`` in containers
+    (gpupool's answer to containers without a GPU grant: docs/security.md)."""
+    void = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+    return all(op["op"] in ("add", "replace") and "/env" in op["path"]
+               and op["value"] in (void, [void]) for op in patch)

@@ -40,7 +40,8 @@ VALUE_SETS: dict[str, dict] = {
                    "exclusiveResources": ["example.com/vgpu"]}],
         "workloadTemplates": "warn"}},
     "fail-open": {"webhook": {"failurePolicy": {"mutatePods": "Ignore", "validatePods": "Ignore",
-                                                "validateWorkloads": "Ignore"}}},
+                                                "validateWorkloads": "Ignore",
+                                                "schedulerState": "Ignore"}}},
     "agent-off": {"agent": {"enabled": False}},
     "plugin-pods-off": {"agent": {"pluginPods": False}},
     "audit-stdout-only": {"audit": {"stdout": True, "file": {"enabled": False}}},
@@ -323,6 +324,13 @@ def test_secret_mode_without_ca_bundle_fails_with_the_reason(helm, tmp_path):
 def test_failure_policies_and_url(rendered, helm, tmp_path):
     for wh in one(rendered["fail-open"], "ValidatingWebhookConfiguration")["webhooks"]:
         assert wh["failurePolicy"] == "Ignore"
+    # the grant check on every other pod fails open by default (docs/security.md), the
+    # narrow check of HAMi's scheduler-owned annotations closed
+    by_name = {wh["name"]: wh for kind in ("MutatingWebhookConfiguration",
+                                           "ValidatingWebhookConfiguration")
+               for wh in one(rendered["default"], kind)["webhooks"]}
+    assert by_name["access.gpupool.io"]["failurePolicy"] == "Ignore"
+    assert by_name["scheduler-state.gpupool.io"]["failurePolicy"] == "Fail"
     assert one(rendered["fail-open"], "MutatingWebhookConfiguration")["webhooks"][0][
         "failurePolicy"] == "Ignore"
     objs = template(tmp_path, {"webhook": {"url": "https://127.0.0.1:9443/"}})

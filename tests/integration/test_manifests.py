@@ -271,3 +271,61 @@ def test_dockerfile_lints_clean_and_has_the_required_shape():
     assert "USER 10001" in final and "HEALTHCHECK" not in text
     assert "--find-links /wheels" in final and "gcc" not in final and "build-essential" not in text
     assert 'ENTRYPOINT ["gpupool", "serve"]' in final
+
+
+def _webhook(rendered, name: str) -> dict:
+    return next(wh for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+                for cfg in by_kind(rendered["base"], kind) for wh in cfg["webhooks"]
+                if wh["name"] == name)
+
+
+def test_the_grant_check_sees_every_pod_the_gpu_webhook_does_not(rendered):
+    """Issue 47: pods that ask for no GPU go to the grant check, failing open; GPU pods stay
+    with the routing webhook (which runs the same check on their other containers)."""
+    access = _webhook(rendered, "access.gpupool.io")
+    pod_expr, _ = _conditions(rendered)
+    expr = access["matchConditions"][0]["expression"]
+    assert access["failurePolicy"] == "Ignore"
+    assert access["clientConfig"]["service"]["path"] == "/mutate"
+    assert "gpu-operator" in access["namespaceSelector"]["matchExpressions"][0]["values"]
+    for pod in [*(p for _, p in upstream_pods()), *_non_gpu_pods()]:
+        assert _eval(expr, pod) == (not _eval(pod_expr, pod)), pod["metadata"]["name"]
+
+
+def _state(expr: str, op: str, user: str, new: dict | None, old: dict | None) -> bool:
+    obj = {"metadata": {"annotations": new}} if new is not None else {"metadata": {}}
+    activation = {"object": celpy.json_to_cel(obj),
+                  "oldObject": celpy.json_to_cel(
+                      {"metadata": {"annotations": old}} if old is not None else
+                      {"metadata": {}}) if op == "UPDATE" else celpy.json_to_cel(None),
+                  "request": celpy.json_to_cel({"operation": op,
+                                                "userInfo": {"username": user}})}
+    return bool(_program(expr).evaluate(activation))
+
+
+def test_the_scheduler_state_webhook_sees_only_what_forges_hamis_allocation(rendered):
+    """The same keys and owners the engine holds (webhook/engine/access/schedulerstate.py):
+    a create carrying one, or an update adding or changing one, by anyone but HAMi's
+    scheduler and device plugin; nothing else costs a call."""
+    from webhook.engine import Policy
+
+    wh = _webhook(rendered, "scheduler-state.gpupool.io")
+    assert wh["failurePolicy"] == "Fail" and wh["rules"][0]["operations"] == ["CREATE",
+                                                                             "UPDATE"]
+    expr = wh["matchConditions"][0]["expression"]
+    owners = default_policy().access.scheduler_identities
+    assert isinstance(default_policy(), Policy) and owners
+    alloc = {"hami.io/vgpu-devices-allocated": "GPU-1,NVIDIA,1000,10:;"}
+    vendor = {"hami.io/metax-sgpu-devices-to-allocate": "x"}
+    user = "system:serviceaccount:ml:default"
+    assert _state(expr, "CREATE", user, alloc, None)
+    assert _state(expr, "CREATE", user, vendor, None)
+    assert not _state(expr, "CREATE", owners[0], alloc, None)
+    assert not _state(expr, "CREATE", user, {"a": "b"}, None)
+    assert not _state(expr, "CREATE", user, None, None)
+    assert _state(expr, "UPDATE", user, alloc, {})
+    assert _state(expr, "UPDATE", user, alloc, None)
+    assert _state(expr, "UPDATE", user, alloc, {"hami.io/vgpu-devices-allocated": "other"})
+    assert not _state(expr, "UPDATE", user, alloc, alloc)  # unchanged: labels, status...
+    assert not _state(expr, "UPDATE", user, {}, alloc)  # removed: hands nobody a device
+    assert not _state(expr, "UPDATE", owners[1], alloc, {})

@@ -92,7 +92,8 @@ class Handler:
 def subject_of(req: Request) -> engine.Subject:
     return engine.Subject(kind=req.kind, group=req.group, operation=req.operation,
                          object=req.object, old_object=req.old_object,
-                         namespace=req.namespace, sub_resource=req.sub_resource)
+                         namespace=req.namespace, sub_resource=req.sub_resource,
+                         user=req.user)
 
 
 @dataclass

@@ -417,7 +417,7 @@ class AuditLog:
         return cls(sinks)
 
     def wants(self, endpoint: str, decision: Decision, policy: Policy) -> bool:
-        if not decision.allowed or decision.reason == Reason.REPAIRED:
+        if not decision.allowed or decision.reason in (Reason.REPAIRED, Reason.ACCESS_VOIDED):
             return True  # denials, and pods gpupool changed beyond routing them
         return policy.audit_mutations and endpoint == "mutate" and bool(decision.patch)
 

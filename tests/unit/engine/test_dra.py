@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.kit import only_voids
 from webhook.engine.admission import admit
 from webhook.engine.core.decision import Reason
 from webhook.engine.core.policy import PolicyError, load_policy_text
@@ -90,8 +91,11 @@ def test_a_claim_pod_is_routed_to_the_pool_serving_its_device_class(policy):
 
 
 def test_a_pod_without_claims_or_gpus_is_left_alone(policy):
+    """Not routed; where it can reach a node that would hand its containers GPUs anyway,
+    they get NVIDIA_VISIBLE_DEVICES=void and nothing else (docs/security.md)."""
     d = review(pod(), make_view(policy), policy)
-    assert d.reason == Reason.NOT_GPU_POD and not d.patch
+    assert d.reason in (Reason.NOT_GPU_POD, Reason.ACCESS_VOIDED) and only_voids(d.patch)
+    assert not d.gpu and d.pool is None
 
 
 @pytest.mark.parametrize("template, fits", [

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from webhook.engine.access import schedulerstate
 from webhook.engine.admission import pods, workloads
 from webhook.engine.core import objects, patch
 from webhook.engine.core.decision import Decision, Reason, allow, deny
@@ -46,6 +47,8 @@ class Subject(NamedTuple):
     old_object: Mapping[str, Any] | None = None
     namespace: str | None = None
     sub_resource: str = ""
+    #: who sends it (the request's ``userInfo.username``; "" offline)
+    user: str = ""
 
     @classmethod
     def from_manifest(cls, obj: Mapping[str, Any]) -> Subject:
@@ -89,7 +92,14 @@ def decide(stage: Stage, subject: Subject, view: ClusterView | None, policy: Pol
         return allow(Reason.NOT_A_POD, message=f"{subject.operation} is not checked")
     obj = subject.object if isinstance(subject.object, Mapping) else {}
     if subject.is_pod:
-        if subject.operation != "CREATE":
+        update = subject.operation != "CREATE"
+        old = (subject.old_object if isinstance(subject.old_object, Mapping) else {}) \
+            if update else None
+        forged = schedulerstate.forged(obj, old, subject.user,
+                                       policy.access.scheduler_identities)
+        if forged:
+            return _forged(forged, obj, subject, policy)
+        if update:
             return allow(Reason.NOT_A_POD, message="pod updates cannot change routing")
         return _pod_stage(stage, obj, subject.namespace, view, policy)
     if subject.operation == "UPDATE" and isinstance(subject.old_object, Mapping) and \
@@ -97,6 +107,21 @@ def decide(stage: Stage, subject: Subject, view: ClusterView | None, policy: Pol
         # Labels, replicas, status...: blocking them would not fix any pod.
         return allow(Reason.NOT_GPU_POD, message="pod template unchanged")
     return _validate_workload(obj, subject, view, policy)
+
+
+def _forged(keys: tuple[str, ...], obj: Mapping[str, Any], subject: Subject, policy: Policy
+            ) -> Decision:
+    """HAMi's scheduler-owned annotations set by someone else (``schedulerstate``)."""
+    who = who_of(obj, subject.namespace)
+    sender = subject.user or "an unknown sender"
+    how = "carries" if subject.operation == "CREATE" else "would set"
+    return deny(Reason.FORGED_ALLOCATION,
+                f"{who} {how} {', '.join(keys)}, which only HAMi's scheduler and device plugin "
+                f"write ({', '.join(policy.access.scheduler_identities)}): HAMi's device "
+                f"plugin hands a container the devices they name, whoever wrote them; "
+                f"{sender} may not. Fix: remove those annotations (HAMi's scheduler writes "
+                "them when it binds the pod), or add the writer's identity to "
+                "access.schedulerIdentities if it is HAMi's")
 
 
 #: Stands for the pod in a decision kept for its shape (private use: no message has it).

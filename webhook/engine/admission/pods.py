@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from webhook.engine.access import grants
 from webhook.engine.admission import steering
 from webhook.engine.checks import allocation, registry
 from webhook.engine.checks import cdi as cdi_needs
@@ -89,10 +90,23 @@ def _first_allocatable_alternative(facts: PodFacts, view: ClusterView | None, po
     return r
 
 
+def _with_access(d: Decision, facts: PodFacts, view: ClusterView | None, policy: Policy,
+                 mutating: bool) -> Decision:
+    """The decision so far, joined by what the pod's containers without a GPU grant get
+    (``grants``): unchanged where none could get a GPU, else voided, warned or denied."""
+    if not d.allowed:
+        return d
+    e = grants.exposure(facts, view, policy)
+    if e is None:
+        return d
+    out = grants.decision(facts, e, policy, mutating, d)
+    return out if out is not None else d
+
+
 def mutate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decision:
     early, r = _prelude(facts, view, policy)
     if early is not None:
-        return early
+        return _with_access(early, facts, view, policy, True)
     assert r is not None and r.pool is not None
     pool = policy.by_name[r.pool]
     spec = facts.spec
@@ -108,6 +122,12 @@ def mutate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decisio
     if not policy.is_hami_pool(pool.name):
         ops += patch.set_map_entry(obj, ("metadata", "labels"), HAMI_IGNORE_LABEL,
                                    HAMI_IGNORE_VALUE)
+    elif HAMI_IGNORE_LABEL in facts.labels:
+        # gpupool owns this label on the pods it routes: set by the user on a pod of HAMi's
+        # pool, it would turn HAMi's webhook off for it (HAMi #3041)
+        ops.append(patch.remove(patch.pointer("metadata", "labels", HAMI_IGNORE_LABEL)))
+        d.warn(f"gpupool: label {HAMI_IGNORE_LABEL} removed: pool {pool.name} is HAMi's, "
+               "whose webhook must see the pod")
     ops += patch.set_map_entry(obj, ("metadata", "annotations"), POOL_ANNOTATION, pool.name)
     current = facts.scheduler_field
     if current != pool.scheduler_name:
@@ -135,7 +155,7 @@ def mutate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decisio
     ops += affinity.affinity_patch({"spec": spec}, affinity.pool_expression(policy, pool.name),
                                    steer)
     d.patch = ops
-    return d
+    return _with_access(d, facts, view, policy, True)
 
 
 def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decision:
@@ -177,7 +197,7 @@ def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decis
             found.scheduler_name = scheduler
             return found
         check.merge(d, found)
-    return d
+    return _with_access(d, facts, view, policy, False)
 
 
 def _scheduler_cause(current: object, wanted: str) -> str:

@@ -29,6 +29,8 @@ class Reason(StrEnum):
     NOT_A_POD = "NotAPod"
     INTERNAL_ERROR = "InternalError"
     KIND_NOT_HANDLED = "KindNotHandled"
+    #: NVIDIA_VISIBLE_DEVICES=void set in containers that ask for no GPU (docs/security.md)
+    ACCESS_VOIDED = "GPUAccessVoided"
     # denied
     UNKNOWN_POOL = "UnknownPool"
     POOL_CONFLICT = "PoolConflict"
@@ -48,6 +50,8 @@ class Reason(StrEnum):
     NODE_VIEW_MISSING = "NodeViewMissing"
     GPU_NOT_ACCOUNTED = "GPUNotAccounted"
     UNKNOWN_DEVICE = "UnknownDevice"
+    GPU_NOT_GRANTED = "GPUNotGranted"
+    FORGED_ALLOCATION = "ForgedAllocation"
     # after admission (``gpupool scan``): never an admission answer
     SCHEDULER_NOT_RUNNING = "SchedulerNotRunning"
     GPUS_ADVERTISED_TWICE = "GPUsAdvertisedTwice"

@@ -35,6 +35,10 @@ def replace(path: str, value: Any) -> Op:
     return {"op": "replace", "path": path, "value": value}
 
 
+def remove(path: str) -> Op:
+    return {"op": "remove", "path": path}
+
+
 def encode_patch(ops: list[Op]) -> str:
     """The base64 text an AdmissionResponse carries in ``patch``."""
     return base64.b64encode(orjson.dumps(ops)).decode()
@@ -61,7 +65,7 @@ def unescape(token: str) -> str:
 
 
 def apply(obj: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
-    """Apply our own add/replace operations without touching ``obj``.
+    """Apply our own add/replace/remove operations without touching ``obj``.
 
     Only the containers on each operation's path are copied (path copying), so applying a
     patch costs the length of its paths, not the size of the pod or of the values: patches
@@ -70,7 +74,7 @@ def apply(obj: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
     root = dict(obj)
     copied = {id(root)}
     for op in ops:
-        if op["op"] not in ("add", "replace"):
+        if op["op"] not in ("add", "replace", "remove"):
             raise ValueError(f"unsupported operation {op['op']!r}")
         path = op["path"]
         tokens = path.split("/")[1:]
@@ -86,6 +90,12 @@ def apply(obj: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
                 copied.add(id(child))
             parent = child
         last = tokens[-1]
+        if op["op"] == "remove":
+            if isinstance(parent, list):
+                del parent[int(last)]
+            else:
+                del parent[last]
+            continue
         # Shared, not copied, like the untouched rest of the pod: the result is read-only,
         # and a later operation that descends into this value copies what it walks.
         value = op["value"]

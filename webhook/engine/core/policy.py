@@ -62,7 +62,37 @@ class WorkloadTemplates(StrEnum):
     OFF = "off"
 
 
+class Ungranted(StrEnum):
+    """What a container that asks for no GPU gets where its pod can reach a node that would
+    hand it GPUs anyway (``access.ungranted``)."""
+
+    VOID = "void"  # NVIDIA_VISIBLE_DEVICES=void set in it, with a warning
+    DENY = "deny"
+    WARN = "warn"
+    OFF = "off"
+
+
+#: The namespaces whose pods may see every GPU by default: the GPU Operator's and HAMi's
+#: own components (its chart's documented namespace is kube-system).
+DEFAULT_EXEMPT_NAMESPACES = ("gpu-operator", "kube-system")
+#: Who may write HAMi's scheduler-owned pod annotations: its scheduler and device plugin
+#: (HAMi v2.10's chart: ServiceAccounts ``<release>-scheduler`` and
+#: ``<release>-device-plugin``, release ``hami`` in kube-system by its docs).
+DEFAULT_SCHEDULER_IDENTITIES = ("system:serviceaccount:kube-system:hami-scheduler",
+                                "system:serviceaccount:kube-system:hami-device-plugin")
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may reach GPUs without a grant (``access`` in the policy, docs/security.md)."""
+
+    ungranted: Ungranted = Ungranted.VOID
+    exempt_namespaces: tuple[str, ...] = DEFAULT_EXEMPT_NAMESPACES
+    scheduler_identities: tuple[str, ...] = DEFAULT_SCHEDULER_IDENTITIES
+
+
 ON_FINDING = tuple(v.value for v in OnFinding)
+UNGRANTED = tuple(v.value for v in Ungranted)
 WORKLOAD_TEMPLATES = tuple(v.value for v in WorkloadTemplates)
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -140,6 +170,7 @@ class Policy:
     require_inventory: bool = False
     workload_templates: WorkloadTemplates = WorkloadTemplates.DENY
     audit_mutations: bool = False
+    access: Access = field(default_factory=Access)
 
     @cached_property
     def cache_key(self) -> int:
@@ -448,6 +479,7 @@ def parse_policy(data: Any) -> Policy:
         af = _Fields(audit_raw, "audit")
         audit_mutations = af.get("mutations", bool, False)
         af.done()
+    access = _parse_access(f.get("access", dict, None))
     f.done()
     return Policy(pool_label=pool_label, default_pool=default_pool, gpu_resources=gpu_resources,
                   pools=pools, hami_scheduler_name=hami_scheduler,
@@ -455,7 +487,20 @@ def parse_policy(data: Any) -> Policy:
                   on_missing_inventory=on_missing_inventory,
                   on_user_namespace=on_user_namespace, on_no_node_view=on_no_node_view,
                   require_inventory=require_inventory, workload_templates=workload_templates,
-                  audit_mutations=audit_mutations)
+                  audit_mutations=audit_mutations, access=access)
+
+
+def _parse_access(data: Any) -> Access:
+    if data is None:
+        return Access()
+    f = _Fields(data, "access")
+    ungranted = Ungranted(f.choice("ungranted", UNGRANTED, "void"))
+    exempt = f.strings("exemptNamespaces", DEFAULT_EXEMPT_NAMESPACES,
+                       check=lambda v: bool(_DNS_LABEL.match(v)), what="namespace name")
+    owners = f.strings("schedulerIdentities", DEFAULT_SCHEDULER_IDENTITIES,
+                       check=lambda v: bool(v.strip()), what="user name")
+    f.done()
+    return Access(ungranted, exempt, owners)
 
 
 def load_policy_text(text: str, source: str = "policy") -> Policy:

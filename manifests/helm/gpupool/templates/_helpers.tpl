@@ -164,3 +164,27 @@ loader (webhook/engine/policy.py), so a bad policy fails at install, not in the 
 {{- end -}}
 {{- join ", " ($names | uniq) -}}
 {{- end -}}
+
+{{/* Namespaces the grant check never sees: those above, and the policy's exempt ones. */}}
+{{- define "gpupool.accessNamespaceSelector" -}}
+{{- $access := .Values.policy.access | default dict -}}
+{{- $exempt := $access.exemptNamespaces | default (list "gpu-operator" "kube-system") -}}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values: {{ concat .Values.webhook.excludedNamespaces (list .Release.Namespace) $exempt | uniq | toJson }}
+{{- end -}}
+
+{{/*
+A pod created with HAMi's scheduler-owned annotations, or an update that adds or changes one,
+by anyone but the policy's access.schedulerIdentities (webhook/engine/access/schedulerstate.py
+tests the same keys).
+*/}}
+{{- define "gpupool.schedulerStateExpr" -}}
+{{- $access := .Values.policy.access | default dict -}}
+{{- $owners := $access.schedulerIdentities | default (list "system:serviceaccount:kube-system:hami-scheduler" "system:serviceaccount:kube-system:hami-device-plugin") -}}
+{{- $quoted := list -}}
+{{- range $owners }}{{ $quoted = append $quoted (printf "'%s'" .) }}{{ end -}}
+{{- $owned := "(k in ['hami.io/vgpu-devices-to-allocate', 'hami.io/vgpu-devices-allocated', 'hami.io/vgpu-node', 'hami.io/vgpu-time', 'hami.io/bind-time', 'hami.io/bind-phase'] || (k.startsWith('hami.io/') && (k.endsWith('-devices-to-allocate') || k.endsWith('-devices-allocated'))))" -}}
+{{- printf "!(request.userInfo.username in [%s]) && has(object.metadata.annotations) && object.metadata.annotations.exists(k, %s && (request.operation == 'CREATE' || !has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations) || oldObject.metadata.annotations[k] != object.metadata.annotations[k]))" (join ", " $quoted) $owned -}}
+{{- end -}}

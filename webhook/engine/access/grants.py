@@ -1,0 +1,269 @@
+"""Containers without a GPU grant, kept from the GPUs a node would hand them anyway.
+
+A container's GPU grant is what it asks the schedulers for: a GPU resource of the policy
+(a device plugin's, or an extended resource a DeviceClass backs) or a DRA claim. Two ways
+hand GPUs to a container that asks for none:
+
+- ``NVIDIA_VISIBLE_DEVICES``. The NVIDIA runtime reads it from the container's environment,
+  its own or its image's (the ``nvidia/cuda`` images set ``ENV NVIDIA_VISIBLE_DEVICES=all``),
+  and hands those GPUs over, in every mode (nvidia-container-toolkit v1.20.2
+  ``internal/config/image/cuda_image.go``, ``VisibleDevices``), unless its
+  ``accept-nvidia-visible-devices-envvar-when-unprivileged`` is false and the container is
+  unprivileged. Only the NVIDIA runtime reads it: a node whose containerd runs the pod under
+  another handler (runc, as with the GPU Operator's NRI injection) hands nothing. Admission
+  cannot see what an image sets, so the answer is to set ``void`` in the container: the
+  kubelet puts the pod's variables after the image's, and the runtime keeps the last of a
+  name (toolkit v1.20.2 ``internal/config/image/builder.go``, ``WithEnv``).
+- The GPU Operator's NRI plugin injects the CDI devices a pod's ``nvidia.cdi.k8s.io``
+  annotations name, into the container they name (``webhook.engine.stacks.nri``); only its
+  management devices are kept to allowed namespaces. Annotations gpupool cannot void: such a
+  pod is denied (or warned). A user's ``cdi.k8s.io/`` pod annotation reaches no container:
+  the kubelet hands containerd only the device plugin's annotations in the container's
+  config (Kubernetes ``pkg/kubelet/kuberuntime/kuberuntime_container.go``,
+  ``generateContainerConfig``), which is where containerd's CRI reads CDI annotations
+  (containerd v2.2 ``internal/cri/server/container_create_linux.go``, ``WithCDI(config.
+  Annotations, ...)``).
+
+Pods that cannot reach a node that would hand them GPUs are untouched, and so are the pods of
+``access.exemptNamespaces``. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from webhook.api import delivery
+from webhook.engine.core import objects, patch
+from webhook.engine.core.decision import SHOW_NODES, Decision, Reason, deny
+from webhook.engine.core.policy import Policy, Ungranted
+from webhook.engine.pod.podfacts import PodFacts
+from webhook.engine.stacks import nri
+from webhook.engine.view.cluster import ClusterView
+from webhook.engine.view.nodes import NodeInfo
+
+VARIABLE = "NVIDIA_VISIBLE_DEVICES"
+VOID = "void"
+#: Extended resources a DeviceClass backs (KEP-5004): a grant like any GPU resource.
+_DRA_EXTENDED = "deviceclass.resource.kubernetes.io/"
+_FIELDS = ("initContainers", "containers")
+
+
+class Ungrantee(NamedTuple):
+    """A container that asks for no GPU: where it is in the pod, and what it sets."""
+
+    field: str  # initContainers | containers
+    position: int
+    name: str
+    privileged: bool
+    #: its own NVIDIA_VISIBLE_DEVICES already asks for nothing (the last of the name)
+    voided: bool
+
+
+class Exposure(NamedTuple):
+    """Ungranted containers, and the nodes the pod can reach that would hand them GPUs."""
+
+    containers: tuple[Ungrantee, ...]
+    nodes: tuple[str, ...]
+    #: containers an ``nvidia.cdi.k8s.io`` annotation hands devices to, and the nodes
+    annotated: tuple[str, ...] = ()
+    nri_nodes: tuple[str, ...] = ()
+
+
+def _asks_gpu(c: Mapping[str, Any], policy: Policy) -> bool:
+    res = c.get("resources")
+    if not isinstance(res, Mapping):
+        return False
+    if objects.as_list(res.get("claims")):
+        return True
+    for key in ("limits", "requests"):
+        asked = res.get(key)
+        if isinstance(asked, Mapping) and any(
+                isinstance(r, str) and (policy.is_gpu_resource(r) or r.startswith(_DRA_EXTENDED))
+                for r in asked):
+            return True
+    return False
+
+
+def _privileged(c: Mapping[str, Any]) -> bool:
+    sc = c.get("securityContext")
+    if not isinstance(sc, Mapping):
+        return False
+    caps = sc.get("capabilities")
+    added = caps.get("add") if isinstance(caps, Mapping) else None
+    # the toolkit's sense of privileged: CAP_SYS_ADMIN (internal/config/image/privileged.go)
+    return sc.get("privileged") is True or (isinstance(added, list) and any(
+        a in ("SYS_ADMIN", "CAP_SYS_ADMIN", "ALL") for a in added))
+
+
+def _voided(c: Mapping[str, Any]) -> bool:
+    last: Any = None
+    for e in objects.as_list(c.get("env")):
+        if isinstance(e, Mapping) and e.get("name") == VARIABLE:
+            last = e
+    return isinstance(last, Mapping) and "valueFrom" not in last and \
+        str(last.get("value") or "").strip() in delivery.NO_DEVICES
+
+
+def ungranted(facts: PodFacts, policy: Policy) -> tuple[Ungrantee, ...]:
+    """The pod's init and regular containers that ask for no GPU."""
+    out = []
+    for field in _FIELDS:
+        for i, c in enumerate(objects.as_list(facts.spec.get(field))):
+            if isinstance(c, Mapping) and not _asks_gpu(c, policy):
+                out.append(Ungrantee(field, i, str(c.get("name") or ""), _privileged(c),
+                                     _voided(c)))
+    return tuple(out)
+
+
+def _hands_by_variable(node: NodeInfo, handler: str | None, privileged: bool,
+                       policy: Policy) -> bool:
+    """Would this node's NVIDIA runtime hand a container GPUs from its variable? A GPU node
+    without an inventory is taken to run the toolkit as installed (it honours it)."""
+    if not node.is_gpu_node(policy):
+        return False
+    inv = node.inventory
+    if inv is None:
+        return True
+    rt = inv.runtime
+    h = handler if handler is not None else rt.default_handler
+    if h is not None and h not in rt.handlers:
+        return False  # runc or another runtime: the variable reaches nothing
+    return not delivery.envvar_ignored(inv, privileged)
+
+
+def _exposed(facts: PodFacts, view: ClusterView, policy: Policy, privileged: bool
+             ) -> tuple[str, ...]:
+    """The nodes the pod can reach whose runtime would hand its containers GPUs from the
+    variable; the nodes that could are worked out once per view, the pod's reach once per
+    placement."""
+    handler = view.handler_of(facts.runtime_class)
+    could = view.memo(("access-could", policy.cache_key, handler, privileged), lambda: tuple(
+        n for n in view.nodes() if _hands_by_variable(n, handler, privileged, policy)))
+    if not could:
+        return ()
+    placement = facts.placement
+    return view.memo(("access-reach", policy.cache_key, handler, privileged, placement.key),
+                     lambda: tuple(sorted(n.name for n in could if placement.reaches(n))))
+
+
+def _annotated(facts: PodFacts, view: ClusterView, names: frozenset[str]
+               ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Ungranted containers the NRI plugin would hand devices (their annotation names some
+    it does not drop for the pod's namespace), and the reachable nodes where it runs."""
+    plugin = view.operator_nri()
+    if plugin is None or not facts.nri_requests:
+        return (), ()
+    hit = []
+    for container, value in facts.nri_requests:
+        if container not in names or not value.strip():
+            continue
+        if nri.MANAGEMENT in value and plugin.allows_management(facts.namespace) is False \
+                and all(nri.MANAGEMENT in n for n in value.split(",")):
+            continue  # dropped: the plugin injects none of a disallowed namespace's names
+        hit.append(container)
+    if not hit:
+        return (), ()
+    placement = facts.placement
+    nodes = view.memo(("access-nri", placement.key), lambda: tuple(sorted(
+        n.name for n in view.nodes() if nri.runs_on(n.labels) and placement.reaches(n))))
+    return (tuple(hit), nodes) if nodes else ((), ())
+
+
+def exposure(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Exposure | None:
+    """What gpupool must do about this pod's containers without a grant; None: nothing (no
+    such container, an exempt namespace, ``access.ungranted: off``, or no node it can reach
+    would hand them a GPU)."""
+    access = policy.access
+    if access.ungranted is Ungranted.OFF or view is None \
+            or facts.namespace in access.exempt_namespaces:
+        return None
+    containers = ungranted(facts, policy)
+    if not containers:
+        return None
+    nodes: set[str] = set()
+    exposed: list[Ungrantee] = []
+    for privileged in (False, True):
+        mine = [c for c in containers if c.privileged == privileged and not c.voided]
+        if mine:
+            reach = _exposed(facts, view, policy, privileged)
+            if reach:
+                nodes.update(reach)
+                exposed += mine
+    annotated, nri_nodes = _annotated(facts, view, frozenset(c.name for c in containers))
+    if not exposed and not annotated:
+        return None
+    order = {(c.field, c.position): i for i, c in enumerate(containers)}
+    exposed.sort(key=lambda c: order[(c.field, c.position)])
+    return Exposure(tuple(exposed), tuple(sorted(nodes)), annotated, nri_nodes)
+
+
+def _shown(nodes: tuple[str, ...]) -> str:
+    more = f" and {len(nodes) - SHOW_NODES} more" if len(nodes) > SHOW_NODES else ""
+    return ", ".join(nodes[:SHOW_NODES]) + more
+
+
+def void_ops(facts: PodFacts, e: Exposure) -> list[patch.Op]:
+    """``NVIDIA_VISIBLE_DEVICES=void`` appended to each exposed container's env, last, so it
+    is the value the runtime keeps (idempotent: one already voided is left alone)."""
+    ops = []
+    entry = {"name": VARIABLE, "value": VOID}
+    for c in e.containers:
+        item = objects.as_list(facts.spec.get(c.field))[c.position]
+        env = item.get("env") if isinstance(item, Mapping) else None
+        if isinstance(env, list):
+            ops.append(patch.add(patch.pointer("spec", c.field, c.position, "env", "-"), entry))
+        else:
+            op = patch.replace if isinstance(item, Mapping) and "env" in item else patch.add
+            ops.append(op(patch.pointer("spec", c.field, c.position, "env"), [entry]))
+    return ops
+
+
+def _names(cs: tuple[Ungrantee, ...]) -> str:
+    return ", ".join(c.name or f"{c.field}[{c.position}]" for c in cs)
+
+
+def decision(facts: PodFacts, e: Exposure, policy: Policy, stage_mutates: bool,
+             base: Decision) -> Decision | None:
+    """The pod's answer for its ungranted containers: with ``void`` the variable set (the
+    mutating stage), ``deny``'s denial, ``warn``'s warning. ``base``: the decision so far
+    (a routed GPU pod's, or one that asks for no GPU), which the answer joins."""
+    mode = policy.access.ungranted
+    who = facts.who
+    parts = []
+    if e.containers:
+        parts.append(f"container(s) {_names(e.containers)} ask for no GPU, yet on node(s) "
+                     f"{_shown(e.nodes)} the NVIDIA runtime would hand them GPUs from "
+                     f"{VARIABLE} (set by the container or its image)")
+    if e.annotated:
+        parts.append(f"container(s) {', '.join(e.annotated)} ask for no GPU, yet the GPU "
+                     f"Operator's NRI plugin would inject the devices its {nri.DOMAIN} "
+                     f"annotations name on node(s) {_shown(e.nri_nodes)}")
+    what = "; ".join(parts)
+    fix = (f"ask for a GPU in those containers, set {VARIABLE}=void in them, drop the "
+           f"{nri.DOMAIN} annotation, or run the pod in a namespace of "
+           "access.exemptNamespaces (docs/security.md)")
+    if mode is Ungranted.DENY or (mode is Ungranted.VOID and e.annotated):
+        return deny(Reason.GPU_NOT_GRANTED, f"{who}: {what}. Fix: {fix}", gpu=base.gpu,
+                    pool=base.pool, scheduler_name=base.scheduler_name)
+    if mode is Ungranted.WARN:
+        base.warn(f"gpupool: {len(e.containers) + len(e.annotated)} container(s) without a "
+                  "GPU grant could get GPUs here; see docs/security.md")
+        base.message = f"{base.message}; {what}" if base.message else f"{who}: {what}"
+        return base
+    if not stage_mutates:
+        # validation sees the pod after every mutating webhook: a variable left unvoided
+        # there was undone after gpupool set it
+        return deny(Reason.GPU_NOT_GRANTED,
+                    f"{who}: {what}, and {VARIABLE}=void, which gpupool set, is not the "
+                    "value it ends with: a later mutating webhook changed it. Fix: " + fix,
+                    gpu=base.gpu, pool=base.pool, scheduler_name=base.scheduler_name)
+    base.patch = [*base.patch, *void_ops(facts, e)]
+    if base.gpu:
+        base.message += f"; {VARIABLE}=void set: {what}"
+    else:
+        base.reason = Reason.ACCESS_VOIDED
+        base.message = f"{who}: {VARIABLE}=void set: {what}"
+    base.warn(f"gpupool: {VARIABLE}=void set in {len(e.containers)} container(s) that ask "
+              "for no GPU; see docs/security.md")
+    return base

@@ -1,0 +1,48 @@
+"""HAMi's scheduler-owned pod annotations, written only by the identities that own them.
+
+HAMi's device plugin hands a container the devices its scheduler wrote into the pod's
+annotations, trusting them (HAMi v2.10 ``pkg/device/nvidia/device.go``: the request and
+allocation annotations ``hami.io/vgpu-devices-to-allocate`` and
+``hami.io/vgpu-devices-allocated``; ``pkg/util/types.go``: the bind phase, time and node,
+which ``util.GetPendingPod`` reads to find the pod it allocates for). A pod that arrives with
+them, or gains them by an UPDATE, can be handed devices no scheduler allocated: HAMi's master
+denies both (HAMi #3042, #3074), v2.10.0 does not, and gpupool's ``hami.io/webhook: ignore``
+label turns HAMi's webhook off for the pods of other pools. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: The keys HAMi's scheduler writes (v2.10 ``pkg/util/types.go``, ``device.go``).
+OWNED = frozenset({"hami.io/vgpu-devices-to-allocate", "hami.io/vgpu-devices-allocated",
+                   "hami.io/vgpu-node", "hami.io/vgpu-time", "hami.io/bind-time",
+                   "hami.io/bind-phase"})
+#: Every vendor's request and allocation annotations end alike
+#: (``hami.io/<vendor>-devices-to-allocate``, ``...-devices-allocated``); the webhook
+#: configurations' matchConditions test the same (manifests/).
+OWNED_SUFFIXES = ("-devices-to-allocate", "-devices-allocated")
+
+
+def owned(key: object) -> bool:
+    return isinstance(key, str) and (key in OWNED or (
+        key.startswith("hami.io/") and key.endswith(OWNED_SUFFIXES)))
+
+
+def _annotations(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    ann = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return ann if isinstance(ann, Mapping) else {}
+
+
+def forged(obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None,
+           user: str, owners: tuple[str, ...]) -> tuple[str, ...]:
+    """The scheduler-owned annotations this request sets that its sender does not own:
+    every one a new pod carries, or every one an update adds or changes (removing one
+    hands nobody a device). Empty for the owners themselves."""
+    if user in owners:
+        return ()
+    new, before = _annotations(obj), _annotations(old) if old is not None else {}
+    return tuple(sorted(str(k) for k, v in new.items()
+                        if owned(k) and (old is None or before.get(k) != v)))
