@@ -89,7 +89,7 @@ def gpu_pod(name: str = "p", limits: dict[str, Any] | None = None,
     return pod
 
 
-def only_voids(patch: list[dict]) -> bool:
+def only_voids(patch: list[dict[str, Any]]) -> bool:
     """Whether a patch does nothing but set ``NVIDIA_VISIBLE_DEVICES=void`` in containers
     (gpupool's answer to containers without a GPU grant: docs/security.md)."""
     void = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}

@@ -221,3 +221,9 @@ def test_gpupool_owns_hamis_opt_out_label_on_the_pods_it_routes(node):
 def test_bad_access_settings_name_the_field(access, error):
     with pytest.raises(PolicyError, match=error.replace("[", r"\[").replace("]", r"\]")):
         _policy(**access)
+
+
+def test_a_bare_off_in_yaml_means_off():
+    """YAML 1.1 reads ``ungranted: off`` as false; the user meant the choice."""
+    policy = load_policy_text(default_policy_text() + "access:\n  ungranted: off\n")
+    assert policy.access.ungranted == "off"

@@ -494,6 +494,9 @@ def _parse_access(data: Any) -> Access:
     if data is None:
         return Access()
     f = _Fields(data, "access")
+    if isinstance(data, Mapping) and data.get("ungranted") is False:
+        # YAML 1.1 reads a bare `off` as false: what the user wrote is the choice "off"
+        f = _Fields({**data, "ungranted": "off"}, "access")
     ungranted = Ungranted(f.choice("ungranted", UNGRANTED, "void"))
     exempt = f.strings("exemptNamespaces", DEFAULT_EXEMPT_NAMESPACES,
                        check=lambda v: bool(_DNS_LABEL.match(v)), what="namespace name")
