@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import access as access_bench
 from bench import agent as agent_bench
 from bench import dra as dra_bench
 from bench import (
@@ -108,6 +109,8 @@ def report(res: dict[str, Any]) -> str:
         lines.append("")
     if res.get("dra"):
         lines += [dra_bench.report(res["dra"]), ""]
+    if res.get("access"):
+        lines += [access_bench.report(res["access"]), ""]
     d = res.get("decision")
     if d:
         base = d[0]
@@ -152,7 +155,7 @@ def main() -> int:
     p.add_argument("--out", default=str(ROOT / "bench/results/results.json"))
     p.add_argument("--skip-http", action="store_true")
     p.add_argument("--only", choices=("http", "slow", "decision", "dra", "agent", "startup",
-                                      "hami", "e2e"),
+                                      "hami", "e2e", "access"),
                    action="append",
                    help="run only these parts (repeatable)")
     p.add_argument("--worker-class", default="gevent", choices=("gevent", "gthread"),
@@ -161,7 +164,7 @@ def main() -> int:
     res: dict[str, Any] = {"machine": machine.describe(),
                  "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     parts = set(a.only or ("http", "slow", "decision", "dra", "agent", "startup", "hami",
-                           "e2e"))
+                           "e2e", "access"))
     if a.skip_http:
         parts -= {"http", "slow"}
     if "e2e" in parts:
@@ -186,6 +189,9 @@ def main() -> int:
         res["agent"] = [agent_bench.measure(g) for g in (8, 64, 512)]
     if "decision" in parts:
         res["decision"] = decision_bench(SIZES[:3] if a.quick else SIZES)
+    if "access" in parts:
+        res["access"] = access_bench.measure((1_000,) if a.quick else (1_000, 10_000),
+                                             rounds=3 if a.quick else 5)
     if "dra" in parts:
         res["dra"] = dra_bench.measure((1_000, 5_000) if a.quick else dra_bench.SIZES)
     if "slow" in parts:

@@ -129,12 +129,60 @@ def test_operator_pod_routed_despite_hami_webhook(env):
 
 
 def test_non_gpu_pod_untouched(env):
+    """Not routed; its container, which asks for no GPU and can reach GPU nodes whose
+    runtime would hand it GPUs from NVIDIA_VISIBLE_DEVICES, gets the variable voided by
+    the grant check (access.gpupool.io, docs/security.md), and nothing else."""
     r = env.apply(_pod("cpu-only", {"cpu": "100m"}))
     assert r.returncode == 0, r.stderr
     stored = _get(env, "pod", "cpu-only")
     assert "affinity" not in stored["spec"]
     assert "gpupool.io/pool" not in (stored["metadata"].get("annotations") or {})
     assert stored["spec"]["schedulerName"] == "default-scheduler"
+    assert stored["spec"]["containers"][0]["env"] == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+    assert "NVIDIA_VISIBLE_DEVICES=void set" in r.stderr  # the warning kubectl shows
+
+
+def test_access_through_the_real_api_server(env):
+    """Issue 47, one pod of each kind through the real API server: a GPU pod's sidecar
+    voided, its GPU container untouched; HAMi's opt-out label taken off a pod of HAMi's
+    pool, so HAMi's own webhook sees it; HAMi's allocation annotations refused on create,
+    and on an update by anyone but HAMi's scheduler."""
+    sidecar = _pod("with-sidecar", {"nvidia.com/gpu": 1})
+    sidecar["spec"]["containers"].append({"name": "log", "image": "nvidia/cuda"})
+    r = env.apply(sidecar)
+    assert r.returncode == 0, r.stderr
+    stored = _get(env, "pod", "with-sidecar")
+    assert "env" not in stored["spec"]["containers"][0]
+    assert stored["spec"]["containers"][1]["env"] == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+    # (pinned to no node: admitted with onNoCandidates' warning, whatever hami-1's devices)
+    hami = _pod("hami-labelled", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000},
+                nodeSelector={"kubernetes.io/hostname": "nowhere"})
+    hami["metadata"]["labels"] = {"hami.io/webhook": "ignore"}
+    r = env.apply(hami)
+    assert r.returncode == 0, r.stderr
+    stored = _get(env, "pod", "hami-labelled")
+    assert "hami.io/webhook" not in (stored["metadata"].get("labels") or {})
+    assert stored["spec"]["schedulerName"] == "hami-scheduler"
+    assert "hami-labelled" in env.hami.seen  # HAMi's webhook was not turned off for it
+    forged = _pod("forged", {"nvidia.com/gpu": 1})
+    forged["metadata"]["annotations"] = {"hami.io/vgpu-devices-allocated":
+                                         f"{UUIDS[0]},NVIDIA,1000,10:;"}
+    r = env.apply(forged)
+    assert r.returncode != 0 and "ForgedAllocation" in r.stderr, r.stderr
+    r = env.apply(_pod("to-forge", {"cpu": "100m"}))
+    assert r.returncode == 0, r.stderr
+    key = f"hami.io/vgpu-devices-allocated={UUIDS[0]},NVIDIA,1000,10:;"
+    r = env.kubectl("annotate", "pod", "to-forge", "-n", "ml", key, check=False)
+    assert r.returncode != 0, r.stdout
+    assert 'admission webhook "scheduler-state.gpupool.io" denied' in r.stderr, r.stderr
+    assert "ForgedAllocation" in r.stderr
+    r = env.kubectl("annotate", "pod", "to-forge", "-n", "ml", "team=ml", check=False)
+    assert r.returncode == 0, r.stderr  # an ordinary update: no call at all
+    r = env.kubectl("annotate", "pod", "to-forge", "-n", "ml", key,
+                    "--as=system:serviceaccount:kube-system:hami-scheduler", check=False)
+    assert r.returncode == 0, r.stderr  # HAMi's scheduler writes them
 
 
 def test_hami_pod_on_management_only_nodes_denied_with_device_named(env):
@@ -552,7 +600,10 @@ def test_watch_cut_relists_and_staleness_is_visible(env):
 def test_webhook_down_non_gpu_admitted_gpu_refused(env):
     stop_server(env.server)
     r = env.apply(_pod("cpu-while-down", {"cpu": "100m"}))
-    assert r.returncode == 0, r.stderr  # matchConditions: never sent to gpupool
+    # matchConditions: only the grant check sees it, which fails open (docs/security.md)
+    assert r.returncode == 0, r.stderr
+    stored = _get(env, "pod", "cpu-while-down")
+    assert "env" not in stored["spec"]["containers"][0]  # the fail-open case, as documented
     r = env.apply(_pod("gpu-while-down", {"nvidia.com/gpu": 1}))
     assert r.returncode != 0 and 'failed calling webhook "mutate.gpupool.io"' in r.stderr
 

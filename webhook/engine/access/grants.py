@@ -30,11 +30,11 @@ Pods that cannot reach a node that would hand them GPUs are untouched, and so ar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
 from typing import Any, NamedTuple
 
 from webhook.api import delivery
-from webhook.engine.core import objects, patch
+from webhook.engine.core import patch
 from webhook.engine.core.decision import SHOW_NODES, Decision, Reason, deny
 from webhook.engine.core.policy import Policy, Ungranted
 from webhook.engine.pod.podfacts import PodFacts
@@ -70,38 +70,41 @@ class Exposure(NamedTuple):
     nri_nodes: tuple[str, ...] = ()
 
 
-def _asks_gpu(c: Mapping[str, Any], policy: Policy) -> bool:
+def _asks_gpu(c: dict[str, Any], policy: Policy) -> bool:
     res = c.get("resources")
-    if not isinstance(res, Mapping):
+    if not isinstance(res, dict):
         return False
-    if objects.as_list(res.get("claims")):
+    if res.get("claims"):
         return True
     for key in ("limits", "requests"):
         asked = res.get(key)
-        if isinstance(asked, Mapping) and any(
+        if isinstance(asked, dict) and any(
                 isinstance(r, str) and (policy.is_gpu_resource(r) or r.startswith(_DRA_EXTENDED))
                 for r in asked):
             return True
     return False
 
 
-def _privileged(c: Mapping[str, Any]) -> bool:
+def _privileged(c: dict[str, Any]) -> bool:
     sc = c.get("securityContext")
-    if not isinstance(sc, Mapping):
+    if not isinstance(sc, dict):
         return False
     caps = sc.get("capabilities")
-    added = caps.get("add") if isinstance(caps, Mapping) else None
+    added = caps.get("add") if isinstance(caps, dict) else None
     # the toolkit's sense of privileged: CAP_SYS_ADMIN (internal/config/image/privileged.go)
     return sc.get("privileged") is True or (isinstance(added, list) and any(
         a in ("SYS_ADMIN", "CAP_SYS_ADMIN", "ALL") for a in added))
 
 
-def _voided(c: Mapping[str, Any]) -> bool:
+def _voided(c: dict[str, Any]) -> bool:
+    env = c.get("env")
+    if not isinstance(env, list):
+        return False
     last: Any = None
-    for e in objects.as_list(c.get("env")):
-        if isinstance(e, Mapping) and e.get("name") == VARIABLE:
+    for e in env:
+        if isinstance(e, dict) and e.get("name") == VARIABLE:
             last = e
-    return isinstance(last, Mapping) and "valueFrom" not in last and \
+    return isinstance(last, dict) and "valueFrom" not in last and \
         str(last.get("value") or "").strip() in delivery.NO_DEVICES
 
 
@@ -109,8 +112,11 @@ def ungranted(facts: PodFacts, policy: Policy) -> tuple[Ungrantee, ...]:
     """The pod's init and regular containers that ask for no GPU."""
     out = []
     for field in _FIELDS:
-        for i, c in enumerate(objects.as_list(facts.spec.get(field))):
-            if isinstance(c, Mapping) and not _asks_gpu(c, policy):
+        items = facts.spec.get(field)
+        if not isinstance(items, list):
+            continue
+        for i, c in enumerate(items):
+            if isinstance(c, dict) and not _asks_gpu(c, policy):
                 out.append(Ungrantee(field, i, str(c.get("name") or ""), _privileged(c),
                                      _voided(c)))
     return tuple(out)
@@ -132,19 +138,29 @@ def _hands_by_variable(node: NodeInfo, handler: str | None, privileged: bool,
     return not delivery.envvar_ignored(inv, privileged)
 
 
-def _exposed(facts: PodFacts, view: ClusterView, policy: Policy, privileged: bool
-             ) -> tuple[str, ...]:
+def _reach(facts: PodFacts, view: ClusterView, policy: Policy
+           ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The nodes the pod can reach whose runtime would hand its containers GPUs from the
-    variable; the nodes that could are worked out once per view, the pod's reach once per
-    placement."""
+    variable: (for unprivileged containers, for privileged ones; the second holds the
+    first). Kept per placement and RuntimeClass until the view changes: the pods of a
+    workload, and every pod that shares a placement, pay for the scan once."""
     handler = view.handler_of(facts.runtime_class)
-    could = view.memo(("access-could", policy.cache_key, handler, privileged), lambda: tuple(
-        n for n in view.nodes() if _hands_by_variable(n, handler, privileged, policy)))
-    if not could:
-        return ()
     placement = facts.placement
-    return view.memo(("access-reach", policy.cache_key, handler, privileged, placement.key),
-                     lambda: tuple(sorted(n.name for n in could if placement.reaches(n))))
+
+    def could(privileged: bool) -> tuple[NodeInfo, ...]:
+        return tuple(n for n in view.nodes()
+                     if _hands_by_variable(n, handler, privileged, policy))
+
+    def compute() -> tuple[tuple[str, ...], tuple[str, ...]]:
+        out = []
+        for privileged in (False, True):
+            nodes: tuple[NodeInfo, ...] = view.memo(
+                ("access-could", policy.cache_key, handler, privileged),
+                functools.partial(could, privileged))
+            out.append(tuple(sorted(n.name for n in nodes if placement.reaches(n))))
+        return out[0], out[1]
+
+    return view.memo(("access-reach", policy.cache_key, handler, placement.key), compute)
 
 
 def _annotated(facts: PodFacts, view: ClusterView, names: frozenset[str]
@@ -178,24 +194,18 @@ def exposure(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Expos
     if access.ungranted is Ungranted.OFF or view is None \
             or facts.namespace in access.exempt_namespaces:
         return None
+    reach, reach_privileged = _reach(facts, view, policy)
+    if not reach_privileged and not (facts.nri_requests and view.operator_nri() is not None):
+        return None  # (nearly every pod of a cluster whose GPU nodes are tainted)
     containers = ungranted(facts, policy)
     if not containers:
         return None
-    nodes: set[str] = set()
-    exposed: list[Ungrantee] = []
-    for privileged in (False, True):
-        mine = [c for c in containers if c.privileged == privileged and not c.voided]
-        if mine:
-            reach = _exposed(facts, view, policy, privileged)
-            if reach:
-                nodes.update(reach)
-                exposed += mine
+    exposed = [c for c in containers if not c.voided and (reach or c.privileged)]
+    nodes = reach_privileged if any(c.privileged for c in exposed) else reach
     annotated, nri_nodes = _annotated(facts, view, frozenset(c.name for c in containers))
     if not exposed and not annotated:
         return None
-    order = {(c.field, c.position): i for i, c in enumerate(containers)}
-    exposed.sort(key=lambda c: order[(c.field, c.position)])
-    return Exposure(tuple(exposed), tuple(sorted(nodes)), annotated, nri_nodes)
+    return Exposure(tuple(exposed), nodes if exposed else (), annotated, nri_nodes)
 
 
 def _shown(nodes: tuple[str, ...]) -> str:
@@ -209,12 +219,12 @@ def void_ops(facts: PodFacts, e: Exposure) -> list[patch.Op]:
     ops = []
     entry = {"name": VARIABLE, "value": VOID}
     for c in e.containers:
-        item = objects.as_list(facts.spec.get(c.field))[c.position]
-        env = item.get("env") if isinstance(item, Mapping) else None
+        item = facts.spec[c.field][c.position]
+        env = item.get("env")
         if isinstance(env, list):
             ops.append(patch.add(patch.pointer("spec", c.field, c.position, "env", "-"), entry))
         else:
-            op = patch.replace if isinstance(item, Mapping) and "env" in item else patch.add
+            op = patch.replace if "env" in item else patch.add
             ops.append(op(patch.pointer("spec", c.field, c.position, "env"), [entry]))
     return ops
 
