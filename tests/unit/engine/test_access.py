@@ -227,3 +227,28 @@ def test_a_bare_off_in_yaml_means_off():
     """YAML 1.1 reads ``ungranted: off`` as false; the user meant the choice."""
     policy = load_policy_text(default_policy_text() + "access:\n  ungranted: off\n")
     assert policy.access.ungranted == "off"
+
+
+def test_a_running_pod_is_rejudged_for_its_restart_not_for_its_admission(tmp_path):
+    """A running HAMi pod carries the annotations HAMi's scheduler wrote when it bound it,
+    and may have a sidecar from before gpupool voided such containers: its next container
+    start still gets its GPUs, so the scan says Fine, not a forged allocation or a failure
+    (``aftercare.podrisk``)."""
+    from webhook.engine import Outcome, recheck
+
+    node = agent_node(tmp_path, "hami-1", "hami", "operator-management", per_uuid=True)
+    policy = _policy()
+    view = view_from_objects([node], policy, {"ml": {}})
+    pod = hami_pod()
+    pod["metadata"].update(name="train", namespace="ml", uid="u1")
+    pod["spec"]["containers"].append({"name": "log", "image": "nvidia/cuda"})
+    m = decide(Stage.MUTATE, Subject(kind="Pod", object=pod, namespace="ml"), view, policy)
+    assert "/spec/containers/1/env" in [op["path"] for op in m.patch]
+    running = jsonpatch.apply_patch(pod, [op for op in m.patch if "/env" not in op["path"]])
+    running["metadata"]["annotations"].update({
+        "hami.io/vgpu-devices-allocated": "GPU-1,NVIDIA,1000,10:;",
+        "hami.io/bind-phase": "success"})
+    running["spec"]["nodeName"] = "hami-1"
+    answer = recheck(running, view, policy)
+    assert answer is not None and answer.outcome is Outcome.FINE, answer
+    assert answer.reason == "Routed"

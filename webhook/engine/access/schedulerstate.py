@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.engine.core.policy import ANY_WRITER
+
 #: The keys HAMi's scheduler writes (v2.10 ``pkg/util/types.go``, ``device.go``).
 OWNED = frozenset({"hami.io/vgpu-devices-to-allocate", "hami.io/vgpu-devices-allocated",
                    "hami.io/vgpu-node", "hami.io/vgpu-time", "hami.io/bind-time",
@@ -23,6 +25,7 @@ OWNED = frozenset({"hami.io/vgpu-devices-to-allocate", "hami.io/vgpu-devices-all
 #: (``hami.io/<vendor>-devices-to-allocate``, ``...-devices-allocated``); the webhook
 #: configurations' matchConditions test the same (manifests/).
 OWNED_SUFFIXES = ("-devices-to-allocate", "-devices-allocated")
+
 
 
 def owned(key: object) -> bool:
@@ -41,7 +44,7 @@ def forged(obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None,
     """The scheduler-owned annotations this request sets that its sender does not own:
     every one a new pod carries, or every one an update adds or changes (removing one
     hands nobody a device). Empty for the owners themselves."""
-    if user in owners:
+    if user in owners or ANY_WRITER in owners:
         return ()
     new, before = _annotations(obj), _annotations(old) if old is not None else {}
     return tuple(sorted(str(k) for k, v in new.items()

@@ -11,6 +11,8 @@ start on that node fails; still pending, it means no node of its pool can ever t
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,7 +21,7 @@ from typing import Any
 from webhook.engine.admission.admit import Stage, Subject, decide
 from webhook.engine.core.decision import Decision, Reason
 from webhook.engine.core.objects import as_mapping, meta_of
-from webhook.engine.core.policy import Policy
+from webhook.engine.core.policy import ANY_WRITER, Policy, Ungranted
 from webhook.engine.view.cluster import ClusterView
 
 
@@ -105,6 +107,17 @@ def finished(pod: Mapping[str, Any]) -> bool:
         or bool(meta_of(pod).get("deletionTimestamp"))
 
 
+@functools.lru_cache(maxsize=8)
+def restart_policy(policy: Policy) -> Policy:
+    """The policy a running pod is re-judged under: whether its next container start gets
+    its GPUs. Who wrote its annotations (HAMi's scheduler did, when it bound the pod) and
+    which of its containers may reach GPUs were its admission's questions, answered then
+    (docs/security.md), and no restart changes them."""
+    access = dataclasses.replace(policy.access, ungranted=Ungranted.OFF,
+                                 scheduler_identities=(ANY_WRITER,))
+    return dataclasses.replace(policy, access=access)
+
+
 def recheck(pod: Mapping[str, Any], view: ClusterView, policy: Policy,
             schedulers: Mapping[str, SchedulerState] | None = None) -> PodAnswer | None:
     """The answer for one pod; None for a pod gpupool does not judge (not a GPU pod, a
@@ -114,7 +127,8 @@ def recheck(pod: Mapping[str, Any], view: ClusterView, policy: Policy,
     meta = meta_of(pod)
     namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
     d = decide(Stage.VALIDATE, Subject(kind="Pod", object=as_admitted(pod),
-                                        namespace=namespace or "default"), view, policy)
+                                        namespace=namespace or "default"), view,
+               restart_policy(policy))
     if not d.gpu or d.reason in (Reason.NOT_GPU_POD, Reason.CUSTOM_SCHEDULER,
                                  Reason.NODE_VIEW_MISSING):
         return None

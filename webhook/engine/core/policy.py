@@ -80,6 +80,9 @@ DEFAULT_EXEMPT_NAMESPACES = ("gpu-operator", "kube-system")
 #: ``<release>-device-plugin``, release ``hami`` in kube-system by its docs).
 DEFAULT_SCHEDULER_IDENTITIES = ("system:serviceaccount:kube-system:hami-scheduler",
                                 "system:serviceaccount:kube-system:hami-device-plugin")
+#: In ``Access.scheduler_identities``: every writer (a pod re-judged after its admission,
+#: whose annotations were judged then: ``aftercare.podrisk``).
+ANY_WRITER = "*"
 
 
 @dataclass(frozen=True)
