@@ -106,12 +106,20 @@ class ControlPlane:
         for name, data in files.items():
             (pki / name).write_bytes(data)
         # Identities for RBAC tests: the agent's ServiceAccount as the API server names it.
-        self.tokens = {"agent": "agent-token-0123456789", "webhook": "webhook-token-0123456789"}
+        self.tokens = {"agent": "agent-token-0123456789", "webhook": "webhook-token-0123456789",
+                       "hami-scheduler": "hami-scheduler-token-0123456789",
+                       "hami-device-plugin": "hami-device-plugin-token-0123456789"}
         (pki / "tokens.csv").write_text(
             f'{self.tokens["agent"]},system:serviceaccount:gpupool-system:gpupool-agent,'
             f'uid-agent,"system:serviceaccounts,system:serviceaccounts:gpupool-system"\n'
             f'{self.tokens["webhook"]},system:serviceaccount:gpupool-system:gpupool-webhook,'
-            f'uid-webhook,"system:serviceaccounts,system:serviceaccounts:gpupool-system"\n')
+            f'uid-webhook,"system:serviceaccounts,system:serviceaccounts:gpupool-system"\n'
+            # HAMi's scheduler and device plugin as its chart runs them (release hami in
+            # kube-system): their writes of HAMi's pod annotations are theirs to make
+            # (docs/security.md); all-powerful here rather than given HAMi's chart's roles
+            + "".join(f'{self.tokens[n]},system:serviceaccount:kube-system:{n},uid-{n},'
+                      f'"system:serviceaccounts,system:serviceaccounts:kube-system,'
+                      f'system:masters"\n' for n in ("hami-scheduler", "hami-device-plugin")))
         (pki / "audit-policy.yaml").write_text(yaml.safe_dump({
             "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
             "omitStages": ["RequestReceived"],
@@ -253,6 +261,14 @@ class ControlPlane:
         if check and r.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {r.stderr}")
         return r
+
+    def token_kubeconfig(self, token: str, path: Path) -> Path:
+        """A kubeconfig acting as one of ``tokens``' identities instead of the admin."""
+        cfg = yaml.safe_load(self.kubeconfig.read_text())
+        cfg["users"] = [{"name": token, "user": {"token": self.tokens[token]}}]
+        cfg["contexts"][0]["context"]["user"] = token
+        path.write_text(yaml.safe_dump(cfg))
+        return path
 
     def metrics(self) -> str:
         return self.kubectl("get", "--raw", "/metrics").stdout

@@ -136,7 +136,10 @@ class HamiWebhook(HamiProgram):
 
 
 class HamiScheduler(HamiProgram):
-    def start(self, helm: Path, kubeconfig: Path, work: Path) -> HamiScheduler:
+    def start(self, helm: Path, kubeconfig: Path, work: Path,
+              plugin_kubeconfig: Path | None = None) -> HamiScheduler:
+        """``kubeconfig``: the scheduler's identity; ``plugin_kubeconfig``: the device
+        plugin's, which the lock releaser (its test double) acts as."""
         devices = render(helm, work, "scheduler/device-configmap.yaml")
         device_config = work / "hami-device-config.yaml"
         device_config.write_text(devices["data"]["device-config.yaml"])
@@ -155,8 +158,8 @@ class HamiScheduler(HamiProgram):
                      "--kube-qps=500", "--kube-burst=1000", "--v=5"],
                     env={"KUBECONFIG": str(kubeconfig)})
         self._stop = threading.Event()
-        self._releaser = threading.Thread(target=self._release_locks, args=(kubeconfig,),
-                                          daemon=True)
+        self._releaser = threading.Thread(target=self._release_locks,
+                                          args=(plugin_kubeconfig or kubeconfig,), daemon=True)
         self._releaser.start()
         return self
 

@@ -42,11 +42,7 @@ def render(kubectl: Path, tmp: Path) -> list[dict[str, Any]]:
 
 def webhook_token_kubeconfig(cp: ControlPlane, path: Path) -> Path:
     """gpupool's own identity (its ServiceAccount's token), not the admin's."""
-    cfg = yaml.safe_load(cp.kubeconfig.read_text())
-    cfg["users"] = [{"name": "webhook", "user": {"token": cp.tokens["webhook"]}}]
-    cfg["contexts"][0]["context"]["user"] = "webhook"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return cp.token_kubeconfig("webhook", path)
 
 
 def prepare(cp: ControlPlane, tmp: Path) -> list[dict[str, Any]]:

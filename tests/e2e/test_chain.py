@@ -235,7 +235,10 @@ def chain(k8s_bin, helm, tmp_path_factory):
         c.cp.start_controller_manager()
         c.server = install.serve(c.cp, c.tmp, c.objs)
         c.hami = HamiScheduler(c.tmp / "certs/tls.crt", c.tmp / "certs/tls.key",
-                               c.tmp / "hami-scheduler.log").start(helm, c.cp.kubeconfig, c.tmp)
+                               c.tmp / "hami-scheduler.log").start(
+            helm, c.cp.token_kubeconfig("hami-scheduler", c.tmp / "hami-scheduler.kubeconfig"),
+            c.tmp, c.cp.token_kubeconfig("hami-device-plugin",
+                                         c.tmp / "hami-device-plugin.kubeconfig"))
         c.cp.start_scheduler("kube-scheduler", {
             "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
             "profiles": [{"schedulerName": "default-scheduler"}]})
