@@ -4,6 +4,7 @@ gunicorn on loopback and its webhook configurations pointed there."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -95,6 +96,43 @@ def agent(cp: ControlPlane, node: str, paths: dict[str, Path]) -> None:
                     "--containerd-config", str(paths["containerd"]),
                     "--driver-gpus-dir", str(paths["driver"])],
                    check=True, capture_output=True, timeout=60)
+
+
+#: Where NVIDIA's standalone chart runs its device plugin (a namespace gpupool exempts).
+PLUGIN_NS = "nvidia-device-plugin"
+
+
+def device_plugin(cp: ControlPlane, node: str, strategy: str | None) -> None:
+    """The device-plugin pod bound to ``node``, as NVIDIA's chart runs it (its strategy in
+    ``DEVICE_LIST_STRATEGY``): what gpupool's agent learns the node's strategy from
+    (docs/cdi-inventory.md). No kubelet runs it here; the agent reads the pod. None: no
+    plugin pod runs there."""
+    name = f"nvdp-{node}"
+    env = [{"name": "DEVICE_LIST_STRATEGY", "value": strategy}] if strategy else None
+    got = cp.kubectl("get", "pod", name, "-n", PLUGIN_NS, "-o", "json", check=False)
+    if got.returncode == 0:
+        if env is not None and json.loads(got.stdout)["spec"]["containers"][0].get(
+                "env") == env:
+            return
+        cp.kubectl("delete", "pod", name, "-n", PLUGIN_NS, "--force", "--grace-period=0",
+                   "--wait=true", check=False)
+    if env is None:
+        return
+    cp.kubectl("create", "namespace", PLUGIN_NS, check=False)
+    r = apply(cp, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": name, "namespace": PLUGIN_NS,
+        "labels": {"app.kubernetes.io/name": "nvidia-device-plugin"}},
+        "spec": {"nodeName": node, "containers": [{
+            "name": "nvidia-device-plugin-ctr", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.19.3",
+            "env": env}]}})
+    assert r.returncode == 0, r.stderr
+
+
+def layout_strategy(paths: dict[str, Path]) -> str:
+    """The strategy a node of this layout's plugin runs: a CDI one where its spec is on
+    disk, else envvar."""
+    return "cdi-annotations" if (paths["run"] / "k8s.device-plugin.nvidia.com-gpu.json"
+                                 ).exists() else "envvar"
 
 
 def wait_until(probe: Callable[[], bool], what: str, timeout: float = 60) -> None:

@@ -42,9 +42,14 @@ class Env:
     def apply(self, objs: list[dict] | dict, *extra: str) -> subprocess.CompletedProcess:
         return install.apply(self.cp, objs, *extra)
 
-    def agent(self, node: str, layout: str) -> None:
+    def agent(self, node: str, layout: str, plugin: bool = True) -> None:
+        """A real agent run for ``node``: its files as ``layout`` has them, and (``plugin``)
+        the device-plugin pod it learns the node's strategy from, as the layout implies."""
+        paths = {**self.layouts[layout], "driver": self.driver}
+        install.device_plugin(self.cp, node, install.layout_strategy(paths) if plugin
+                              else None)
         # The node's GPUs as the NVIDIA driver lists them are played by files.
-        install.agent(self.cp, node, {**self.layouts[layout], "driver": self.driver})
+        install.agent(self.cp, node, paths)
 
 
 @pytest.fixture(scope="module")
@@ -496,7 +501,7 @@ def test_hamis_device_plugin_daemonset_is_followed(env):
     those names; deleted, the node is read from its disk again."""
     from tests.unit.engine.test_hamiplugin import daemonset
 
-    env.agent("hami-1", "fixed")
+    env.agent("hami-1", "fixed", plugin=False)  # (its plugin's pod, read, would decide)
     pod = _pod("vllm-ds", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000})
     try:
         _until(lambda: env.apply(pod, "--dry-run=server").returncode == 0,

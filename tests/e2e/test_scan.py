@@ -70,7 +70,10 @@ class Env:
         return self.cp.kubectl(*args, **kw)
 
     def agent(self, node: str, layout: str) -> None:
-        install.agent(self.cp, node, {**self.layouts[layout], "driver": self.driver})
+        """A real agent run, with the device-plugin pod it learns the strategy from."""
+        paths = {**self.layouts[layout], "driver": self.driver}
+        install.device_plugin(self.cp, node, install.layout_strategy(paths))
+        install.agent(self.cp, node, paths)
 
     def report(self, ns: str = NS, kind: str = "policyreports.wgpolicyk8s.io") -> dict | None:
         r = self.kubectl("get", kind, "gpupool-gpu-pods", "-n", ns, "-o", "json", check=False)

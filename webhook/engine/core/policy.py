@@ -72,9 +72,10 @@ class Ungranted(StrEnum):
     OFF = "off"
 
 
-#: The namespaces whose pods may see every GPU by default: the GPU Operator's and HAMi's
-#: own components (its chart's documented namespace is kube-system).
-DEFAULT_EXEMPT_NAMESPACES = ("gpu-operator", "kube-system")
+#: The namespaces whose pods may see every GPU by default: the GPU Operator's, HAMi's (its
+#: chart's documented namespace is kube-system) and NVIDIA's standalone device plugin's (its
+#: chart's documented namespace), whose own components see every GPU by design.
+DEFAULT_EXEMPT_NAMESPACES = ("gpu-operator", "kube-system", "nvidia-device-plugin")
 #: Who may write HAMi's scheduler-owned pod annotations: its scheduler and device plugin
 #: (HAMi v2.10's chart: ServiceAccounts ``<release>-scheduler`` and
 #: ``<release>-device-plugin``, release ``hami`` in kube-system by its docs).

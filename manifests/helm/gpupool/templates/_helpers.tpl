@@ -168,7 +168,7 @@ loader (webhook/engine/policy.py), so a bad policy fails at install, not in the 
 {{/* Namespaces the grant check never sees: those above, and the policy's exempt ones. */}}
 {{- define "gpupool.accessNamespaceSelector" -}}
 {{- $access := .Values.policy.access | default dict -}}
-{{- $exempt := $access.exemptNamespaces | default (list "gpu-operator" "kube-system") -}}
+{{- $exempt := $access.exemptNamespaces | default (list "gpu-operator" "kube-system" "nvidia-device-plugin") -}}
 matchExpressions:
   - key: kubernetes.io/metadata.name
     operator: NotIn
