@@ -4,7 +4,8 @@ slower than the limits, against the reference commit recorded in `bench/referenc
     python -m bench.guard [--ref REF] [--rounds N] [--seconds S] [--skip-http]
 
 Decision: this tree's warm decision, cold decision and node update over the reference's
-(`bench.versus_ref`, paired rounds alternating which runs first). HTTPS: `/mutate` and
+(`bench.versus_ref`, paired rounds alternating which runs first); the grant check on a pod
+that asks for no GPU over the same engine with the check off (`bench.access`). HTTPS: `/mutate` and
 `/validate` requests per second over a do-nothing baseline on the same serving stack, and
 the fixed-rate p99 over the baseline's, in the same run (`bench.throughput.http_bench`). Every
 figure is a ratio taken in this run, so a shared, noisy machine moves both sides alike. It
@@ -57,6 +58,11 @@ RPS_FLOOR, P99_LIMIT = 0.80, 1.10
 NEW_SHAPE_HELD, NEW_SHAPE_HELD_FEATURES = 1.75, 2.00
 
 
+#: issue 47: a pod that asks for no GPU and reaches no GPU node pays for the grant check a
+#: lookup or two (``bench.access``: against the same run's engine with the check off).
+ACCESS_WARM_LIMIT, ACCESS_NEW_LIMIT = 1.10, 1.60
+
+
 #: the benchmark's pod shape that uses the checks added since the reference (issue 36:
 #: "<= 1.2x for pods that use them")
 NEW_FEATURES_SHAPE = "newFeatures"
@@ -74,6 +80,17 @@ def decision_limits(ratios: dict[tuple[str, str], dict[str, float]]) -> list[Lim
                          WARM_LIMIT))
         out.append(Limit(f"node update, {shape} pod, {nodes} nodes", r["node_update_us"],
                          NODE_UPDATE_LIMIT))
+    return out
+
+
+def access_limits(rows: list[dict[str, float]]) -> list[Limit]:
+    out = []
+    for r in rows:
+        if r["gpu_nodes_tainted"]:
+            out.append(Limit(f"no-GPU pod, warm, {r['nodes']:.0f} tainted GPU nodes",
+                             r["warm_ratio"], ACCESS_WARM_LIMIT))
+            out.append(Limit(f"no-GPU pod, new shape, {r['nodes']:.0f} tainted GPU nodes",
+                             r["new_ratio"], ACCESS_NEW_LIMIT))
     return out
 
 
@@ -116,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         print(f"bench.guard: cannot compare with {ref}: {exc}", file=sys.stderr)
         return 2
+    from bench import access
+
+    limits += access_limits(access.measure(tuple(a.sizes), rounds=a.rounds, per_round=1000))
     if not a.skip_http:
         from bench.throughput import FIXED_RATE_SECONDS, http_bench
 

@@ -51,7 +51,7 @@ NO_DEVICES = "has the DRA devices this pod asks for"  # gpupool's warning, in pa
 #: gpupool's warnings that no node can allocate the pod: no devices, a missing class, or an
 #: allocated claim that holds devices where the pod cannot go
 NEVER_ALLOCATED = (NO_DEVICES, "the pod stays pending until it does",
-                   "it stays pending while that allocation stands")
+                   "allocated claim pins this pod to nodes outside its reach")
 
 #: node -> (pool label or None, [(product, memory)] its DRA driver publishes, device
 #: plugin GPUs). hami-dra is a lure: the only node with four GPUs, in HAMi's pool.

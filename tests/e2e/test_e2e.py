@@ -185,8 +185,10 @@ def test_access_through_the_real_api_server(env):
     assert "ForgedAllocation" in r.stderr
     r = env.kubectl("annotate", "pod", "to-forge", "-n", "ml", "team=ml", check=False)
     assert r.returncode == 0, r.stderr  # an ordinary update: no call at all
-    r = env.kubectl("annotate", "pod", "to-forge", "-n", "ml", key,
-                    "--as=system:serviceaccount:kube-system:hami-scheduler", check=False)
+    scheduler = env.cp.token_kubeconfig("hami-scheduler", env.tmp / "hami-scheduler.kubeconfig")
+    r = subprocess.run([str(env.cp.bin / "kubectl"), f"--kubeconfig={scheduler}", "annotate",
+                        "pod", "to-forge", "-n", "ml", key], capture_output=True, text=True,
+                       timeout=60)
     assert r.returncode == 0, r.stderr  # HAMi's scheduler writes them
 
 

@@ -585,7 +585,7 @@ def test_an_allocated_claim_pins_the_pod_to_its_node(policy):
     resources = [*docs("nvidia.yaml"), _shared_claim("dra-node-2")]
     on_1 = _shared_pod(nodeSelector={"kubernetes.io/hostname": "dra-node-1"})
     d = review(on_1, make_view(policy, resources), policy)
-    assert d.allowed and any("allocated claim pins it to nodes it cannot reach" in w
+    assert d.allowed and any("allocated claim pins this pod to nodes outside its reach" in w
                              for w in d.warnings), d.to_json()
     assert not any("waits for devices in use" in w for w in d.warnings)
     assert [n.node for n in d.nodes] == ["dra-node-1"]

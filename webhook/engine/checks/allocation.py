@@ -378,9 +378,8 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     if pinned:
         return _no_devices(facts, pool_name, policy, Reason.NO_MATCHING_DEVICES,
                            f"{who}: {pinned}",
-                           f"gpupool: this pod's allocated claim pins it to nodes it cannot "
-                           f"reach in pool {pool_name}; it stays pending while that "
-                           "allocation stands", findings)
+                           "gpupool: an allocated claim pins this pod to nodes outside its "
+                           "reach; it stays pending while that stands", findings)
     if s.all_undelivered:
         return deny(Reason.GPU_NOT_DELIVERED,
                     f"{who} would start without its DRA devices on every candidate node of "
