@@ -50,7 +50,21 @@ def node(i: int) -> dict[str, Any]:
         kinds["k8s.device-plugin.nvidia.com/gpu"] = frozenset(uuids)
     inv = Inventory(kinds=kinds, runtime=RUNTIME, observed_at="2026-12-01T09:00:00Z",
                     gpus=tuple(uuids))
-    annotations["gpupool.io/cdi-inventory"] = inv.dumps()
+    # What the node's agent learns from the device plugin's pod there (docs/cdi-inventory.md):
+    # HAMi's chart's plugin in its default envvar, the GPU Operator's in its CDI strategies.
+    # (Added to the document, not through Inventory: the reference engine's has no such
+    # field, and its reader skips fields it does not know.)
+    doc = json.loads(inv.dumps())
+    doc["plugins"] = [{
+        "pod": f"kube-system/hami-device-plugin-{i:05d}", "container": "device-plugin",
+        "deployedBy": "HAMi's chart", "strategies": ["envvar"],
+        "source": "variable DEVICE_LIST_STRATEGY"} if hami else {
+        "pod": f"gpu-operator/nvidia-device-plugin-daemonset-{i:05d}",
+        "container": "nvidia-device-plugin", "deployedBy": "the GPU Operator",
+        "strategies": ["cdi-annotations", "cdi-cri"],
+        "source": "variable DEVICE_LIST_STRATEGY"}]
+    annotations["gpupool.io/cdi-inventory"] = json.dumps(doc, separators=(",", ":"),
+                                                         sort_keys=True)
     labels.update(steering_labels(inv, inv.gpus))  # as the node's agent publishes them
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": labels, "annotations": annotations},

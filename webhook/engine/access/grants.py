@@ -30,7 +30,6 @@ Pods that cannot reach a node that would hand them GPUs are untouched, and so ar
 
 from __future__ import annotations
 
-import functools
 from typing import Any, NamedTuple
 
 from webhook.api import delivery
@@ -142,25 +141,31 @@ def _reach(facts: PodFacts, view: ClusterView, policy: Policy
            ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The nodes the pod can reach whose runtime would hand its containers GPUs from the
     variable: (for unprivileged containers, for privileged ones; the second holds the
-    first). Kept per placement and RuntimeClass until the view changes: the pods of a
-    workload, and every pod that shares a placement, pay for the scan once."""
+    first). A fold per placement and RuntimeClass (``ClusterView.fold``): built once, then
+    kept current node by node, so a node change costs that node, not a rescan; every pod
+    that shares the placement (a workload's, and nearly every pod that names none) shares
+    it."""
     handler = view.handler_of(facts.runtime_class)
     placement = facts.placement
 
-    def could(privileged: bool) -> tuple[NodeInfo, ...]:
-        return tuple(n for n in view.nodes()
-                     if _hands_by_variable(n, handler, privileged, policy))
+    def per_node(n: NodeInfo) -> bool | None:
+        """None: out of reach, or no GPU from the variable; False: for any container;
+        True: for privileged ones only."""
+        if not n.is_gpu_node(policy) or not placement.reaches(n):
+            return None
+        if _hands_by_variable(n, handler, False, policy):
+            return False
+        return True if _hands_by_variable(n, handler, True, policy) else None
 
-    def compute() -> tuple[tuple[str, ...], tuple[str, ...]]:
-        out = []
-        for privileged in (False, True):
-            nodes: tuple[NodeInfo, ...] = view.memo(
-                ("access-could", policy.cache_key, handler, privileged),
-                functools.partial(could, privileged))
-            out.append(tuple(sorted(n.name for n in nodes if placement.reaches(n))))
-        return out[0], out[1]
+    fold = view.fold(("access", policy.cache_key, handler, placement.key), per_node,
+                     view.nodes)
+    split: tuple[tuple[str, ...], tuple[str, ...]] = fold.derive(_split)
+    return split
 
-    return view.memo(("access-reach", policy.cache_key, handler, placement.key), compute)
+
+def _split(values: dict[str, bool]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    everyone = tuple(sorted(values))
+    return tuple(n for n in everyone if not values[n]), everyone
 
 
 def _annotated(facts: PodFacts, view: ClusterView, names: frozenset[str]
@@ -194,10 +199,17 @@ def exposure(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Expos
     if access.ungranted is Ungranted.OFF or view is None \
             or facts.namespace in access.exempt_namespaces:
         return None
+    containers: tuple[Ungrantee, ...] | None = None
+    if facts.is_gpu_pod:
+        # (its containers first: a GPU pod's are nearly always all granted)
+        containers = ungranted(facts, policy)
+        if not containers:
+            return None
     reach, reach_privileged = _reach(facts, view, policy)
     if not reach_privileged and not (facts.nri_requests and view.operator_nri() is not None):
         return None  # (nearly every pod of a cluster whose GPU nodes are tainted)
-    containers = ungranted(facts, policy)
+    if containers is None:
+        containers = ungranted(facts, policy)
     if not containers:
         return None
     exposed = [c for c in containers if not c.voided and (reach or c.privileged)]

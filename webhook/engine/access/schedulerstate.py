@@ -44,8 +44,12 @@ def forged(obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None,
     """The scheduler-owned annotations this request sets that its sender does not own:
     every one a new pod carries, or every one an update adds or changes (removing one
     hands nobody a device). Empty for the owners themselves."""
-    if user in owners or ANY_WRITER in owners:
+    new = _annotations(obj)
+    if not new or user in owners or ANY_WRITER in owners:
         return ()
-    new, before = _annotations(obj), _annotations(old) if old is not None else {}
-    return tuple(sorted(str(k) for k, v in new.items()
-                        if owned(k) and (old is None or before.get(k) != v)))
+    # (every review of a pod asks: the usual pod has no key of HAMi's at all)
+    keys = [k for k in new if isinstance(k, str) and k.startswith("hami.io/") and owned(k)]
+    if not keys:
+        return ()
+    before = _annotations(old) if old is not None else {}
+    return tuple(sorted(k for k in keys if old is None or before.get(k) != new[k]))
