@@ -103,7 +103,14 @@ class Learned:
 
 
 def learned_way(inv: Inventory) -> Learned:
-    return Learned(None) if inv.plugins is None else _learned(inv.plugins)
+    """Kept on the inventory, which is immutable: every node check and every node update
+    asks it of each node it judges, and hashing a node's plugin list to look it up cost
+    more than the rest of a node update's work."""
+    hit: Learned | None = inv.__dict__.get("_learned_way")
+    if hit is None:
+        hit = Learned(None) if inv.plugins is None else _learned(inv.plugins)
+        object.__setattr__(inv, "_learned_way", hit)  # (as functools.cached_property does)
+    return hit
 
 
 @functools.lru_cache(maxsize=1024)
