@@ -201,6 +201,8 @@ def exposure(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Expos
         return None
     containers: tuple[Ungrantee, ...] | None = None
     if facts.is_gpu_pod:
+        if len(facts.containers) == 1:
+            return None  # its one container asks for the GPU (nearly every GPU pod)
         # (its containers first: a GPU pod's are nearly always all granted)
         containers = ungranted(facts, policy)
         if not containers:

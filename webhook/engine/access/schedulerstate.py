@@ -34,9 +34,10 @@ def owned(key: object) -> bool:
 
 
 def _annotations(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    ann = meta.get("annotations") if isinstance(meta, Mapping) else None
-    return ann if isinstance(ann, Mapping) else {}
+    # (JSON objects are dicts: a type test, not an ABC's, on every review of a pod)
+    meta = obj.get("metadata") if type(obj) is dict else None
+    ann = meta.get("annotations") if type(meta) is dict else None
+    return ann if type(ann) is dict else {}
 
 
 def forged(obj: Mapping[str, Any] | None, old: Mapping[str, Any] | None,
