@@ -102,15 +102,35 @@ class Learned:
     why: str = ""
 
 
+#: what an inventory whose agent did not look at the plugin's pods says of it
+_NOT_LOOKED = Learned(None)
+
+
 def learned_way(inv: Inventory) -> Learned:
     """Kept on the inventory, which is immutable: every node check and every node update
-    asks it of each node it judges, and hashing a node's plugin list to look it up cost
-    more than the rest of a node update's work."""
+    asks it of each node it judges, and a node's plugin list costs a hash to look up."""
+    plugins = inv.plugins
+    if plugins is None:
+        return _NOT_LOOKED
+    if len(plugins) == 1 and plugins[0].strategies is not None:
+        # (nearly every node: one plugin, its strategy known; looked up by its strategies,
+        # a tuple of strings, hashed in C)
+        known = _one_way(plugins[0].strategies)
+        if known is not None:
+            return known
     hit: Learned | None = inv.__dict__.get("_learned_way")
     if hit is None:
-        hit = Learned(None) if inv.plugins is None else _learned(inv.plugins)
+        hit = _learned(plugins)
         object.__setattr__(inv, "_learned_way", hit)  # (as functools.cached_property does)
     return hit
+
+
+@functools.lru_cache(maxsize=64)
+def _one_way(strategies: tuple[str, ...]) -> Learned | None:
+    """One plugin's way; None where gpupool does not model it (``_learned`` says why, naming
+    the plugin's pod)."""
+    way = strategy_way(",".join(strategies))
+    return None if way is None else Learned(way)
 
 
 @functools.lru_cache(maxsize=1024)
