@@ -12,6 +12,7 @@ and shown in /readyz and /metrics, and the file resumes by itself.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime as dt
 import errno
 import fcntl
@@ -141,8 +142,6 @@ def _reserve(fd: int, start: int, size: int) -> bool:
     cannot reserve (the count and the cut-back then stand alone)."""
     global _libc
     if _libc is None:
-        import ctypes
-
         try:
             _libc = ctypes.CDLL(None, use_errno=True)
             _libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64,
@@ -153,8 +152,6 @@ def _reserve(fd: int, start: int, size: int) -> bool:
         return False
     if _libc.fallocate(fd, _FALLOC_FL_KEEP_SIZE, start, size) == 0:
         return True
-    import ctypes
-
     err = ctypes.get_errno()
     if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
         return False

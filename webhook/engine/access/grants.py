@@ -248,7 +248,7 @@ def _names(cs: tuple[Ungrantee, ...]) -> str:
 
 
 def decision(facts: PodFacts, e: Exposure, policy: Policy, stage_mutates: bool,
-             base: Decision) -> Decision | None:
+             base: Decision) -> Decision:
     """The pod's answer for its ungranted containers: with ``void`` the variable set (the
     mutating stage), ``deny``'s denial, ``warn``'s warning. ``base``: the decision so far
     (a routed GPU pod's, or one that asks for no GPU), which the answer joins."""

@@ -99,8 +99,7 @@ def _with_access(d: Decision, facts: PodFacts, view: ClusterView | None, policy:
     e = grants.exposure(facts, view, policy)
     if e is None:
         return d
-    out = grants.decision(facts, e, policy, mutating, d)
-    return out if out is not None else d
+    return grants.decision(facts, e, policy, mutating, d)
 
 
 def mutate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decision:
