@@ -26,14 +26,14 @@ RUNTIME = RuntimeInfo(mode="cdi", default_kind="management.nvidia.com/gpu", cont
                       default_handler="nvidia")
 
 
-def _uuids(i: int) -> list[str]:
+def uuids_of(i: int) -> list[str]:
     return [f"GPU-{uuid.UUID(int=(i << 16) + g)}" for g in range(GPUS)]
 
 
 def node(i: int) -> dict[str, Any]:
     name = f"gpu-node-{i:05d}"
     hami = i % 5 == 0
-    uuids = _uuids(i)
+    uuids = uuids_of(i)
     labels = {**LABELS, "kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true",
               "topology.kubernetes.io/zone": f"zone-{i % 3}"}
     kinds = {"management.nvidia.com/gpu": frozenset(["all"])}

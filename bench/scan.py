@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bench.cluster import node, pods
+from bench.cluster import GPUS, node, pods, uuids_of
 from bench.decision import rss_mib
 
 #: One GPU pod in ten is pending (not bound), as a cluster with some queueing has.
@@ -56,10 +56,12 @@ def _admitted_templates(view: Any, policy: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _pods(n_nodes: int, n_pods: int, n_gpu: int, templates: dict[str, dict[str, Any]]
-          ) -> Iterator[dict[str, Any]]:
+def _pods(n_nodes: int, n_pods: int, n_gpu: int, templates: dict[str, dict[str, Any]],
+          held: dict[str, dict[str, list[dict[str, Any]]]]) -> Iterator[dict[str, Any]]:
     """Pods one by one, as the watch's pages hand them over: GPU pods spread over the GPU
-    nodes of their pool, the rest small CPU pods."""
+    nodes of their pool, the rest small CPU pods. ``held`` gets, per node, what each bound
+    pod holds there as the node's agent publishes it (``gpupool.io/held-devices``): HAMi's
+    plugin hands UUIDs, the GPU Operator's CDI names."""
     hami_nodes = [i for i in range(n_nodes) if i % 5 == 0]
     op_nodes = [i for i in range(n_nodes) if i % 5 != 0]
     cpu = {"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": "web"},
@@ -72,9 +74,14 @@ def _pods(n_nodes: int, n_pods: int, n_gpu: int, templates: dict[str, dict[str, 
             pod = copy.deepcopy(templates["hami" if hami else "operator"])
             pool_nodes = hami_nodes if hami else op_nodes
             if (i // 2) % PENDING_EVERY != PENDING_EVERY - 1:  # both pools have pending pods
-                pod["spec"]["nodeName"] = \
-                    f"gpu-node-{pool_nodes[(i // 2) % len(pool_nodes)]:05d}"
+                at = pool_nodes[(i // 2) % len(pool_nodes)]
+                pod["spec"]["nodeName"] = f"gpu-node-{at:05d}"
                 pod["status"] = {"phase": "Running"}
+                gpu = uuids_of(at)[(i // 2) % GPUS]
+                held.setdefault(pod["spec"]["nodeName"], {})[f"uid-{i}"] = [
+                    {"container": "main", "resource": "nvidia.com/gpu", "ids": [gpu],
+                     **({"visibleDevices": gpu} if hami else
+                        {"cdiDevices": [f"k8s.device-plugin.nvidia.com/gpu={gpu}"]})}]
             else:
                 pod["status"] = {"phase": "Pending"}
         else:
@@ -84,6 +91,7 @@ def _pods(n_nodes: int, n_pods: int, n_gpu: int, templates: dict[str, dict[str, 
 
 
 def measure(n_nodes: int, n_pods: int, n_gpu: int) -> dict[str, Any]:
+    from webhook.api.held import HELD_ANNOTATION
     from webhook.engine import ClusterView, NodeInfo, Stage, Subject, decide
     from webhook.policyfile import default_policy
     from webhook.scan.scanner import Scanner
@@ -96,10 +104,23 @@ def measure(n_nodes: int, n_pods: int, n_gpu: int) -> dict[str, Any]:
     view_rss = rss_mib()
     templates = _admitted_templates(view, policy)
     scanner = Scanner(view, policy)
+    held: dict[str, dict[str, list[dict[str, Any]]]] = {}
     t = time.perf_counter()
-    scanner.pods_listed(p for p in _pods(n_nodes, n_pods, n_gpu, templates)
+    scanner.pods_listed(p for p in _pods(n_nodes, n_pods, n_gpu, templates, held)
                         if scanner.keeps(p))
     listed_s = time.perf_counter() - t
+
+    def with_held(i: int) -> dict[str, Any]:
+        obj = node(i)
+        pods_there = held.get(obj["metadata"]["name"])
+        if pods_there is not None:
+            obj["metadata"]["annotations"][HELD_ANNOTATION] = json.dumps(
+                {"schemaVersion": 1, "observedAt": "2026-12-01T09:00:00Z",
+                 "pods": pods_there}, separators=(",", ":"))
+        return obj
+
+    for name in held:  # the agents publish what the pods hold, as they start
+        view.upsert_node(NodeInfo.from_object(with_held(int(name.rsplit("-", 1)[1]))))
     t = time.perf_counter()
     scanner.sync()
     first_scan_s = time.perf_counter() - t
@@ -134,7 +155,7 @@ def measure(n_nodes: int, n_pods: int, n_gpu: int) -> dict[str, Any]:
     broken_pods = 0
     for k in range(21):
         i = 5 * (k // 2 + 1)  # HAMi nodes 5, 10, ...: each breaks, then is mended
-        obj = node(i)
+        obj = with_held(i)
         if k % 2 == 0:
             inv = json.loads(obj["metadata"]["annotations"]["gpupool.io/cdi-inventory"])
             inv["kinds"]["management.nvidia.com/gpu"] = ["all"]

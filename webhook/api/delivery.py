@@ -237,13 +237,15 @@ NO_DEVICES = ("", "void", "none")
 
 
 def resolve_own(inv: Inventory, value: str, handler: str | None, gpus: tuple[str, ...],
-                privileged: bool = False) -> Resolution | None:
+                privileged: bool = False, said: str | None = None) -> Resolution | None:
     """A container that sets NVIDIA_VISIBLE_DEVICES itself: the kubelet puts the container's
     own variables after the device plugin's (Kubernetes ``kubelet_pods.go``,
     ``GenerateRunContainerOptions``) and the NVIDIA runtime keeps the last of a name
     (toolkit v1.20.2 ``internal/config/image/builder.go`` ``WithEnv``), so its value, not
     the plugin's UUIDs, is what the runtime resolves. None: the runtime does not read it
     here (another handler, or ignored for an unprivileged container). ``gpus``: the node's.
+    ``said``: how the notes name where the value comes from, when not from the pod (a
+    restarted container's cached answer, ``aftercare.restart``).
 
     Fully qualified names skip the default kind (and make ``auto`` mode use CDI:
     ``OnlyFullyQualifiedCDIDevices``); bare names in ``auto`` mode, like the just-in-time
@@ -259,24 +261,23 @@ def resolve_own(inv: Inventory, value: str, handler: str | None, gpus: tuple[str
     if envvar_ignored(inv, privileged):
         return None
     names = [n.strip() for n in value.split(",")]
+    told = said or (f"the pod sets NVIDIA_VISIBLE_DEVICES={value} itself, which overrides "
+                    "the device plugin's")
     if all(n in NO_DEVICES for n in names):
         return Resolution(VISIBLE_DEVICES, False, undelivered=True,
-                          note=f"the pod sets NVIDIA_VISIBLE_DEVICES={value} itself, which "
-                               "overrides the device plugin's: its containers get no GPU")
+                          note=f"{told}: its containers get no GPU")
     qualified = all("=" in n for n in names)
     mode = rt.effective_mode(handler)
     if mode is None:
         return Resolution(VISIBLE_DEVICES, None, note="runtime mode unknown")
     if mode in NON_CDI_MODES:
-        return _legacy_hook(inv, value, names, gpus, mode)
+        return _legacy_hook(inv, value, names, gpus, mode, said)
     kind = rt.default_kind or DEFAULT_KIND
     if mode != "cdi" and not qualified:
         kind = JIT_KIND  # auto mode: generated just in time for the node's own GPUs
     wanted = [n.partition("=")[::2] if "=" in n else (kind, n) for n in names]
     missing = tuple(f"{k}={d}" for k, d in wanted if not _defined(inv, k, d, gpus))
-    return Resolution(VISIBLE_DEVICES, not missing, missing, mode=mode, kind=kind,
-                      note=f"the pod sets NVIDIA_VISIBLE_DEVICES={value} itself, which "
-                           "overrides the device plugin's")
+    return Resolution(VISIBLE_DEVICES, not missing, missing, mode=mode, kind=kind, note=told)
 
 
 _MIG_INDEX = re.compile(r"^[0-9]+:[0-9]+$")
@@ -284,7 +285,7 @@ _PCI_BUS_ID = re.compile(r"^[0-9a-fA-F]+:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}\.0$")
 
 
 def _legacy_hook(inv: Inventory, value: str, names: list[str], gpus: tuple[str, ...],
-                 mode: str) -> Resolution:
+                 mode: str, said: str | None = None) -> Resolution:
     """NVIDIA_VISIBLE_DEVICES as the legacy hook reads it, and as ``nvidia-container-cli``
     selects the devices it names.
 
@@ -299,14 +300,14 @@ def _legacy_hook(inv: Inventory, value: str, names: list[str], gpus: tuple[str, 
     plugin registered; a PCI bus id, a MIG index, or a MIG UUID where no MIG device is
     known cannot be told here: doubt. Empty names between commas are dropped first
     (``devicesFromEnvvars``)."""
+    short = said or f"the pod sets NVIDIA_VISIBLE_DEVICES={value} itself"
     names = [n for n in names if n]
     for n in names:
         if n == "all":
             return Resolution(VISIBLE_DEVICES, True, mode=mode)
         if n in NO_DEVICES:
             return Resolution(VISIBLE_DEVICES, False, undelivered=True, mode=mode,
-                              note=f"the pod sets NVIDIA_VISIBLE_DEVICES={value} itself: "
-                                   f"the legacy hook reads {n} as no GPU, "
+                              note=f"{short}: the legacy hook reads {n} as no GPU, "
                                    "so its containers get none")
     known_gpus = {g.lower() for g in gpus}
     migs = {m.lower() for ids in (inv.mig or {}).values() for m in ids}
@@ -332,17 +333,19 @@ def _legacy_hook(inv: Inventory, value: str, names: list[str], gpus: tuple[str, 
     if not gpus:
         return Resolution(VISIBLE_DEVICES, None, mode=mode,
                           note="the node's GPUs are not known (no driver list in its "
-                               "inventory): the names its pod sets cannot be checked")
+                               "inventory): the names "
+                               + ("it is handed" if said else "its pod sets")
+                               + " cannot be checked")
     if unknown:
         return Resolution(VISIBLE_DEVICES, False, tuple(unknown), mode=mode,
-                          note=f"the pod sets NVIDIA_VISIBLE_DEVICES={value} itself: "
-                               f"nvidia-container-cli fails the container with "
+                          note=f"{short}: nvidia-container-cli fails the container with "
                                f"'{unknown[0]}: unknown device' (not a GPU or MIG device of "
                                "the node by UUID or index)")
     if doubt:
         return Resolution(VISIBLE_DEVICES, None, mode=mode,
-                          note=f"NVIDIA_VISIBLE_DEVICES={value}, set by the pod, names "
-                               f"{', '.join(doubt[:3])}: a PCI bus id, a MIG index or a MIG "
+                          note=(f"{said}, which names " if said else
+                                f"NVIDIA_VISIBLE_DEVICES={value}, set by the pod, names ")
+                          + f"{', '.join(doubt[:3])}: a PCI bus id, a MIG index or a MIG "
                                "device the node's inventory does not list, which "
                                "nvidia-container-cli resolves from the driver; not checked")
     return Resolution(VISIBLE_DEVICES, True, mode=mode)

@@ -68,6 +68,10 @@ class RuntimeInfo:
     accept_envvar_unprivileged: bool | None = None
     #: containerd hosts no NRI plugin (published only when false: its config disables NRI)
     containerd_nri: bool | None = None
+    #: every runtime handler containerd's config defines, NVIDIA's or not (None: its config
+    #: was not read). A container is created with its pod sandbox's handler, looked up in
+    #: that config each time, so a handler dropped from it fails every restart there.
+    runtime_handlers: tuple[str, ...] | None = None
 
     def effective_mode(self, runtime_class: str | None) -> str | None:
         """The mode a pod's containers run in: its RuntimeClass's handler (named like the
@@ -96,6 +100,8 @@ class RuntimeInfo:
             out["acceptEnvvarUnprivileged"] = False
         if self.containerd_nri is False:
             out["containerdNRI"] = False
+        if self.runtime_handlers is not None:
+            out["runtimeHandlers"] = list(self.runtime_handlers)
         return out
 
 
@@ -203,6 +209,8 @@ def _runtime(canonical: str) -> RuntimeInfo:
         accept_envvar_unprivileged=_opt(rt.get("acceptEnvvarUnprivileged"), bool,
                                         "runtime.acceptEnvvarUnprivileged"),
         containerd_nri=_opt(rt.get("containerdNRI"), bool, "runtime.containerdNRI"),
+        runtime_handlers=None if rt.get("runtimeHandlers") is None
+        else _str_list(rt.get("runtimeHandlers"), "runtime.runtimeHandlers"),
     )
 
 

@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.api import delivery
+from webhook.api.held import HELD_ANNOTATION, HeldDevices, HeldError, parse_held
 from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
 from webhook.api.pluginconfig import Settled
 from webhook.node import specdirs as registry
 from webhook.node.driver import DRIVER_GPUS_DIR, driver_gpus
-from webhook.node.kubelet import mig_devices
+from webhook.node.kubelet import held_devices, mig_devices
 from webhook.node.runtime import (
     ContainerdConfig,
     NvidiaConfig,
@@ -127,6 +128,13 @@ class Observer:
                         observed_at=_now(), gpus=gpus, mig=mig, plugins=plugins)
         return dataclasses.replace(inv, resolves=delivery.resolving_gpus(inv, gpus))
 
+    def held(self) -> HeldDevices | None:
+        """What each pod on the node holds, from the kubelet's checkpoint (None: the agent
+        does not read it)."""
+        if not self.kubelet_checkpoint:
+            return None
+        return dataclasses.replace(held_devices(self.kubelet_checkpoint), observed_at=_now())
+
     def watch_paths(self) -> list[str]:
         paths = list(self.spec_dirs or registry.DEFAULT_SPEC_DIRS)
         for cfg in (self.nvidia_config, self.containerd_config, self.kubelet_checkpoint):
@@ -145,6 +153,13 @@ Published = tuple[str | None, dict[str, str]]
 class NodeClient(Protocol):
     def get_state(self) -> Published: ...
     def set_state(self, annotation: str, labels: Mapping[str, str | None]) -> None: ...
+
+
+class HeldClient(Protocol):
+    """A client that also keeps the node's ``gpupool.io/held-devices`` annotation."""
+
+    def get_held(self) -> str | None: ...
+    def set_held(self, annotation: str) -> None: ...
 
 
 class KubeNodeClient:
@@ -166,6 +181,14 @@ class KubeNodeClient:
         body = {"metadata": {"annotations": {INVENTORY_ANNOTATION: annotation},
                              "labels": dict(labels)}}
         self.core.patch_node(self.node_name, body)
+
+    def get_held(self) -> str | None:
+        meta = self.core.read_node(self.node_name).metadata
+        return ((meta and meta.annotations) or {}).get(HELD_ANNOTATION)
+
+    def set_held(self, annotation: str) -> None:
+        self.core.patch_node(self.node_name,
+                             {"metadata": {"annotations": {HELD_ANNOTATION: annotation}}})
 
 
 STEERING_KEYS = frozenset(delivery.LABELS.values())
@@ -198,6 +221,7 @@ class Publisher:
     sleep: Callable[[float], None] = time.sleep
     writes: int = 0
     _published: dict[str, Any] | None = None
+    _held: dict[str, Any] | None = None
 
     def publish(self, inv: Inventory, stop: threading.Event | None = None) -> bool:
         """Write the inventory and the labels it implies if they changed; retry API errors
@@ -226,6 +250,44 @@ class Publisher:
                 log.warning("publishing inventory failed (%s); retrying in %.1fs", exc, delay)
                 self.sleep(delay)
                 backoff = min(backoff * 2, self.max_backoff)
+
+
+    def publish_held(self, held: HeldDevices, stop: threading.Event | None = None) -> bool:
+        """Write what the node's pods hold if it changed (its time aside): a node whose pods
+        neither start nor stop costs no write. True if written."""
+        client: Any = self.client
+        content = held.content()
+        if self._held == content or not hasattr(client, "set_held"):
+            return False
+        backoff = 1.0
+        while True:
+            try:
+                if self._held is None and _held_content(client.get_held()) == content:
+                    self._held = content
+                    return False
+                client.set_held(held.dumps())
+                self.writes += 1
+                self._held = content
+                log.info("published what %d pod(s) hold%s", len(held.pods),
+                         f" (checkpoint unreadable: {held.error})" if held.error else "")
+                return True
+            except Exception as exc:
+                if stop is not None and stop.is_set():
+                    return False
+                delay = backoff * (0.5 + _JITTER.random())
+                log.warning("publishing held devices failed (%s); retrying in %.1fs", exc,
+                            delay)
+                self.sleep(delay)
+                backoff = min(backoff * 2, self.max_backoff)
+
+
+def _held_content(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        return parse_held(text).content()
+    except HeldError:
+        return None
 
 
 def _brief(inv: Inventory) -> str:
@@ -300,6 +362,9 @@ def run(observer: Observer, publisher: Publisher, *, poll_interval: float = 30.0
         while not stop.is_set():
             inv = observer.observe()
             publisher.publish(inv, stop)
+            held = observer.held()
+            if held is not None:
+                publisher.publish_held(held, stop)
             timeout = min(poll_interval, observer.settle_seconds) if observer.pending \
                 else poll_interval
             watcher.wait(timeout, stop)

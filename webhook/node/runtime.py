@@ -87,6 +87,8 @@ class ContainerdConfig:
     default_runtime: str | None = None
     #: whether containerd hosts NRI plugins (None: its version's default, not known here)
     nri_enabled: bool | None = None
+    #: every runtime handler containerd's config defines, NVIDIA's or not
+    runtimes: tuple[str, ...] = ()
 
 
 def _cri_sections(doc: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any], int]:
@@ -188,7 +190,8 @@ def read_containerd_config(path: str, host_root: str = "") -> ContainerdConfig:
     return ContainerdConfig(cdi_enabled=bool(enabled), spec_dirs=tuple(str(d) for d in dirs),
                             nvidia_handlers=handlers,
                             default_runtime=default if isinstance(default, str) else None,
-                            nri_enabled=_nri_enabled(doc, version))
+                            nri_enabled=_nri_enabled(doc, version),
+                            runtimes=tuple(sorted(str(n) for n in runtimes)))
 
 
 def _nri_enabled(doc: Mapping[str, Any], version: int) -> bool | None:
@@ -225,4 +228,5 @@ def runtime_info(nvidia: NvidiaConfig | None, containerd: ContainerdConfig | Non
         accept_envvar_unprivileged=False if nvidia and not nvidia.accept_envvar_unprivileged
         else None,
         containerd_nri=False if containerd and containerd.nri_enabled is False else None,
+        runtime_handlers=containerd.runtimes if containerd else None,
     )

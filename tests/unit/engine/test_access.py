@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from harness.kit import gpu_pod, only_voids
+from harness.layouts import UUIDS
 from tests.unit.engine.test_nri import DOMAIN, TOOLKIT_LABEL, cluster_policy
 from tests.unit.engine.test_steering import agent_node, hami_pod
 from webhook.engine import (
@@ -246,7 +247,7 @@ def test_a_running_pod_is_rejudged_for_its_restart_not_for_its_admission(tmp_pat
     assert "/spec/containers/1/env" in [op["path"] for op in m.patch]
     running = jsonpatch.apply_patch(pod, [op for op in m.patch if "/env" not in op["path"]])
     running["metadata"]["annotations"].update({
-        "hami.io/vgpu-devices-allocated": "GPU-1,NVIDIA,1000,10:;",
+        "hami.io/vgpu-devices-allocated": f"{UUIDS[0]},NVIDIA,1000,10:;",
         "hami.io/bind-phase": "success"})
     running["spec"]["nodeName"] = "hami-1"
     answer = recheck(running, view, policy)

@@ -9,7 +9,7 @@ import copy
 import pytest
 
 from harness.kit import gpu_pod
-from tests.unit.engine.test_steering import agent_node, hami_pod
+from tests.unit.engine.test_steering import agent_node, hami_bound, hami_pod
 from webhook.engine.admission import admit
 from webhook.engine.aftercare.nodehazards import advertised_twice
 from webhook.engine.aftercare.podrisk import Outcome, SchedulerState, recheck
@@ -22,16 +22,13 @@ from webhook.policyfile import default_policy
 
 def admitted(pod: dict, view, policy, node: str | None = None) -> dict:
     """The pod as the API server stores it after gpupool's mutation (and, with ``node``,
-    after a scheduler bound it)."""
+    after HAMi's scheduler bound it and it started)."""
     m = admit.decide(admit.Stage.MUTATE, admit.Subject(kind="Pod", object=pod,
                                                         namespace="default"), view, policy)
     assert m.allowed, m.message
     out = patch.apply(copy.deepcopy(pod), m.patch)
     out["metadata"].update(namespace="default", uid=f"uid-{out['metadata']['name']}")
-    if node:
-        out["spec"]["nodeName"] = node
-        out["status"] = {"phase": "Running"}
-    return out
+    return hami_bound(out, node) if node else out
 
 
 def test_a_running_pod_whose_node_loses_its_per_uuid_devices_fails_on_restart(tmp_path):

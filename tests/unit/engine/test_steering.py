@@ -136,6 +136,18 @@ def hami_pod(**spec):
     return gpu_pod("h", limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}, **spec)
 
 
+def hami_bound(pod: dict, node: str, uuids: tuple[str, ...] = (UUIDS[0],)) -> dict:
+    """The pod as HAMi's scheduler leaves it once placed and started: bound, its first
+    container's GPUs recorded in ``hami.io/vgpu-devices-allocated`` (HAMi v2.10
+    ``EncodePodSingleDevice``), running."""
+    out = copy.deepcopy(pod)
+    out["spec"]["nodeName"] = node
+    out["metadata"].setdefault("annotations", {})["hami.io/vgpu-devices-allocated"] = \
+        "".join(f"{u},NVIDIA,1000,0:" for u in uuids) + ";"
+    out["status"] = {"phase": "Running"}
+    return out
+
+
 def terms(pod: dict, patch: list) -> list[dict]:
     out = jsonpatch.apply_patch(pod, patch)
     return out["spec"]["affinity"]["nodeAffinity"][

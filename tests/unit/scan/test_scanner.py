@@ -13,7 +13,7 @@ import jsonpatch
 import yaml
 
 from harness.kit import gpu_pod
-from tests.unit.engine.test_steering import agent_node, hami_pod
+from tests.unit.engine.test_steering import agent_node, hami_bound, hami_pod
 from webhook.engine import NodeInfo, Outcome, Stage, Subject, decide, view_from_objects
 from webhook.policyfile import default_policy
 from webhook.scan.scanner import Scanner
@@ -24,9 +24,7 @@ def admitted(pod: dict, view, policy, name: str, node: str | None) -> dict:
     pod["metadata"].update(name=name, namespace="ml", uid=f"uid-{name}")
     m = decide(Stage.MUTATE, Subject(kind="Pod", object=pod, namespace="ml"), view, policy)
     out = jsonpatch.apply_patch(pod, m.patch)
-    if node:
-        out["spec"]["nodeName"] = node
-    return out
+    return hami_bound(out, node) if node else out
 
 
 def cluster(tmp_path):

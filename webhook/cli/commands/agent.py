@@ -52,6 +52,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
             print("note: without --node-name (or NODE_NAME) the device plugin's pods are not "
                   "looked at: the printed inventory has no 'plugins'", file=sys.stderr)
         print(observer.observe().dumps())
+        held = observer.held()
+        if held is not None:
+            print(held.dumps())
         if args.once:
             return EXIT_OK
     if not args.node_name or api is None:
@@ -62,6 +65,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
     publisher = Publisher(KubeNodeClient(api, args.node_name))
     if args.once:
         publisher.publish(observer.observe())
+        held = observer.held()
+        if held is not None:
+            publisher.publish_held(held)
         return EXIT_OK
     run(observer, publisher, poll_interval=args.poll_interval)
     return EXIT_OK
@@ -87,9 +93,10 @@ def register(sub: Any, prog: str) -> None:
     ag.add_argument("--driver-gpus-dir", default="/proc/driver/nvidia/gpus", metavar="DIR",
                     help="where the NVIDIA driver lists the node's GPUs ('' to not read it)")
     ag.add_argument("--kubelet-checkpoint", default="", metavar="FILE",
-                    help="the kubelet's device-manager checkpoint, for the MIG devices the "
-                         "device plugin registered (the DaemonSet: /host/var/lib/kubelet/"
-                         "device-plugins/kubelet_internal_checkpoint)")
+                    help="the kubelet's device-manager checkpoint: the MIG devices the "
+                         "device plugin registered, and what each pod holds, published as "
+                         "gpupool.io/held-devices for the scan (the DaemonSet: /host/var/lib/"
+                         "kubelet/device-plugins/kubelet_internal_checkpoint)")
     ag.add_argument("--plugin-pods", action=argparse.BooleanOptionalAction, default=True,
                     help="learn how the device plugin hands GPUs from its pods on this node "
                          "(needs pods list and configmaps get; default: on)")
@@ -97,7 +104,9 @@ def register(sub: Any, prog: str) -> None:
                     metavar="SECONDS", help="how often to look at the device-plugin pods "
                                             "(default: %(default)s)")
     ag.add_argument("--once", action="store_true", help="observe (and publish) once, then exit")
-    ag.add_argument("--print", action="store_true", help="print the annotation value")
+    ag.add_argument("--print", action="store_true",
+                    help="print the annotation values (the inventory; with "
+                         "--kubelet-checkpoint, what the pods hold on a second line)")
     ag.add_argument("--poll-interval", type=positive(float), default=30.0, metavar="SECONDS",
                     help="how often to look at the node's files (default: %(default)s)")
     ag.add_argument("--settle-seconds", type=float, default=5.0, metavar="SECONDS",

@@ -19,9 +19,12 @@ from enum import StrEnum
 from typing import Any
 
 from webhook.engine.admission.admit import Stage, Subject, decide
+from webhook.engine.aftercare.restart import restart_answer
+from webhook.engine.checks.assessment import NodeState
 from webhook.engine.core.decision import Decision, Reason
 from webhook.engine.core.objects import as_mapping, meta_of
 from webhook.engine.core.policy import ANY_WRITER, Policy, Ungranted
+from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.view.cluster import ClusterView
 
 
@@ -59,6 +62,14 @@ ROUTING_REASONS = frozenset({
     Reason.SCHEDULER_MISMATCH, Reason.AFFINITY_MISMATCH, Reason.HAMI_RESOURCE_OUTSIDE_POOL,
     Reason.POOL_CONFLICT, Reason.EXCLUSIVE_RESOURCE_CONFLICT, Reason.UNKNOWN_POOL})
 _FINISHED = frozenset({"Succeeded", "Failed"})
+#: Denials about what the device plugin's GPUs find on a node: for a pod that holds its
+#: devices already, what it holds decides instead (``aftercare.restart``).
+DEVICE_REASONS = frozenset({
+    Reason.CDI_DEVICE_MISSING, Reason.GPU_NOT_DELIVERED, Reason.GPU_NOT_ACCOUNTED,
+    Reason.UNKNOWN_DEVICE, Reason.INVENTORY_MISSING, Reason.NO_CANDIDATE_NODES,
+    Reason.GPU_UUID_UNAVAILABLE})
+_RESTART_OUTCOMES = {NodeState.OK: Outcome.FINE, NodeState.MISSING: Outcome.FAILS_ON_RESTART,
+                     NodeState.UNKNOWN: Outcome.MAY_FAIL_ON_RESTART}
 
 
 @dataclass(frozen=True)
@@ -147,9 +158,20 @@ def recheck(pod: Mapping[str, Any], view: ClusterView, policy: Policy,
         message = (f"pod {namespace}/{meta.get('name')} waits for scheduler "
                    f"{d.scheduler_name}, which is not running ({state.detail}); start it, or "
                    "the pod stays Pending")
-    reason = {Outcome.SCHEDULER_NOT_RUNNING: Reason.SCHEDULER_NOT_RUNNING,
-              Outcome.MAY_FAIL_ON_RESTART: Reason.DEVICES_UNVERIFIED}.get(outcome, d.reason)
+    reason: str = {Outcome.SCHEDULER_NOT_RUNNING: Reason.SCHEDULER_NOT_RUNNING,
+                   Outcome.MAY_FAIL_ON_RESTART: Reason.DEVICES_UNVERIFIED}.get(outcome, d.reason)
     missing = tuple(m for f in d.nodes if f.node == node for m in f.missing) if node else ()
+    bound = view.node(node) if node else None
+    if bound is not None and d.pool in policy.by_name and (
+            d.allowed or d.reason in DEVICE_REASONS):
+        # It holds its devices already (or will, the same, at its first start): what it
+        # holds decides, not what the device plugin would hand a new pod.
+        rp = restart_policy(policy)
+        facts = PodFacts.parse(as_admitted(pod), namespace or "default", rp)
+        restart = restart_answer(pod, facts, d.pool, bound, view, rp)
+        if restart is not None:
+            outcome = _RESTART_OUTCOMES[restart.state]
+            reason, message, missing = restart.reason, restart.message, restart.missing
     return PodAnswer(namespace=namespace or "default", name=str(meta.get("name") or ""),
                      uid=str(meta.get("uid") or ""), node=node, pool=d.pool,
                      scheduler=d.scheduler_name, outcome=outcome, reason=str(reason),

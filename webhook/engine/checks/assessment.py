@@ -50,6 +50,8 @@ class NodeAssessment:
     #: unknown, yet some GPU there can fail the pod (one HAMi's cordon names, which its
     #: scheduler may still hand out): a warning, not a denial, but steering keeps the pod off
     may_fail: bool = False
+    #: the reason code (``Reason``), where the finding itself knows it
+    reason: str = ""
 
 
 _SEVERITY = {NodeState.OK: 0, NodeState.UNKNOWN: 1, NodeState.MISSING: 2}

@@ -56,6 +56,8 @@ class Reason(StrEnum):
     SCHEDULER_NOT_RUNNING = "SchedulerNotRunning"
     GPUS_ADVERTISED_TWICE = "GPUsAdvertisedTwice"
     DEVICES_UNVERIFIED = "DevicesUnverified"
+    #: its pod sandbox's runtime handler is gone from containerd's config on its node
+    RUNTIME_HANDLER_MISSING = "RuntimeHandlerMissing"
 
     @classmethod
     def codes(cls) -> tuple[str, ...]:

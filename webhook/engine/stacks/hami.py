@@ -98,3 +98,31 @@ def cordoned(value: object) -> frozenset[str]:
     if not isinstance(value, str):
         return frozenset()
     return frozenset(u for u in (part.strip() for part in value.split(",")) if u)
+
+
+#: Where HAMi's scheduler records the GPUs it allocated a pod, per container (v2.10
+#: ``pkg/device/nvidia/device.go``, ``AssignedIDsAnnotations``).
+ALLOCATED_ANNOTATION = "hami.io/vgpu-devices-allocated"
+
+
+def allocated(value: object) -> tuple[tuple[str, ...], ...] | None:
+    """The GPU UUIDs per container (in the order of the pod's containers) that
+    ``hami.io/vgpu-devices-allocated`` names: HAMi v2.10 ``pkg/device/devices.go``
+    ``EncodePodSingleDevice`` joins containers with ``;`` and ``EncodeContainerDevices``
+    writes each GPU as ``<uuid>,<type>,<mem>,<cores>:``; an empty entry is a container
+    without GPUs, kept so that the order holds (``DecodePodDevices``). None for a value
+    that is not that."""
+    if not isinstance(value, str) or not value:
+        return None
+    out = []
+    for container in value.split(";")[:-1] if value.endswith(";") else value.split(";"):
+        uuids = []
+        for device in container.split(":"):
+            if not device:
+                continue
+            fields = device.split(",")
+            if len(fields) < 4 or not fields[0]:
+                return None
+            uuids.append(fields[0])
+        out.append(tuple(uuids))
+    return tuple(out)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.api.held import HELD_ANNOTATION
 from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
 from webhook.engine.core import objects
 from webhook.engine.core.policy import Policy
@@ -50,6 +51,11 @@ class NodeInfo:
     #: same labels those checks read, is the same answer (``NodeCheck.node_key``). None for
     #: a node not built from its object: never taken as unchanged.
     devices: bytes | None = field(default=None, compare=False, repr=False)
+    #: the agent's ``gpupool.io/held-devices`` as published (None: none): only re-checks of
+    #: running pods read it (``aftercare.restart``), parsed when one does; in the
+    #: fingerprint, so a node whose pods changed what they hold is stored again, but not in
+    #: ``devices``: admission's verdicts never read it
+    held: str | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> NodeInfo:
@@ -98,13 +104,15 @@ class NodeInfo:
         devices = hashlib.blake2b(repr((raw_register, raw_inventory, sorted(extended),
                                         sorted((allocatable or {}).items()),
                                         sorted(cordoned))).encode(), digest_size=16).digest()
-        fingerprint = hashlib.blake2b(repr((sorted(labels.items()), taints)).encode() + devices,
-                                      digest_size=16).digest()
+        raw_held = annotations.get(HELD_ANNOTATION)
+        held = raw_held if isinstance(raw_held, str) else None
+        fingerprint = hashlib.blake2b(repr((sorted(labels.items()), taints, held)).encode()
+                                      + devices, digest_size=16).digest()
         return cls(name=sys.intern(name), labels=labels, taints=taints,
                    extended_resources=frozenset(extended), allocatable=allocatable, gpus=gpus,
                    register_error=register_error, inventory=inventory,
                    inventory_error=inventory_error, cordoned=cordoned,
-                   fingerprint=fingerprint, devices=devices)
+                   fingerprint=fingerprint, devices=devices, held=held)
 
     def is_gpu_node(self, policy: Policy) -> bool:
         return (self.labels.get(GPU_PRESENT_LABEL) == "true" or bool(self.gpus)

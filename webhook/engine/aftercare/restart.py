@@ -1,0 +1,313 @@
+"""A running pod's next container start, as the kubelet will make it.
+
+The kubelet allocates a container's devices once, when it admits the pod, and hands a
+restarted container that same answer again, never a new one: Kubernetes v1.35
+``pkg/kubelet/cm/devicemanager/manager.go`` ``devicesToAllocate`` returns nothing to
+allocate for a container that already holds its devices, and ``GetDeviceRunContainerOptions``
+builds the container's options from ``podDevices.deviceRunContainerOptions``, the cached
+``ContainerAllocateResponse`` (the same device ids, environment, annotations and CDI names).
+Everything else is the node as it is now: the runtime's mode and default kind, the CDI specs,
+containerd's handlers (a container is created with its pod sandbox's handler, looked up in
+containerd's config each time: containerd v2 ``internal/cri/server/container_create.go``,
+``GetSandboxRuntime``) and the NRI plugin, which reads the pod's annotations again.
+
+So a started pod is judged by what it holds: the agent's ``gpupool.io/held-devices``
+(``webhook.api.held``, read from the kubelet's checkpoint), else, for HAMi's pods, the GPUs
+its scheduler recorded in ``hami.io/vgpu-devices-allocated``, handed the way HAMi's device
+plugin hands them now; the answer says which one decided. A pod none of whose containers has
+started and that the kubelet holds nothing for gets a fresh allocation: its admission answer
+stands. A started pod whose cached answer cannot be read is doubt, with the reason.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from webhook.api import delivery
+from webhook.api.held import Held, HeldError, parse_held
+from webhook.engine.checks import nodechecks, nriannotations, owndevices, plugindevices
+from webhook.engine.checks.assessment import Ask, Combine, NodeAssessment, NodeCheck, NodeState
+from webhook.engine.core.decision import SHOW_DEVICES, Reason
+from webhook.engine.core.objects import as_mapping, meta_of
+from webhook.engine.core.policy import Policy
+from webhook.engine.placement import candidates as cand
+from webhook.engine.pod import podclaims
+from webhook.engine.pod.podfacts import PodFacts
+from webhook.engine.stacks import hami
+from webhook.engine.view.cluster import ClusterView
+from webhook.engine.view.nodes import NodeInfo
+
+
+class Basis(StrEnum):
+    """Where what a pod holds was read: said in every restart answer."""
+
+    CHECKPOINT = "as the kubelet cached it when the pod started (its checkpoint, published " \
+                 "by gpupool's agent)"
+    HAMI = f"as HAMi's scheduler recorded them ({hami.ALLOCATED_ANNOTATION}), handed the way " \
+           "HAMi's device plugin there hands GPUs now"
+
+
+@dataclass(frozen=True)
+class Cached:
+    entries: tuple[Held, ...]
+    basis: Basis
+
+
+@dataclass(frozen=True)
+class RestartAnswer:
+    """What the pod's next container start on its node finds."""
+
+    state: NodeState
+    reason: str
+    message: str
+    missing: tuple[str, ...] = ()
+    basis: Basis | None = None
+
+
+def started(pod: Mapping[str, Any]) -> bool:
+    """Has a container of the pod been created (running, exited, or restarted)? The kubelet
+    allocated its devices before that."""
+    status = as_mapping(pod.get("status"))
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(key) or ():
+            if not isinstance(cs, Mapping):
+                continue
+            state, last = as_mapping(cs.get("state")), as_mapping(cs.get("lastState"))
+            if cs.get("containerID") or "running" in state or "terminated" in state \
+                    or "terminated" in last or (isinstance(cs.get("restartCount"), int)
+                                                and cs["restartCount"] > 0):
+                return True
+    return status.get("phase") == "Running"
+
+
+def cached_answer(pod: Mapping[str, Any], node: NodeInfo, view: ClusterView
+                  ) -> Cached | str | None:
+    """What the pod holds on its node (``Cached``); why it cannot be known for a started
+    pod (a string); None: nothing held and nothing started, so its first start allocates
+    afresh."""
+    meta = meta_of(pod)
+    raw_uid = meta.get("uid")
+    uid = raw_uid if isinstance(raw_uid, str) else ""
+    why = ""
+    if node.held is None:
+        why = (f"gpupool's agent on node {node.name} publishes no "
+               "gpupool.io/held-devices (run it with --kubelet-checkpoint, the chart's "
+               "agent.kubeletCheckpoint)")
+    else:
+        try:
+            held = parse_held(node.held)
+        except HeldError as exc:
+            held, why = None, f"node {node.name}'s gpupool.io/held-devices: {exc}"
+        if held is not None:
+            if held.error:
+                why = f"the kubelet's checkpoint on node {node.name} cannot be read: " \
+                      f"{held.error}"
+            elif uid in held.pods:
+                return Cached(held.pods[uid], Basis.CHECKPOINT)
+            elif uid in held.left_out:
+                why = (f"node {node.name}'s gpupool.io/held-devices left this pod out: the "
+                       "node's pods hold more than its budget")
+            else:
+                when = held.observed_at or "an unknown time"
+                why = (f"the kubelet held nothing for it when gpupool's agent on node "
+                       f"{node.name} last published (at {when}): the agent may not have "
+                       "caught up yet")
+    from_hami = _hami_allocated(pod, node, view)
+    if isinstance(from_hami, Cached):
+        return from_hami
+    if not started(pod):
+        return None
+    return f"{why}; {from_hami}" if from_hami else why
+
+
+def _hami_allocated(pod: Mapping[str, Any], node: NodeInfo, view: ClusterView
+                    ) -> Cached | str:
+    """The GPUs HAMi's scheduler recorded for the pod's containers, as the node's HAMi
+    plugin hands them now; why not, when the pod has such a record that cannot be used
+    ("": it has none)."""
+    ann = as_mapping(meta_of(pod).get("annotations"))
+    per_container = hami.allocated(ann.get(hami.ALLOCATED_ANNOTATION))
+    if per_container is None:
+        return ""
+    way = plugindevices.declared_way(node, view)
+    if way is None:
+        return (f"{hami.ALLOCATED_ANNOTATION} names its GPUs, but how the device plugin on "
+                f"node {node.name} hands them is not known (not learned from its pod)")
+    names = [c.get("name") for c in as_mapping(pod.get("spec")).get("containers") or ()
+             if isinstance(c, Mapping)]
+    entries = []
+    for name, uuids in zip(names, per_container, strict=False):
+        if not uuids or not isinstance(name, str):
+            continue
+        if way == delivery.CDI_DEVICES:
+            entries.append(Held(name, hami.COUNT_RESOURCE, uuids, cdi_devices=tuple(
+                f"{delivery.DEVICE_PLUGIN_KIND}={u}" for u in uuids)))
+        else:
+            entries.append(Held(name, hami.COUNT_RESOURCE, uuids, ",".join(uuids)))
+    return Cached(tuple(entries), Basis.HAMI)
+
+
+def judge_held(node: NodeInfo, entries: tuple[Held, ...], runtime_class: str | None,
+               handler: str | None, privileged: bool) -> NodeAssessment:
+    """Would every container's cached answer resolve on the node as it is now?"""
+    inv = node.inventory
+    if inv is None:
+        return NodeAssessment(node.name, NodeState.UNKNOWN, note=node.inventory_error or
+                              "no CDI inventory published (is gpupool's agent running?)")
+    rt = inv.runtime
+    if runtime_class and handler and rt.runtime_handlers is not None \
+            and handler not in rt.runtime_handlers:
+        return NodeAssessment(
+            node.name, NodeState.MISSING, missing=(f"runtime handler {handler}",),
+            reason=Reason.RUNTIME_HANDLER_MISSING,
+            note=f"containerd's config there no longer defines runtime handler {handler} "
+                 f"(RuntimeClass {runtime_class}), and containerd creates each container "
+                 "with its pod sandbox's handler: the container cannot be created",
+            fix=f"restore runtime handler {handler} in containerd's config on {node.name}, "
+                f"or recreate the pod with a RuntimeClass whose handler the node has")
+    gpus = (*node.gpu_uuids(), *(m for ids in (inv.mig or {}).values() for m in ids))
+    doubt: NodeAssessment | None = None
+    for h in entries:
+        found = _judge_one(node, h, handler if runtime_class else None, gpus, privileged)
+        if found.state is NodeState.MISSING:
+            return found
+        if found.state is NodeState.UNKNOWN and doubt is None:
+            doubt = found
+    return doubt or NodeAssessment(node.name, NodeState.OK)
+
+
+def _judge_one(node: NodeInfo, h: Held, handler: str | None, gpus: tuple[str, ...],
+               privileged: bool) -> NodeAssessment:
+    inv = node.inventory
+    assert inv is not None
+    names = h.cdi_names
+    if names:
+        # containerd resolves these with the CDI library whatever the runtime's mode; the
+        # just-in-time kind is generated by the NVIDIA runtime alone, never by containerd
+        # (webhook.api.delivery), so every name must be in a spec file
+        missing = tuple(n for n in names if not inv.has(*_split(n)))
+        if missing:
+            return NodeAssessment(
+                node.name, NodeState.MISSING, missing=missing, way=delivery.CDI_DEVICES,
+                kind=_split(missing[0])[0],
+                note=f"container {h.container} is handed back CDI device(s) "
+                     f"{_shown(missing)}, which no CDI spec on the node defines now "
+                     "(containerd resolves them with the CDI library)")
+    if h.visible_devices is not None and not (names and h.visible_devices in
+                                              delivery.NO_DEVICES):
+        said = (f"container {h.container} is handed back "
+                f"NVIDIA_VISIBLE_DEVICES={h.visible_devices}")
+        r = delivery.resolve_own(inv, h.visible_devices, handler, gpus, privileged, said)
+        if r is None:
+            why = delivery.UNPRIVILEGED_ENVVAR_IGNORED if delivery.envvar_ignored(
+                inv, privileged) else ("its runtime handler there is not the NVIDIA "
+                                       "runtime, which alone reads NVIDIA_VISIBLE_DEVICES")
+            return NodeAssessment(node.name, NodeState.MISSING, undelivered=True,
+                                  way=delivery.VISIBLE_DEVICES, note=f"{said}: {why}")
+        if r.ok is None:
+            return NodeAssessment(node.name, NodeState.UNKNOWN, note=r.note, mode=r.mode,
+                                  way=delivery.VISIBLE_DEVICES)
+        if r.ok is False:
+            note = r.note
+            if r.missing and r.mode == "cdi":
+                note = (f"{said}, which the NVIDIA runtime (mode cdi) resolves as "
+                        f"{_shown(r.missing)}: no CDI spec on the node defines it now")
+            elif r.missing and r.mode not in delivery.NON_CDI_MODES:
+                note = (f"{said}, but the node has no such device for the runtime to "
+                        f"generate just in time ({_shown(r.missing)})")
+            return NodeAssessment(node.name, NodeState.MISSING, missing=r.missing, note=note,
+                                  mode=r.mode, kind=r.kind, way=delivery.VISIBLE_DEVICES,
+                                  undelivered=r.undelivered)
+        return NodeAssessment(node.name, NodeState.OK, way=delivery.VISIBLE_DEVICES,
+                              mode=r.mode)
+    if h.other and not names:
+        return NodeAssessment(node.name, NodeState.UNKNOWN,
+                              note=f"container {h.container} is handed back device nodes or "
+                                   "mounts only, which gpupool does not judge")
+    return NodeAssessment(node.name, NodeState.OK, way=delivery.CDI_DEVICES if names else "")
+
+
+def _split(name: str) -> tuple[str, str]:
+    kind, _, device = name.partition("=")
+    return kind, device
+
+
+def _shown(names: tuple[str, ...]) -> str:
+    more = len(names) - SHOW_DEVICES
+    return ", ".join(names[:SHOW_DEVICES]) + (f" and {more} more" if more > 0 else "")
+
+
+def restart_answer(pod: Mapping[str, Any], facts: PodFacts, pool: str, node: NodeInfo,
+                   view: ClusterView, policy: Policy) -> RestartAnswer | None:
+    """The pod's next container start on its node, judged by what it holds; None where that
+    is its first start (nothing held yet) or where no device plugin hands it GPUs (its pool
+    checks no devices, DRA serves them, or it asks for none)."""
+    if not policy.by_name[pool].cdi.checked or not facts.gpus:
+        return None
+    extended = podclaims.demand(facts, view).extended
+    if extended and all(podclaims.dra_served(node, r, extended) for r in facts.gpus):
+        return None
+    cached = cached_answer(pod, node, view)
+    if cached is None:
+        return None
+    who = facts.who
+    if isinstance(cached, str):
+        return RestartAnswer(
+            NodeState.UNKNOWN, Reason.DEVICES_UNVERIFIED,
+            f"{who} may fail on its next container start on node {node.name}: what it holds "
+            f"there cannot be read: {cached}")
+    found = _with_pod_checks(node, cached, facts, pool, view, policy)
+    held = sorted({i.split("::", 1)[0] for h in cached.entries for i in h.ids})
+    holds = f"it holds {_shown(tuple(held))}" if held else "it holds no device"
+    if found.state is NodeState.OK:
+        return RestartAnswer(NodeState.OK, Reason.ROUTED,
+                             f"{who} restarts with its devices on node {node.name}: {holds}, "
+                             f"{cached.basis}, and they resolve there", basis=cached.basis)
+    if found.state is NodeState.UNKNOWN:
+        return RestartAnswer(NodeState.UNKNOWN, Reason.DEVICES_UNVERIFIED,
+                             f"{who} may fail on its next container start on node "
+                             f"{node.name}: {holds}, {cached.basis}; {found.note}",
+                             basis=cached.basis)
+    reason = found.reason or (
+        Reason.GPU_NOT_DELIVERED if found.undelivered else
+        Reason.GPU_NOT_ACCOUNTED if found.misaccounted else
+        Reason.UNKNOWN_DEVICE if found.mode in delivery.NON_CDI_MODES and found.missing else
+        Reason.CDI_DEVICE_MISSING)
+    fix = found.fix or ("restore a CDI spec that defines them, or delete the pod so that "
+                        "its replacement is allocated afresh on the node as it is now"
+                        if found.missing else "delete the pod so that its replacement is "
+                        "allocated afresh on the node as it is now")
+    return RestartAnswer(NodeState.MISSING, reason,
+                         f"{who} fails on its next container start on node {node.name}: "
+                         f"{holds}, {cached.basis}; {found.note}; {fix}",
+                         missing=found.missing, basis=cached.basis)
+
+
+def _with_pod_checks(node: NodeInfo, cached: Cached, facts: PodFacts, pool: str,
+                     view: ClusterView, policy: Policy) -> NodeAssessment:
+    """The cached answer in place of the device plugin's, refined by what the pod itself
+    asks of the node as admission would (its own NVIDIA_VISIBLE_DEVICES, its NRI
+    annotations): both are read again from the pod at every start."""
+    handler = view.handler_of(facts.runtime_class)
+
+    def assess(n: NodeInfo, ask: Ask, prepared: Any, so_far: NodeAssessment | None
+               ) -> NodeAssessment:
+        return judge_held(n, cached.entries, facts.runtime_class, handler,
+                          facts.privileged_gpus)
+
+    def node_key(n: NodeInfo, v: ClusterView) -> Hashable:
+        return n.devices
+
+    check = NodeCheck("held devices", reads=("runtime class", "privileged GPU containers"),
+                      node_reads=("inventory", "held devices"), combine=Combine.FIRST,
+                      prepare=lambda ask: True, assess=assess, node_key=node_key)
+    hami_pool = policy.is_hami_pool(pool)
+    ask = Ask(facts, policy.by_name[pool], view, policy, handler, hami_pool,
+              lambda: cand.demand_of(facts, hami_pool))
+    checks = (check, owndevices.CHECK, nriannotations.CHECK)
+    return nodechecks.judge(node, ask, nodechecks.prepared(ask, checks))
