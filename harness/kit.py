@@ -95,3 +95,25 @@ def only_voids(patch: list[dict[str, Any]]) -> bool:
     void = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
     return all(op["op"] in ("add", "replace") and "/env" in op["path"]
                and op["value"] in (void, [void]) for op in patch)
+
+
+def hold(node: dict[str, Any], uid: str, ids: tuple[str, ...] | list[str], *,
+         container: str = "main", resource: str = "nvidia.com/gpu",
+         visible: str | None = None, cdi: tuple[str, ...] | list[str] = (),
+         annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """The node as its agent publishes it once the pod ``uid`` holds ``ids`` there
+    (``gpupool.io/held-devices``, docs/cdi-inventory.md): the allocate answer the kubelet
+    cached for the container, as the device plugin gave it. Changes ``node`` in place."""
+    ann = node.setdefault("metadata", {}).setdefault("annotations", {})
+    doc = json.loads(ann.get("gpupool.io/held-devices") or
+                     '{"schemaVersion": 1, "observedAt": "2026-12-06T08:00:00Z", "pods": {}}')
+    entry: dict[str, Any] = {"container": container, "resource": resource, "ids": list(ids)}
+    if visible is not None:
+        entry["visibleDevices"] = visible
+    if cdi:
+        entry["cdiDevices"] = list(cdi)
+    if annotations:
+        entry["annotations"] = annotations
+    doc["pods"].setdefault(uid, []).append(entry)
+    ann["gpupool.io/held-devices"] = json.dumps(doc, separators=(",", ":"))
+    return node

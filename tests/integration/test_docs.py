@@ -74,6 +74,13 @@ def test_policy_examples_decide_as_they_say_on_the_demo_cluster(block, tmp_path)
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang == "json"], ids=_id)
 def test_json_blocks_are_inventories_that_parse(block):
+    """Each JSON example is an inventory, or what a node's pods hold, that gpupool reads."""
+    from webhook.api.held import parse_held
+
+    if '"pods"' in block.text:
+        held = parse_held(block.text)
+        assert held.pods and all(h.ids for e in held.pods.values() for h in e)
+        return
     inv = parse_inventory(block.text)
     assert inv.kinds and inv.runtime.mode
 

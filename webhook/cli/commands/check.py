@@ -138,7 +138,11 @@ def register(sub: Any, prog: str) -> None:
                    help="the files hold running pods ('kubectl get pods -A -o yaml'): list "
                         "those the cluster state given (--cluster: a planned one) would "
                         "break, on their nodes, as 'gpupool scan' would report them; exit 1 "
-                        "if any")
+                        "if any. Exact where the nodes carry what each pod holds "
+                        "(gpupool.io/held-devices, published by the agent: keep it on "
+                        "planned nodes) or the pods HAMi's hami.io/vgpu-devices-allocated; "
+                        "a started pod with neither is MayFailOnRestart, since its restart "
+                        "gets back what the kubelet cached, not a new allocation")
     c.add_argument("--no-cluster", action="store_true",
                    help="check routing only: CDI devices are not checked (without this, "
                         "having no nodes to check against is an error, exit 2)")
