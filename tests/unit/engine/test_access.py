@@ -237,7 +237,8 @@ def test_a_running_pod_is_rejudged_for_its_restart_not_for_its_admission(tmp_pat
     (``aftercare.podrisk``)."""
     from webhook.engine import Outcome, recheck
 
-    node = agent_node(tmp_path, "hami-1", "hami", "operator-management", per_uuid=True)
+    node = agent_node(tmp_path, "hami-1", "hami", "operator-management", per_uuid=True,
+                      held={"u1": (UUIDS[0],)})
     policy = _policy()
     view = view_from_objects([node], policy, {"ml": {}})
     pod = hami_pod()

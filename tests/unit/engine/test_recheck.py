@@ -9,6 +9,7 @@ import copy
 import pytest
 
 from harness.kit import gpu_pod
+from harness.layouts import UUIDS
 from tests.unit.engine.test_steering import agent_node, hami_bound, hami_pod
 from webhook.engine.admission import admit
 from webhook.engine.aftercare.nodehazards import advertised_twice
@@ -33,8 +34,10 @@ def admitted(pod: dict, view, policy, node: str | None = None) -> dict:
 
 def test_a_running_pod_whose_node_loses_its_per_uuid_devices_fails_on_restart(tmp_path):
     policy = default_policy()
-    good = agent_node(tmp_path / "a", "hami-1", "hami", "operator-management", per_uuid=True)
-    bad = agent_node(tmp_path / "b", "hami-1", "hami", "operator-management")
+    good = agent_node(tmp_path / "a", "hami-1", "hami", "operator-management", per_uuid=True,
+                      held={"uid-h": (UUIDS[0],)})
+    bad = agent_node(tmp_path / "b", "hami-1", "hami", "operator-management",
+                     held={"uid-h": (UUIDS[0],)})
     view = view_from_objects([good], policy)
     pod = admitted(hami_pod(), view, policy, node="hami-1")
     fine = recheck(pod, view, policy)
@@ -61,7 +64,8 @@ def test_a_pod_created_while_gpupool_was_bypassed_is_misrouted(tmp_path):
 
 def test_a_pending_pod_waits_for_a_scheduler_only_when_its_lease_says_it_is_gone(tmp_path):
     policy = default_policy()
-    good = agent_node(tmp_path, "hami-1", "hami", "operator-management", per_uuid=True)
+    good = agent_node(tmp_path, "hami-1", "hami", "operator-management", per_uuid=True,
+                      held={"uid-h": (UUIDS[0],)})
     view = view_from_objects([good], policy)
     pod = admitted(hami_pod(), view, policy)
     assert recheck(pod, view, policy).outcome is Outcome.FINE

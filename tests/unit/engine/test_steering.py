@@ -9,7 +9,7 @@ import json
 import jsonpatch
 import pytest
 
-from harness.kit import gpu_pod
+from harness.kit import gpu_pod, hold
 from harness.layouts import (
     UUIDS,
     device_plugin_spec,
@@ -57,11 +57,15 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
                default_runtime: str | None = None, envvar_unprivileged: bool = True,
                default_kind: str | None = None, mode: str | None = None,
                mig: dict[str, tuple[str, ...]] | None = None,
-               plugins: tuple[Settled, ...] | str | None = IMPLIED) -> dict:
+               plugins: tuple[Settled, ...] | str | None = IMPLIED,
+               held: dict[str, tuple[str, ...]] | None = None) -> dict:
     """A node as gpupool's agent publishes it (inventory annotation and steering labels);
     ``per_uuid``: a per-UUID spec for every GPU, or for those listed; ``mig``: the MIG
     devices the kubelet's checkpoint lists, per resource; ``plugins``: what the agent
-    learned from the device-plugin pods there (None: it did not look)."""
+    learned from the device-plugin pods there (None: it did not look); ``held``: pod UID ->
+    the GPUs it holds there, as the agent publishes them from the kubelet's checkpoint
+    (handed the way the layout's plugin hands them: CDI names beside its spec outside
+    HAMi's pool, else UUIDs in NVIDIA_VISIBLE_DEVICES)."""
     if plugins == IMPLIED:
         plugins = implied_plugins(layout, pool, name)
     assert not isinstance(plugins, str)
@@ -116,6 +120,12 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
         ann["hami.io/device-cordon"] = cordon
     out = {"apiVersion": "v1", "kind": "Node",
            "metadata": {"name": name, "labels": labels, "annotations": ann}, "spec": {}}
+    for uid, uuids in (held or {}).items():
+        if pool != "hami" and layout == "device-plugin":
+            hold(out, uid, uuids, container="c", cdi=[f"{delivery.DEVICE_PLUGIN_KIND}={u}"
+                                                      for u in uuids])
+        else:
+            hold(out, uid, uuids, container="c", visible=",".join(uuids))
     if allocatable is not None:
         out["status"] = {"allocatable": {"nvidia.com/gpu": str(allocatable)}}
     return out
@@ -139,7 +149,8 @@ def hami_pod(**spec):
 def hami_bound(pod: dict, node: str, uuids: tuple[str, ...] = (UUIDS[0],)) -> dict:
     """The pod as HAMi's scheduler leaves it once placed and started: bound, its first
     container's GPUs recorded in ``hami.io/vgpu-devices-allocated`` (HAMi v2.10
-    ``EncodePodSingleDevice``), running."""
+    ``EncodePodSingleDevice``), running. (What the kubelet cached for it is on the node:
+    ``agent_node(held=...)``.)"""
     out = copy.deepcopy(pod)
     out["spec"]["nodeName"] = node
     out["metadata"].setdefault("annotations", {})["hami.io/vgpu-devices-allocated"] = \

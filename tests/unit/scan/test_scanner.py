@@ -13,6 +13,7 @@ import jsonpatch
 import yaml
 
 from harness.kit import gpu_pod
+from harness.layouts import UUIDS
 from tests.unit.engine.test_steering import agent_node, hami_bound, hami_pod
 from webhook.engine import NodeInfo, Outcome, Stage, Subject, decide, view_from_objects
 from webhook.policyfile import default_policy
@@ -27,9 +28,16 @@ def admitted(pod: dict, view, policy, name: str, node: str | None) -> dict:
     return hami_bound(out, node) if node else out
 
 
+#: what the test pods hold, as every node's agent publishes it (only a pod's own node's
+#: record is read)
+HELD = {f"uid-{n}": (UUIDS[0],) for n in (*(f"on-{k}-{i}" for k in (1, 2) for i in range(5)),
+                                          "a", "b", "good", "fine", "explodes")}
+
+
 def cluster(tmp_path):
     policy = default_policy()
-    nodes = [agent_node(tmp_path / n, n, "hami", "operator-management", per_uuid=True)
+    nodes = [agent_node(tmp_path / n, n, "hami", "operator-management", per_uuid=True,
+                        held=HELD)
              for n in ("hami-1", "hami-2")]
     view = view_from_objects(nodes, policy)
     return policy, view
@@ -50,7 +58,7 @@ def test_a_node_change_re_decides_only_that_nodes_pods_and_the_pending_ones(tmp_
     assert first.namespaces == {"ml"} and len(first.pods) == 9
     assert not s.sync() and not s.take_dirty().pods  # nothing changed: nothing to write
     before = s.stats.rechecks
-    bad = agent_node(tmp_path / "bad", "hami-1", "hami", "operator-management")
+    bad = agent_node(tmp_path / "bad", "hami-1", "hami", "operator-management", held=HELD)
     view.upsert_node(NodeInfo.from_object(bad))
     assert s.sync()
     assert s.stats.rechecks - before == 4  # hami-1's three pods and the pending one
@@ -84,7 +92,8 @@ def test_hazards_follow_the_nodes_labels(tmp_path):
     s.pods_listed([])
     s.sync()
     assert s.hazards() == {}
-    twice = agent_node(tmp_path / "t", "hami-2", "hami", "operator-management", per_uuid=True)
+    twice = agent_node(tmp_path / "t", "hami-2", "hami", "operator-management", per_uuid=True,
+                       held=HELD)
     twice["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] = "true"
     view.upsert_node(NodeInfo.from_object(twice))
     s.sync()
@@ -102,9 +111,9 @@ def test_check_running_lists_the_pods_a_planned_change_would_break(tmp_path):
     pods_file = tmp_path / "pods.yaml"
     pods_file.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List",
                                          "items": running}))
-    planned = [agent_node(tmp_path / "p1", "hami-1", "hami", "operator-management"),
+    planned = [agent_node(tmp_path / "p1", "hami-1", "hami", "operator-management", held=HELD),
                agent_node(tmp_path / "p2", "hami-2", "hami", "operator-management",
-                          per_uuid=True)]
+                          per_uuid=True, held=HELD)]
     planned_file = tmp_path / "planned.yaml"
     planned_file.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List",
                                             "items": planned}))

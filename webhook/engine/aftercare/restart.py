@@ -13,8 +13,9 @@ containerd's config each time: containerd v2 ``internal/cri/server/container_cre
 
 So a started pod is judged by what it holds: the agent's ``gpupool.io/held-devices``
 (``webhook.api.held``, read from the kubelet's checkpoint), else, for HAMi's pods, the GPUs
-its scheduler recorded in ``hami.io/vgpu-devices-allocated``, handed the way HAMi's device
-plugin hands them now; the answer says which one decided. A pod none of whose containers has
+its scheduler recorded in ``hami.io/vgpu-devices-allocated``, judged both ways HAMi's plugin
+can hand them (which one it used is recorded nowhere else), deciding only where both agree;
+the answer says which one decided. A pod none of whose containers has
 started and that the kubelet holds nothing for gets a fresh allocation: its admission answer
 stands. A started pod whose cached answer cannot be read is doubt, with the reason.
 
@@ -30,7 +31,7 @@ from typing import Any
 
 from webhook.api import delivery
 from webhook.api.held import Held, HeldError, parse_held
-from webhook.engine.checks import nodechecks, nriannotations, owndevices, plugindevices
+from webhook.engine.checks import nodechecks, nriannotations, owndevices
 from webhook.engine.checks.assessment import Ask, Combine, NodeAssessment, NodeCheck, NodeState
 from webhook.engine.core.decision import SHOW_DEVICES, Reason
 from webhook.engine.core.objects import as_mapping, meta_of
@@ -48,14 +49,16 @@ class Basis(StrEnum):
 
     CHECKPOINT = "as the kubelet cached it when the pod started (its checkpoint, published " \
                  "by gpupool's agent)"
-    HAMI = f"as HAMi's scheduler recorded them ({hami.ALLOCATED_ANNOTATION}), handed the way " \
-           "HAMi's device plugin there hands GPUs now"
+    HAMI = f"as HAMi's scheduler recorded them ({hami.ALLOCATED_ANNOTATION})"
 
 
 @dataclass(frozen=True)
 class Cached:
     entries: tuple[Held, ...]
     basis: Basis
+    #: the same devices handed the other way (HAMi's record does not say which way its
+    #: plugin used): the answer decides only where both ways agree
+    otherwise: tuple[Held, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -85,8 +88,7 @@ def started(pod: Mapping[str, Any]) -> bool:
     return status.get("phase") == "Running"
 
 
-def cached_answer(pod: Mapping[str, Any], node: NodeInfo, view: ClusterView
-                  ) -> Cached | str | None:
+def cached_answer(pod: Mapping[str, Any], node: NodeInfo) -> Cached | str | None:
     """What the pod holds on its node (``Cached``); why it cannot be known for a started
     pod (a string); None: nothing held and nothing started, so its first start allocates
     afresh."""
@@ -117,39 +119,30 @@ def cached_answer(pod: Mapping[str, Any], node: NodeInfo, view: ClusterView
                 why = (f"the kubelet held nothing for it when gpupool's agent on node "
                        f"{node.name} last published (at {when}): the agent may not have "
                        "caught up yet")
-    from_hami = _hami_allocated(pod, node, view)
-    if isinstance(from_hami, Cached):
+    from_hami = _hami_allocated(pod)
+    if from_hami is not None:
         return from_hami
-    if not started(pod):
-        return None
-    return f"{why}; {from_hami}" if from_hami else why
+    return why if started(pod) else None
 
 
-def _hami_allocated(pod: Mapping[str, Any], node: NodeInfo, view: ClusterView
-                    ) -> Cached | str:
-    """The GPUs HAMi's scheduler recorded for the pod's containers, as the node's HAMi
-    plugin hands them now; why not, when the pod has such a record that cannot be used
-    ("": it has none)."""
+def _hami_allocated(pod: Mapping[str, Any]) -> Cached | None:
+    """The GPUs HAMi's scheduler recorded for the pod's containers, handed both ways HAMi's
+    device plugin can hand them (how it handed them when the pod started is not recorded
+    anywhere but the kubelet's checkpoint); None: no such record."""
     ann = as_mapping(meta_of(pod).get("annotations"))
     per_container = hami.allocated(ann.get(hami.ALLOCATED_ANNOTATION))
     if per_container is None:
-        return ""
-    way = plugindevices.declared_way(node, view)
-    if way is None:
-        return (f"{hami.ALLOCATED_ANNOTATION} names its GPUs, but how the device plugin on "
-                f"node {node.name} hands them is not known (not learned from its pod)")
+        return None
     names = [c.get("name") for c in as_mapping(pod.get("spec")).get("containers") or ()
              if isinstance(c, Mapping)]
-    entries = []
+    as_uuids, as_cdi = [], []
     for name, uuids in zip(names, per_container, strict=False):
         if not uuids or not isinstance(name, str):
             continue
-        if way == delivery.CDI_DEVICES:
-            entries.append(Held(name, hami.COUNT_RESOURCE, uuids, cdi_devices=tuple(
-                f"{delivery.DEVICE_PLUGIN_KIND}={u}" for u in uuids)))
-        else:
-            entries.append(Held(name, hami.COUNT_RESOURCE, uuids, ",".join(uuids)))
-    return Cached(tuple(entries), Basis.HAMI)
+        as_uuids.append(Held(name, hami.COUNT_RESOURCE, uuids, ",".join(uuids)))
+        as_cdi.append(Held(name, hami.COUNT_RESOURCE, uuids, cdi_devices=tuple(
+            f"{delivery.DEVICE_PLUGIN_KIND}={u}" for u in uuids)))
+    return Cached(tuple(as_uuids), Basis.HAMI, tuple(as_cdi))
 
 
 def judge_held(node: NodeInfo, entries: tuple[Held, ...], runtime_class: str | None,
@@ -252,7 +245,7 @@ def restart_answer(pod: Mapping[str, Any], facts: PodFacts, pool: str, node: Nod
     extended = podclaims.demand(facts, view).extended
     if extended and all(podclaims.dra_served(node, r, extended) for r in facts.gpus):
         return None
-    cached = cached_answer(pod, node, view)
+    cached = cached_answer(pod, node)
     if cached is None:
         return None
     who = facts.who
@@ -261,7 +254,19 @@ def restart_answer(pod: Mapping[str, Any], facts: PodFacts, pool: str, node: Nod
             NodeState.UNKNOWN, Reason.DEVICES_UNVERIFIED,
             f"{who} may fail on its next container start on node {node.name}: what it holds "
             f"there cannot be read: {cached}")
-    found = _with_pod_checks(node, cached, facts, pool, view, policy)
+    found = _with_pod_checks(node, cached.entries, facts, pool, view, policy)
+    if cached.otherwise is not None:
+        other = _with_pod_checks(node, cached.otherwise, facts, pool, view, policy)
+        if other.state is not found.state:
+            runs, fails = ("UUIDs", "CDI names") if found.state is NodeState.OK else \
+                ("CDI names", "UUIDs")
+            bad = other if found.state is NodeState.OK else found
+            found = NodeAssessment(
+                node.name, NodeState.UNKNOWN,
+                note=f"handed as {runs} they resolve, handed as {fails} they do not "
+                     f"({bad.note}); whether HAMi's device plugin handed them one way or the "
+                     "other when the pod started is in the kubelet's checkpoint alone (let "
+                     "gpupool's agent read it: --kubelet-checkpoint)")
     held = sorted({i.split("::", 1)[0] for h in cached.entries for i in h.ids})
     holds = f"it holds {_shown(tuple(held))}" if held else "it holds no device"
     if found.state is NodeState.OK:
@@ -288,7 +293,7 @@ def restart_answer(pod: Mapping[str, Any], facts: PodFacts, pool: str, node: Nod
                          missing=found.missing, basis=cached.basis)
 
 
-def _with_pod_checks(node: NodeInfo, cached: Cached, facts: PodFacts, pool: str,
+def _with_pod_checks(node: NodeInfo, entries: tuple[Held, ...], facts: PodFacts, pool: str,
                      view: ClusterView, policy: Policy) -> NodeAssessment:
     """The cached answer in place of the device plugin's, refined by what the pod itself
     asks of the node as admission would (its own NVIDIA_VISIBLE_DEVICES, its NRI
@@ -297,7 +302,7 @@ def _with_pod_checks(node: NodeInfo, cached: Cached, facts: PodFacts, pool: str,
 
     def assess(n: NodeInfo, ask: Ask, prepared: Any, so_far: NodeAssessment | None
                ) -> NodeAssessment:
-        return judge_held(n, cached.entries, facts.runtime_class, handler,
+        return judge_held(n, entries, facts.runtime_class, handler,
                           facts.privileged_gpus)
 
     def node_key(n: NodeInfo, v: ClusterView) -> Hashable:
