@@ -118,17 +118,23 @@ class HeldDevices:
         text = _encode(doc, self.observed_at)
         if len(text) <= MAX_BYTES:
             return text
-        pods = dict(doc["pods"])
-        left = list(doc.get("leftOut", []))
-        for uid in sorted(pods, key=lambda u: -len(json.dumps(pods[u]))):
-            del pods[uid]
-            left.append(uid)
-            if len(pods) % 8 == 0 or not pods:
-                text = _encode({**doc, "pods": pods, "leftOut": sorted(left)},
-                               self.observed_at)
-                if len(text) <= MAX_BYTES:
-                    return text
-        return _encode({**doc, "pods": pods, "leftOut": sorted(left)}, self.observed_at)
+        pods = doc["pods"]
+        order = sorted(pods, key=lambda u: (len(json.dumps(pods[u])), u))
+
+        def keeping(n: int) -> str:
+            kept = order[:n]
+            left = sorted({*doc.get("leftOut", ()), *order[n:]})
+            return _encode({**doc, "pods": {u: pods[u] for u in kept}, "leftOut": left},
+                           self.observed_at)
+
+        lo, hi = 0, len(order) - 1  # the most pods that fit: keeping(lo) always does
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if len(keeping(mid)) <= MAX_BYTES:
+                lo = mid
+            else:
+                hi = mid - 1
+        return keeping(lo)
 
 
 def _encode(doc: Mapping[str, Any], observed_at: str) -> str:

@@ -1,0 +1,138 @@
+"""A running pod's next container start judged by what it holds (``aftercare.restart``):
+the answer the kubelet cached, through the node as it is now. The real runtime judges the
+same cases in tests/integration/test_restart_corpus.py; these pin what each answer says."""
+
+from __future__ import annotations
+
+import copy
+
+import jsonpatch
+
+from harness.kit import hold
+from harness.layouts import UUIDS
+from tests.unit.engine.test_steering import agent_node, hami_pod
+from webhook.engine import NodeInfo, Outcome, Stage, Subject, decide, view_from_objects
+from webhook.engine.aftercare.podrisk import recheck
+from webhook.engine.aftercare.restart import started
+from webhook.policyfile import default_policy
+
+MGMT = "management.nvidia.com/gpu"
+
+
+def _running(view, policy, *, uid: str = "u1", node: str = "hami-1", status: dict | None = None,
+             **spec) -> dict:
+    pod = hami_pod(**spec)
+    pod["metadata"].update(name="train", namespace="ml", uid=uid)
+    m = decide(Stage.MUTATE, Subject(kind="Pod", object=pod, namespace="ml"), view, policy)
+    pod = jsonpatch.apply_patch(pod, m.patch)
+    pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": "Running"} if status is None else status
+    return pod
+
+
+def _answer(node: dict, pod: dict | None = None, **kw):
+    policy = default_policy()
+    view = view_from_objects([node], policy, {"ml": {}})
+    pod = pod or _running(view, policy, **kw)
+    return recheck(pod, view, policy)
+
+
+def test_the_seed_after_the_fact_an_envvar_pod_on_a_node_moved_to_cdi():
+    """Started under the legacy runtime with a UUID in NVIDIA_VISIBLE_DEVICES; the toolkit
+    now runs CDI mode with the management spec alone: the cached UUID does not resolve."""
+    node = hold(agent_node_at("cdi"), "u1", [UUIDS[0]], container="c", visible=UUIDS[0])
+    a = _answer(node)
+    assert a.outcome is Outcome.FAILS_ON_RESTART and a.reason == "CDIDeviceMissing"
+    assert a.missing == (f"{MGMT}={UUIDS[0]}",)
+    assert "kubelet cached it" in a.message and "hami-1" in a.message
+    assert "NVIDIA_VISIBLE_DEVICES=" + UUIDS[0] in a.message
+    legacy = hold(agent_node_at("legacy"), "u1", [UUIDS[0]], container="c", visible=UUIDS[0])
+    assert _answer(legacy).outcome is Outcome.FINE
+
+
+def agent_node_at(mode: str, **kw) -> dict:
+    import tempfile
+    from pathlib import Path
+
+    return agent_node(Path(tempfile.mkdtemp()), "hami-1", "hami", "operator-management",
+                      mode=mode, **kw)
+
+
+def test_only_the_gpus_it_holds_count():
+    """A partial per-UUID spec: the GPU the pod holds resolves, the other does not. A new
+    pod could be handed the other; this one restarts with its own."""
+    node = agent_node_at("cdi", per_uuid=(UUIDS[0],))
+    holding = hold(copy.deepcopy(node), "u1", [UUIDS[0]], container="c", visible=UUIDS[0])
+    assert _answer(holding).outcome is Outcome.FINE
+    other = hold(copy.deepcopy(node), "u1", [UUIDS[1]], container="c", visible=UUIDS[1])
+    assert _answer(other).outcome is Outcome.FAILS_ON_RESTART
+
+
+def test_cdi_names_it_was_handed_must_still_be_defined():
+    name = f"k8s.device-plugin.nvidia.com/gpu={UUIDS[0]}"
+    node = hold(agent_node_at("cdi", per_uuid=True), "u1", [UUIDS[0]], container="c",
+                cdi=[name])
+    a = _answer(node)
+    assert a.outcome is Outcome.FAILS_ON_RESTART and a.missing == (name,)
+    assert "CDI device(s)" in a.message
+
+
+def test_a_runtime_handler_gone_from_containerd_fails_every_restart():
+    node = agent_node_at("cdi", per_uuid=True)
+    hold(node, "u1", [UUIDS[0]], container="c", visible=UUIDS[0])
+    inv = NodeInfo.from_object(node).inventory
+    assert inv is not None and inv.runtime.runtime_handlers == (
+        "nvidia", "nvidia-cdi", "nvidia-legacy")
+    fine = _answer(node, runtimeClassName="nvidia-cdi")
+    assert fine.outcome is Outcome.FINE
+    gone = _answer(node, runtimeClassName="kata-gpu")
+    assert gone.outcome is Outcome.FAILS_ON_RESTART and gone.reason == "RuntimeHandlerMissing"
+    assert "runtime handler kata-gpu" in gone.message
+
+
+def test_what_it_holds_unknown_is_doubt_with_the_reason():
+    node = agent_node_at("cdi", per_uuid=True)
+    a = _answer(node)  # no record published on the node
+    assert a.outcome is Outcome.MAY_FAIL_ON_RESTART and a.reason == "DevicesUnverified"
+    assert "publishes no gpupool.io/held-devices" in a.message
+    late = hold(copy.deepcopy(node), "someone-else", [UUIDS[1]], container="c",
+                visible=UUIDS[1])
+    b = _answer(late)
+    assert b.outcome is Outcome.MAY_FAIL_ON_RESTART and "not have caught up" in b.message
+    broken = copy.deepcopy(node)
+    broken["metadata"]["annotations"]["gpupool.io/held-devices"] = \
+        '{"schemaVersion": 1, "pods": {}, "error": "/host/cp: not JSON"}'
+    c = _answer(broken)
+    assert c.outcome is Outcome.MAY_FAIL_ON_RESTART and "not JSON" in c.message
+
+
+def test_a_pod_that_has_not_started_is_allocated_afresh():
+    """Bound, nothing started, the kubelet holds nothing for it yet: its first start asks
+    the device plugin, so the node is judged as at admission."""
+    node = agent_node_at("cdi", per_uuid=True)
+    pending = {"phase": "Pending", "containerStatuses": [
+        {"name": "c", "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+    a = _answer(node, status=pending)
+    assert a.outcome is Outcome.FINE and "kubelet cached" not in a.message
+    assert not started({"status": pending})
+    assert started({"status": {"phase": "Pending", "containerStatuses": [
+        {"name": "c", "restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}})
+
+
+def test_hami_s_record_decides_only_where_both_ways_agree():
+    """Without the checkpoint, HAMi's ``vgpu-devices-allocated`` names the GPUs but not how
+    its plugin handed them: both ways are judged."""
+    both_fail = agent_node_at("cdi")
+    policy = default_policy()
+    view = view_from_objects([both_fail], policy, {"ml": {}})
+    pod = _running(view, policy)
+    pod["metadata"].setdefault("annotations", {})["hami.io/vgpu-devices-allocated"] = \
+        f"{UUIDS[0]},NVIDIA,1000,0:;"
+    a = recheck(pod, view, policy)
+    assert a.outcome is Outcome.FAILS_ON_RESTART and "hami.io/vgpu-devices-allocated" in \
+        a.message
+    one_way = agent_node_at("cdi", per_uuid=True)  # UUIDs resolve, CDI names do not
+    view.upsert_node(NodeInfo.from_object(one_way))
+    b = recheck(pod, view, policy)
+    assert b.outcome is Outcome.MAY_FAIL_ON_RESTART and "handed as UUIDs they resolve" in \
+        b.message
