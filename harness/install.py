@@ -89,12 +89,15 @@ def unregister(cp: ControlPlane, objs: list[dict[str, Any]]) -> None:
 
 def agent(cp: ControlPlane, node: str, paths: dict[str, Path]) -> None:
     """One real `gpupool agent --once` run for ``node`` on the spec directories, runtime
-    configs and driver GPU list in ``paths`` (etc, run, config, containerd, driver)."""
+    configs and driver GPU list in ``paths`` (etc, run, config, containerd, driver; and the
+    kubelet's checkpoint, where ``checkpoint`` names one)."""
+    extra = ["--kubelet-checkpoint", str(paths["checkpoint"])] if "checkpoint" in paths \
+        else []
     subprocess.run([sys.executable, "-m", "webhook", "agent", "--once", "--node-name", node,
                     "--kubeconfig", str(cp.kubeconfig), "--cdi-dir", str(paths["etc"]),
                     "--cdi-dir", str(paths["run"]), "--runtime-config", str(paths["config"]),
                     "--containerd-config", str(paths["containerd"]),
-                    "--driver-gpus-dir", str(paths["driver"])],
+                    "--driver-gpus-dir", str(paths["driver"]), *extra],
                    check=True, capture_output=True, timeout=60)
 
 

@@ -55,7 +55,7 @@ from harness.layouts import (
 )
 from tests.runtime_oracle import OracleNode, Verdict
 from webhook.api.pluginconfig import Settled
-from webhook.engine import NodeInfo, Outcome, Stage, Subject, decide, view_from_objects
+from webhook.engine import NodeInfo, Stage, Subject, decide, view_from_objects
 from webhook.engine.aftercare.podrisk import PodAnswer, recheck
 from webhook.engine.core.policy import Policy
 from webhook.node.agent import Observer, node_labels

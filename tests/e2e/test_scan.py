@@ -25,8 +25,9 @@ from harness import install
 from harness.controlplane import ControlPlane
 from harness.gobuild import built
 from harness.kit import ROOT, UPSTREAM
-from harness.layouts import UUIDS, fake_driver, hami_register, per_uuid_spec, write_layout
+from harness.layouts import UUIDS, fake_driver, hami_register, write_layout
 from harness.servers import free_port, stop_server
+from tests.restartcorpus import kubelet_checkpoint
 from tests.runtime_oracle import OracleNode
 
 pytestmark = pytest.mark.e2e
@@ -64,14 +65,16 @@ class Env:
     tmp: Path
     layouts: dict[str, dict[str, Path]]
     driver: Path
+    checkpoint: Path
     scans: list[Scan]
 
     def kubectl(self, *args: str, **kw) -> subprocess.CompletedProcess:
         return self.cp.kubectl(*args, **kw)
 
     def agent(self, node: str, layout: str) -> None:
-        """A real agent run, with the device-plugin pod it learns the strategy from."""
-        paths = {**self.layouts[layout], "driver": self.driver}
+        """A real agent run, with the device-plugin pod it learns the strategy from and the
+        kubelet's checkpoint of the pods started there."""
+        paths = {**self.layouts[layout], "driver": self.driver, "checkpoint": self.checkpoint}
         install.device_plugin(self.cp, node, install.layout_strategy(paths))
         install.agent(self.cp, node, paths)
 
@@ -104,6 +107,8 @@ class Env:
                 if e.get("reportingComponent") == "gpupool.io/scan"]
 
 
+#: the GPU train holds: the device plugin handed it this one
+HELD = UUIDS[1]
 SCHEDULER_POD = {"apiVersion": "v1", "kind": "Pod",
                  "metadata": {"name": "hami-scheduler-0", "namespace": "kube-system",
                               "labels": {"app.kubernetes.io/component": "hami-scheduler"}},
@@ -126,11 +131,16 @@ def env(k8s_bin, tmp_path_factory):
     server = None
     try:
         objs = install.prepare(e.cp, e.tmp)
+        # the node before the GPU Operator's upgrade: its toolkit in legacy mode, no CDI;
+        # after it: CDI mode with the operator's management spec alone (the seed's clash)
         broken = write_layout(e.tmp / "layouts" / "broken", "operator-management")
         fixed = write_layout(e.tmp / "layouts" / "fixed", "operator-management")
-        (fixed["run"] / "management.nvidia.com-gpu-uuid.yaml").write_text(per_uuid_spec())
+        fixed["config"].write_text(fixed["config"].read_text().replace(
+            'mode = "cdi"', 'mode = "legacy"', 1))
         e.layouts = {"broken": broken, "fixed": fixed}
         e.driver = fake_driver(e.tmp / "driver")
+        e.checkpoint = e.tmp / "kubelet" / "kubelet_internal_checkpoint"
+        e.checkpoint.parent.mkdir()
         res = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "20",
                "nvidia.com/gpumem": "150000"}
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {
@@ -174,6 +184,18 @@ def env(k8s_bin, tmp_path_factory):
             return p["spec"].get("nodeName") == "hami-1" and \
                 p.get("status", {}).get("phase") == "Running"
         install.wait_until(running, "train placed on hami-1 by the scheduler and Running", 60)
+        # kwok runs no device plugin: the kubelet's checkpoint for train, as the kubelet's
+        # own code writes it with HAMi's plugin's answer (envvar: the GPU's UUID), which the
+        # agent then publishes
+        uid = e.kubectl("get", "pod", "train", "-n", NS, "-o",
+                        "jsonpath={.metadata.uid}").stdout.strip()
+        e.checkpoint.write_text(subprocess.run(
+            [str(kubelet_checkpoint())], text=True, capture_output=True, check=True,
+            input=json.dumps({"registered": {"nvidia.com/gpu": list(UUIDS)}, "entries": [{
+                "podUID": uid, "container": "c", "resource": "nvidia.com/gpu",
+                "ids": {"-1": [f"{HELD}::0"]},
+                "envs": {"NVIDIA_VISIBLE_DEVICES": HELD}}]})).stdout)
+        e.agent("hami-1", "fixed")
         e.scans = [Scan(e.cp, e.tmp, "scan-a"), Scan(e.cp, e.tmp, "scan-b")]
         yield e
     finally:
@@ -226,13 +248,20 @@ def test_a_stopped_hami_scheduler_leaves_its_pending_pods_waiting(env):
     assert {e["reason"] for e in env.events("waiting")} == {"SchedulerNotRunning"}
 
 
-def test_a_spec_regenerated_without_per_uuid_devices_fails_the_running_pod(env):
+def test_the_toolkit_moved_to_cdi_fails_the_running_envvar_pod_before_it_restarts(env):
+    """The seed's story after the fact: train started while the toolkit ran legacy mode,
+    handed its GPU's UUID in NVIDIA_VISIBLE_DEVICES; the GPU Operator's upgrade moves the
+    toolkit to CDI mode with the management spec alone. The kubelet will hand the restarted
+    container that same UUID, which no spec defines now: the report names the pod before
+    any restart, and the real runtime then refuses the restart exactly so."""
     start = time.monotonic()
     env.agent("hami-1", "broken")  # the seed's clash, after the fact
     r = env.wait_result("train", "FailsOnRestart", timeout=30)
     took = time.monotonic() - start
     assert r["properties"]["reason"] == "CDIDeviceMissing" and r["severity"] == "high"
-    assert "management.nvidia.com/gpu=GPU-" in r["properties"]["missing"]
+    device = f"management.nvidia.com/gpu={HELD}"
+    assert r["properties"]["missing"] == device  # the GPU it holds, not the node's others
+    assert "kubelet cached it" in r["message"]
     assert "hami-1" in r["properties"]["changedBy"]
     [ev] = env.events("train")
     assert ev["reason"] == "CDIDeviceMissing" and "hami-1" in ev["message"]
@@ -241,17 +270,16 @@ def test_a_spec_regenerated_without_per_uuid_devices_fails_the_running_pod(env):
             'reason="CDIDeviceMissing"} 1.0') in metrics
     print(f"reported {took:.1f}s after the agent published the node's new specs")
     # the restart, through the real nvidia-container-runtime on that node's specs and
-    # runtime config: every GPU the device plugin can hand the pod is refused, naming the
-    # very devices the report says are missing
-    broken = env.layouts["broken"]
-    oracle = OracleNode(env.tmp / "restart", [broken["etc"], broken["run"]], broken["config"],
-                        gpus=UUIDS)
-    for uuid in UUIDS:
-        v = oracle.create(uuid)
-        assert not v.ok and v.by == "nvidia-container-runtime", v
-        device = f"management.nvidia.com/gpu={uuid}"
-        assert f"unresolvable CDI devices {device}" in v.error
-        assert device in r["properties"]["missing"]
+    # runtime config, with the answer the kubelet cached: refused, naming the very device
+    # the report says is missing; under the config before the upgrade it ran
+    broken, fixed = env.layouts["broken"], env.layouts["fixed"]
+    v = OracleNode(env.tmp / "restart", [broken["etc"], broken["run"]], broken["config"],
+                   gpus=UUIDS).create(HELD)
+    assert not v.ok and v.by == "nvidia-container-runtime", v
+    assert f"unresolvable CDI devices {device}" in v.error
+    before = OracleNode(env.tmp / "started", [fixed["etc"], fixed["run"]], fixed["config"],
+                        gpus=UUIDS).legacy(HELD)
+    assert before.ok and before.devices, before
     # doctor lists the same pods at risk per node, from the same engine entry
     r = subprocess.run([sys.executable, "-m", "webhook", "doctor", "--kubeconfig",
                         str(env.cp.kubeconfig), "-o", "json"], capture_output=True, text=True,
