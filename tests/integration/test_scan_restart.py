@@ -1,7 +1,9 @@
-"""A running pod's node changes under it; the scan says whether its next container start
-fails, and the real nvidia-container-runtime (tests/runtime_oracle.py) restarts the
-container on that node to judge it: "fails on restart" exactly when the runtime refuses a GPU
-HAMi can hand the pod there, naming the same CDI devices."""
+"""A bound pod whose containers have not started yet (the kubelet holds nothing for it, so
+its first start asks the device plugin afresh) while its node changes under it; the scan
+says whether that start fails, and the real nvidia-container-runtime (tests/runtime_oracle.py)
+creates the container on that node to judge it: "fails" exactly when the runtime refuses a
+GPU HAMi can hand the pod there, naming the same CDI devices. Started pods, judged by what
+the kubelet cached for them, are tests/integration/test_restart_corpus.py's."""
 
 from __future__ import annotations
 
