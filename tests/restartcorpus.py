@@ -62,6 +62,8 @@ from webhook.node.agent import Observer, node_labels
 
 CHECKPOINT_BUILD = ROOT / "tests/e2e/controlplane/kubeletcheckpoint/build.sh"
 GPUS = tuple(f"GPU-{uuidlib.UUID(int=0x5EED0000 + i)}" for i in range(6))
+MIGS = tuple(f"MIG-{uuidlib.UUID(int=0x313C0000 + i)}" for i in range(4))
+MIG_RESOURCE = "nvidia.com/mig-1g.10gb"
 MGMT = "management.nvidia.com/gpu"
 PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"
 NVIDIA_HANDLERS = ("nvidia", "nvidia-cdi", "nvidia-legacy")
@@ -86,6 +88,18 @@ class State:
     default_handler: str = "nvidia"
     label: str = ""  # a label nobody reads
     junk: bool = False  # a file in a spec directory that is no spec
+    #: MIG devices the plugin registered (mixed strategy, ``MIG_RESOURCE``); a pod on a node
+    #: with some holds one of them
+    migs: tuple[str, ...] = ()
+
+    @property
+    def resource(self) -> str:
+        return MIG_RESOURCE if self.migs else "nvidia.com/gpu"
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """What the plugin hands out: MIG devices where the GPUs are partitioned."""
+        return self.migs or self.gpus
 
 
 #: How real clusters run their GPU nodes, each a pod could have started on.
@@ -99,32 +113,40 @@ STARTS: dict[str, State] = {
     "cdi-annotations, plugin spec": State(strategy="cdi-annotations", plugin_spec=GPUS[:3]),
     "cdi-annotations,cdi-cri, plugin spec, auto mode":
         State(mode="auto", strategy="cdi-annotations,cdi-cri", plugin_spec=GPUS[:3]),
+    "MIG, envvar, cdi mode, per-device spec":
+        State(gpus=GPUS[:2], migs=MIGS[:2], per_uuid=GPUS[:2] + MIGS[:2]),
+    "MIG, envvar, auto mode": State(gpus=GPUS[:2], migs=MIGS[:2], mode="auto"),
 }
 
 
-def _regenerated(s: State, gpus: tuple[str, ...]) -> State:
-    """The specs written again for these GPUs, by whoever wrote them."""
+def _regenerated(s: State, gpus: tuple[str, ...], migs: tuple[str, ...] | None = None
+                 ) -> State:
+    """The specs written again for these GPUs (and MIG devices), by whoever wrote them."""
+    migs = s.migs if migs is None else migs
     return dataclasses.replace(
-        s, gpus=gpus, per_uuid=gpus if s.per_uuid else (),
+        s, gpus=gpus, migs=migs, per_uuid=gpus + migs if s.per_uuid else (),
         plugin_spec=gpus if s.plugin_spec is not None else None,
         ctk=gpus if s.ctk else ())
 
 
 def _replaced(s: State, held: tuple[str, ...]) -> State:
-    """The first GPU the pod holds replaced by a new card (a new UUID); specs regenerated."""
+    """The first GPU the pod holds (or the one its MIG device is on) replaced by a new card
+    (a new UUID, new MIG devices); specs regenerated."""
+    if s.migs:
+        return _regenerated(s, (GPUS[5], *s.gpus[1:]), MIGS[2:4])
     new = tuple(GPUS[5] if g == held[0] else g for g in s.gpus)
     return _regenerated(s, new)
 
 
 def _partial(s: State, held: tuple[str, ...]) -> State:
-    """A GPU the pod does not hold drops out of the specs (a partial spec)."""
-    other = next(g for g in s.gpus if g not in held)
-    keep = tuple(g for g in s.gpus if g != other)
+    """A device the pod does not hold drops out of the specs (a partial spec)."""
+    other = next((g for g in (*s.devices, *s.gpus) if g not in held), None)
+    keep = tuple(g for g in s.devices if g != other)
     return dataclasses.replace(
         s, per_uuid=tuple(g for g in s.per_uuid if g != other),
         plugin_spec=None if s.plugin_spec is None else tuple(
             g for g in s.plugin_spec if g != other),
-        ctk=tuple(g for g in s.ctk if g != other)) if keep else s
+        ctk=tuple(g for g in s.ctk if g != other)) if keep and other else s
 
 
 def _switched(s: State) -> State:
@@ -153,6 +175,8 @@ CHANGES: dict[str, tuple[str, Callable[[State, tuple[str, ...]], State]]] = {
         dataclasses.replace(s, handlers=(), default_handler="runc"))),
     "the device plugin's spec deleted": ("6", lambda s, h: dataclasses.replace(
         s, plugin_spec=None)),
+    "MIG re-laid out": ("2", lambda s, h: _regenerated(s, s.gpus, MIGS[2:4]) if s.migs
+                        else _regenerated(s, s.gpus)),
     "a label": ("neutral", lambda s, h: dataclasses.replace(s, label="team-a")),
     "an unrelated file": ("neutral", lambda s, h: dataclasses.replace(s, junk=True)),
     "specs regenerated identically": ("neutral", lambda s, h: _regenerated(s, s.gpus)),
@@ -232,11 +256,16 @@ class Allocation:
         return Allocation(ids, envs={"NVIDIA_VISIBLE_DEVICES": ",".join(ids)})
 
 
-def write_checkpoint(path: Path, uid: str, container: str, a: Allocation,
-                     registered: tuple[str, ...]) -> None:
-    """The kubelet's checkpoint holding the pod's allocation, written by the kubelet's code."""
-    doc = {"registered": {"nvidia.com/gpu": list(registered)}, "entries": [{
-        "podUID": uid, "container": container, "resource": "nvidia.com/gpu",
+def write_checkpoint(path: Path, uid: str, container: str, a: Allocation, resource: str,
+                     s: State) -> None:
+    """The kubelet's checkpoint holding the pod's allocation (written when it was made),
+    with the devices the plugin registers on the node as it is now; written by the
+    kubelet's code."""
+    registered = {"nvidia.com/gpu": list(s.gpus)}
+    if s.migs:
+        registered = {MIG_RESOURCE: list(s.migs)}
+    doc = {"registered": registered, "entries": [{
+        "podUID": uid, "container": container, "resource": resource,
         "ids": {"-1": list(a.ids)}, "envs": a.envs, "annotations": a.annotations,
         "cdiDevices": list(a.cdi)}]}
     r = subprocess.run([str(kubelet_checkpoint())], input=json.dumps(doc), text=True,
@@ -255,7 +284,8 @@ def restart(root: Path, paths: dict[str, Path], s: State, a: Allocation,
     if handler not in configured:
         return Verdict(False, f'no runtime for "{handler}" is configured',
                        by="rule: containerd GetSandboxRuntime")
-    oracle = OracleNode(root, [paths["etc"], paths["run"]], paths["config"], gpus=s.gpus)
+    oracle = OracleNode(root, [paths["etc"], paths["run"]], paths["config"],
+                        gpus=s.gpus + s.migs)
     nvidia = handler in NVIDIA_HANDLERS
     names = (*a.cdi, *(n for v in a.annotations.values() for n in v.split(",")))
     env = a.envs.get("NVIDIA_VISIBLE_DEVICES")
@@ -301,7 +331,7 @@ def _node_object(root: Path, name: str, s: State, hami: bool, checkpoint: Path |
     pool = "hami" if hami else None
     plugin = Settled(f"{'kube-system/hami' if hami else 'gpu-operator/nvidia'}-device-plugin",
                      "device-plugin", tuple(x.strip() for x in s.strategy.split(",")),
-                     "variable DEVICE_LIST_STRATEGY")
+                     "variable DEVICE_LIST_STRATEGY", mig_strategy="mixed" if s.migs else "none")
     observer = Observer([str(paths["etc"]), str(paths["run"])], str(paths["config"]),
                         str(paths["containerd"]), driver_gpus_dir=str(paths["driver"]),
                         kubelet_checkpoint=str(checkpoint) if checkpoint else None,
@@ -323,7 +353,7 @@ def _node_object(root: Path, name: str, s: State, hami: bool, checkpoint: Path |
 
 
 def _pod(c: Case, uid: str) -> dict[str, Any]:
-    limits: dict[str, Any] = {"nvidia.com/gpu": c.gpus}
+    limits: dict[str, Any] = {c.start.resource: c.gpus}
     if c.hami:
         limits["nvidia.com/gpumem"] = 1000
     spec: dict[str, Any] = {"containers": [{"name": "main", "image": "cuda",
@@ -337,14 +367,14 @@ def _pod(c: Case, uid: str) -> dict[str, Any]:
 def run_case(c: Case, root: Path, policy: Policy) -> Case:
     """Start the pod, change the node, ask gpupool, restart it on the real stack."""
     uid = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, c.name))
-    held = tuple(c.start.gpus[:c.gpus])
+    held = tuple(c.start.devices[:c.gpus])
     alloc = Allocation.of(c.start.strategy, held, uid[:8])
     before = write_node(root / "before", c.start)
     started = restart(root / "before" / "oracle", before, c.start, alloc, c.runtime_class)
     if not started.ok:
         return c  # it never ran: not a running pod
     checkpoint = root / "kubelet_internal_checkpoint"
-    write_checkpoint(checkpoint, uid, "main", alloc, c.start.gpus)
+    write_checkpoint(checkpoint, uid, "main", alloc, c.start.resource, c.start)
     node_then = _node_object(root / "n0", "gpu-1", c.start, c.hami, checkpoint)
     view = view_from_objects([node_then], policy, {"ml": {}})
     pod = _pod(c, uid)
@@ -357,6 +387,7 @@ def run_case(c: Case, root: Path, policy: Policy) -> Case:
     if c.hami:
         pod["metadata"].setdefault("annotations", {})["hami.io/vgpu-devices-allocated"] = \
             "".join(f"{g},NVIDIA,1000,0:" for g in held) + ";"
+    write_checkpoint(checkpoint, uid, "main", alloc, c.start.resource, c.after)
     node_now = _node_object(root / "n1", "gpu-1", c.after, c.hami,
                             checkpoint if c.agent_reads_checkpoint else None)
     view.upsert_node(NodeInfo.from_object(node_now))
@@ -378,8 +409,8 @@ def cases(n: int, seed: int = 45) -> Iterator[Case]:
         klass, how = CHANGES[change]
         s0 = STARTS[start]
         gpus = 2 if rng.random() < 0.3 else 1
-        hami = s0.strategy == "envvar" and rng.random() < 0.5
-        held = s0.gpus[:gpus]
+        hami = s0.strategy == "envvar" and not s0.migs and rng.random() < 0.5
+        held = s0.devices[:gpus]
         yield Case(f"c{i}-{start}-{change}".replace(" ", "-").replace(",", "")[:200],
                    klass, s0, how(s0, held), gpus,
                    runtime_class="nvidia" if rng.random() < 0.3 else None, hami=hami,

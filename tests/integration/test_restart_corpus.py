@@ -82,6 +82,11 @@ def test_every_class_is_in_the_corpus_both_ways(corpus):
     for klass in ("3", "neutral"):
         hit = [c for c in corpus if c.klass == klass and c.agent_reads_checkpoint]
         assert hit and all(c.runs and c.answer.outcome is Outcome.FINE for c in hit), klass
+    # a MIG device re-laid out under its pod: gone from the node, named
+    relaid = [c for c in corpus if c.start.migs and "MIG-re-laid-out" in c.name
+              and c.agent_reads_checkpoint]
+    assert relaid and all(not c.runs and c.answer.outcome is Outcome.FAILS_ON_RESTART
+                          for c in relaid)
     # a RuntimeClass whose handler is gone, and runc left as the default: both fail
     assert any(c.answer.reason == "RuntimeHandlerMissing" for c in corpus)
     assert any(c.klass == "5" and c.answer.reason == "GPUNotDelivered" for c in corpus)

@@ -36,22 +36,11 @@ def registered_devices(path: str = CHECKPOINT) -> dict[str, tuple[str, ...]] | N
     """Resource name -> the unique device ids registered for it, or None when the kubelet has
     written no checkpoint there (no device plugin ever registered). Raises CheckpointError
     for a file that cannot be read or is not a device-manager checkpoint."""
-    try:
-        with open(path, "rb") as fh:
-            blob = fh.read(_MAX_BYTES + 1)
-    except FileNotFoundError:
+    data = _load(path)
+    if data is None:
         return None
-    except OSError as exc:
-        raise CheckpointError(exc.strerror or str(exc)) from exc
-    if len(blob) > _MAX_BYTES:
-        raise CheckpointError(f"larger than {_MAX_BYTES} bytes")
-    try:
-        doc = json.loads(blob)
-    except ValueError as exc:
-        raise CheckpointError(f"not JSON: {exc}") from exc
-    data = doc.get("Data") if isinstance(doc, dict) else None
-    registered = data.get("RegisteredDevices") if isinstance(data, dict) else None
-    if registered is None and isinstance(data, dict):
+    registered = data.get("RegisteredDevices")
+    if registered is None:
         registered = {}  # a checkpoint from before any plugin registered
     if not isinstance(registered, dict):
         raise CheckpointError("no Data.RegisteredDevices object: not a kubelet device-manager "

@@ -6,7 +6,9 @@ gpupool's own routing is in the stored pod, so a pod it admitted passes the rout
 again and only the node checks can change their mind; a pod created while gpupool was
 bypassed fails the routing checks exactly as it would have at admission. What the decision
 means depends on where the pod is: bound to a node, a denial there means its next container
-start on that node fails; still pending, it means no node of its pool can ever take it.
+start on that node fails; still pending, it means no node of its pool can ever take it. A
+bound pod that holds its devices (it started, or the kubelet allocated them) is judged for
+them by what it holds (``restart``): its restart gets the kubelet's cached answer again.
 """
 
 from __future__ import annotations
