@@ -55,9 +55,16 @@ from harness.layouts import (
 )
 from tests.runtime_oracle import OracleNode, Verdict
 from webhook.api.pluginconfig import Settled
-from webhook.engine import NodeInfo, Stage, Subject, decide, view_from_objects
-from webhook.engine.aftercare.podrisk import PodAnswer, recheck
-from webhook.engine.core.policy import Policy
+from webhook.engine import (
+    NodeInfo,
+    PodAnswer,
+    Policy,
+    Stage,
+    Subject,
+    decide,
+    recheck,
+    view_from_objects,
+)
 from webhook.node.agent import Observer, node_labels
 
 CHECKPOINT_BUILD = ROOT / "tests/e2e/controlplane/kubeletcheckpoint/build.sh"
