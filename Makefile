@@ -52,7 +52,8 @@ t0=$$(date +%s); $(PY) -m pytest $(2); rc=$$?; \
 echo "make: $(1) layer took $$(( $$(date +%s) - t0 )) s (pytest exit $$rc)"; exit $$rc
 endef
 
-# Lint and the strict type check (webhook/).
+# Lint (webhook, tests, bench, harness) and the strict type check (webhook, bench, harness:
+# pyproject.toml's [tool.mypy] files).
 lint: $(VENV)/.installed
 	$(PY) -m ruff check webhook tests bench harness
 	$(PY) -m mypy

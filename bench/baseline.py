@@ -50,8 +50,8 @@ def make_app(mark: str | None = None) -> Flask:
                                   ("Content-Length", str(len(out)))])
         return [out]
 
-    # Flask's wsgi_app is a method; replaced whole, as Flask's docs advise for middleware
-    app.wsgi_app = reviews  # type: ignore[method-assign]
+    # (replaced whole, as Flask's docs advise for middleware)
+    app.wsgi_app = reviews  # type: ignore[method-assign]  # Flask types wsgi_app a method
 
     @app.get("/healthz")
     @app.get("/readyz")

@@ -240,8 +240,9 @@ def _drain(stream: Any, length: int, limit: int = 4 * review.MAX_BODY_BYTES) -> 
 
 def create_app(webhook: Webhook, extra_routes: Callable[[Flask], None] | None = None) -> Flask:
     app = Flask("gpupool")
-    # Flask's own wsgi_app is a method; the admission paths wrap it, as Flask's docs advise
-    app.wsgi_app = ReviewPaths(webhook.handlers, app.wsgi_app)  # type: ignore[method-assign]
+    # (the admission paths wrap Flask's wsgi_app, as Flask's docs advise for middleware)
+    app.wsgi_app = ReviewPaths(  # type: ignore[method-assign]  # Flask types it a method
+        webhook.handlers, app.wsgi_app)
 
     def probe_route(path: str, probes: Callable[[], list[Probe]]) -> None:
         """``/<path>`` and ``/<path>/<check>`` as kube-apiserver serves them: ``ok`` alone on

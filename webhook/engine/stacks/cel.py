@@ -235,7 +235,8 @@ def _contains_ip(c: Any, ip: Any) -> bool:
 def _contains_cidr(c: Any, other: Any) -> bool:
     _, net = _cidr(c)
     _, sub = _cidr(other)
-    return sub.version == net.version and sub.subnet_of(net)  # type: ignore[arg-type]
+    same = sub.version == net.version  # typeshed's subnet_of takes one family: this ensures it
+    return same and sub.subnet_of(net)  # type: ignore[arg-type]  # one family, tested above
 
 
 class _URL(NamedTuple):
