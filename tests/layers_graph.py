@@ -37,7 +37,7 @@ def _layer(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1:
         return "shared"
-    if parts[1] in ("engine", "api", "server", "node", "cli"):
+    if parts[1] in ("engine", "api", "server", "scan", "node", "cli"):
         return parts[1]
     return "cli" if parts[1] == "__main__" else "shared"  # `python -m webhook` is the CLI
 
@@ -91,8 +91,9 @@ def render() -> str:
         "points at what a module imports. The rules the same test enforces: the engine does no",
         "I/O and imports only `webhook.api`; `webhook.api` imports nothing of gpupool; the node",
         "side never imports the server or the CLI; shells reach the engine only through",
-        "`webhook/engine/__init__.py`'s declared surface. `shared` is the top-level modules",
-        "(`policyfile`, `snapshot`, `certs`, `kube`).",
+        "`webhook/engine/__init__.py`'s declared surface; no two packages import each other,",
+        "directly or round a cycle. `shared` is the top-level modules (`policyfile`,",
+        "`snapshot`, `certs`, `kube`, `clusterwatch`).",
         "",
         "## Packages",
         "",

@@ -230,3 +230,23 @@ def test_bench_imports_form_no_circle():
     for mod in sorted(graph):
         visit(mod, ())
 
+
+
+def test_the_packages_import_each_other_in_no_cycle():
+    """The webhook and the scan share the cluster watch through a shared module, not one
+    through the other: the package graph has no cycle, so the picture shows none."""
+    from tests import layers_graph
+
+    layers, _ = layers_graph.edges()
+    graph: dict[str, set[str]] = {}
+    for a, b in layers:
+        graph.setdefault(a, set()).add(b)
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in graph.get(start, ()):
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    cycles = sorted(a for a in graph if reaches(a, a, {a}))
+    assert not cycles, f"packages on an import cycle: {cycles}"

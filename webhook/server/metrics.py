@@ -28,8 +28,8 @@ from webhook import __version__
 if TYPE_CHECKING:
     from flask import Flask
 
+    from webhook.clusterwatch import ClusterInformer
     from webhook.engine import ClusterView, Decision
-    from webhook.server.informer import ClusterInformer
     from webhook.server.policysource import PolicySource
     from webhook.server.review import Request
     from webhook.server.tls import ReloadingContext

@@ -25,7 +25,7 @@ from webhook.server.policysource import PolicySource
 from webhook.server.tls import Deadlines, ReloadingContext
 
 if TYPE_CHECKING:
-    from webhook.server.informer import ClusterInformer
+    from webhook.clusterwatch import ClusterInformer
     from webhook.snapshot import ClusterFile
 
 log = logging.getLogger(__name__)
@@ -94,8 +94,8 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
             webhook.ready_checks.append(Probe(
                 "cluster-file", lambda: (False, kept_why), critical=False))
     elif source == "watch":
+        from webhook.clusterwatch import ClusterInformer
         from webhook.kube import api_client
-        from webhook.server.informer import ClusterInformer
 
         informer = ClusterInformer(view, api_client(kubeconfig=cfg.kubeconfig,
                                                     in_cluster=cfg.in_cluster),

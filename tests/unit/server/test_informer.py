@@ -8,8 +8,8 @@ import json
 import threading
 import time
 
+from webhook.clusterwatch import ClusterInformer, KeyedListing
 from webhook.engine import ClusterView
-from webhook.server.informer import ClusterInformer, KeyedListing
 
 
 class _Resp:
@@ -67,7 +67,7 @@ def _informer(nodes: FakeNodeAPI) -> tuple[ClusterInformer, ClusterView]:
     inf.view = view
     view.set_synced(False)  # as __init__ does: not trusted until listed
     inf._listed = set()
-    from webhook.server.informer import Reflector
+    from webhook.clusterwatch import Reflector
 
     empty_ns = FakeNodeAPI([[]], [])
     inf.nodes = Reflector("nodes", nodes, inf._nodes_listed, inf._node_event, None,
@@ -146,7 +146,7 @@ def test_dra_objects_list_and_watch_into_the_view():
     import functools
 
     from tests.unit.engine.test_dra import docs
-    from webhook.server.informer import Reflector
+    from webhook.clusterwatch import Reflector
 
     objs = docs("nvidia.yaml") + docs("claims.yaml")
     plain = [{k: v for k, v in o.items() if k != "kind"} for o in objs]
