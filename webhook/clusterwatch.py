@@ -177,8 +177,12 @@ class ClusterInformer:
     without them, say) the view does not know them and decides as before (a class names its
     handler, any class may be suggested; DRA claims are not judged)."""
 
-    def __init__(self, view: ClusterView, api_client: Any, *, watch_timeout: int = 300) -> None:
+    def __init__(self, view: ClusterView, api_client: Any, *, watch_timeout: int = 300,
+                 keep_held: bool = False) -> None:
         self.view = view
+        #: keep each node's ``gpupool.io/held-devices``: the scan reads it, admission never
+        #: does, and at a cluster's size it would cost the webhook's every worker memory
+        self.keep_held = keep_held
         # Not trusted until nodes and namespaces are listed: an empty view would route by
         # the wrong namespace labels and check nothing (engine: ``onNoNodeView``).
         view.set_synced(False)
@@ -231,10 +235,9 @@ class ClusterInformer:
         for r in self._reflectors():
             r.stop()
 
-    @staticmethod
-    def _node_info(obj: dict[str, Any]) -> NodeInfo | None:
+    def _node_info(self, obj: dict[str, Any]) -> NodeInfo | None:
         try:
-            return NodeInfo.from_object(obj)
+            return NodeInfo.from_object(obj, keep_held=self.keep_held)
         except ValueError as exc:
             log.warning("skipping node: %s", exc)
             return None
@@ -255,7 +258,7 @@ class ClusterInformer:
                 self.view.delete_node(name)
             return
         try:
-            self.view.upsert_node(NodeInfo.from_object(obj))
+            self.view.upsert_node(NodeInfo.from_object(obj, keep_held=self.keep_held))
         except ValueError as exc:
             log.warning("skipping node event: %s", exc)
 

@@ -57,7 +57,7 @@ class ScanService:
         self.cfg = cfg
         self.view = ClusterView(policy.pool_label)
         self.scanner = Scanner(self.view, policy)
-        self.informer = ClusterInformer(self.view, api_client)
+        self.informer = ClusterInformer(self.view, api_client, keep_held=True)
         # Finished pods are never at risk: the API server leaves them out (and a pod that
         # finishes leaves the watch as DELETED).
         self.pods = Reflector(

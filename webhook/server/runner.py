@@ -83,7 +83,9 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
             restamp_inventories(nodes, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
         nodes.reverse()
         # Convert and drop each raw node as we go: the raw dicts are many times larger.
-        view.replace_nodes(NodeInfo.from_object(nodes.pop()) for _ in range(len(nodes)))
+        # (what pods hold is the scan's alone: admission never reads it)
+        view.replace_nodes(NodeInfo.from_object(nodes.pop(), keep_held=False)
+                           for _ in range(len(nodes)))
         view.replace_namespaces(namespaces)
         view.replace_runtime_classes(runtime_classes)
         load_resources(view, resources)

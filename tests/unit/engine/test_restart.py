@@ -136,3 +136,21 @@ def test_hami_s_record_decides_only_where_both_ways_agree():
     b = recheck(pod, view, policy)
     assert b.outcome is Outcome.MAY_FAIL_ON_RESTART and "handed as UUIDs they resolve" in \
         b.message
+
+
+def test_the_webhook_keeps_no_record_of_what_pods_hold():
+    """Admission never reads ``gpupool.io/held-devices``: the webhook's view leaves it out,
+    and a pod starting on a node (a new record) does not store the node again there; the
+    scan's view keeps it, and notices."""
+    from webhook.clusterwatch import ClusterInformer
+
+    node = hold(agent_node_at("cdi"), "u1", [UUIDS[0]], container="c", visible=UUIDS[0])
+    more = hold(copy.deepcopy(node), "u2", [UUIDS[1]], container="c", visible=UUIDS[1])
+    policy = default_policy()
+    webhook = ClusterInformer(view_from_objects([], policy), None, keep_held=False)
+    scan = ClusterInformer(view_from_objects([], policy), None, keep_held=True)
+    w1, w2 = webhook._node_info(node), webhook._node_info(more)
+    assert w1 is not None and w2 is not None and w1.held is None
+    assert w1.fingerprint == w2.fingerprint
+    s1, s2 = scan._node_info(node), scan._node_info(more)
+    assert s1 is not None and s2 is not None and s1.held and s1.fingerprint != s2.fingerprint

@@ -58,8 +58,10 @@ class NodeInfo:
     held: str | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def from_object(cls, obj: Mapping[str, Any]) -> NodeInfo:
-        """Build from a Node as the API returns it (camelCase dict); tolerant of missing parts."""
+    def from_object(cls, obj: Mapping[str, Any], keep_held: bool = True) -> NodeInfo:
+        """Build from a Node as the API returns it (camelCase dict); tolerant of missing parts.
+        ``keep_held``: keep what its pods hold (the scan and ``check --running`` read it;
+        the webhook's view leaves it out, and its changes with it)."""
         meta = objects.meta_of(obj)
         spec = objects.as_mapping(obj.get("spec"))
         status = objects.as_mapping(obj.get("status"))
@@ -104,7 +106,7 @@ class NodeInfo:
         devices = hashlib.blake2b(repr((raw_register, raw_inventory, sorted(extended),
                                         sorted((allocatable or {}).items()),
                                         sorted(cordoned))).encode(), digest_size=16).digest()
-        raw_held = annotations.get(HELD_ANNOTATION)
+        raw_held = annotations.get(HELD_ANNOTATION) if keep_held else None
         held = raw_held if isinstance(raw_held, str) else None
         fingerprint = hashlib.blake2b(repr((sorted(labels.items()), taints, held)).encode()
                                       + devices, digest_size=16).digest()
