@@ -67,6 +67,7 @@ def _informer(nodes: FakeNodeAPI) -> tuple[ClusterInformer, ClusterView]:
     inf.view = view
     view.set_synced(False)  # as __init__ does: not trusted until listed
     inf._listed = set()
+    inf.keep_held = False  # the webhook's view
     from webhook.clusterwatch import Reflector
 
     empty_ns = FakeNodeAPI([[]], [])
@@ -162,6 +163,7 @@ def test_dra_objects_list_and_watch_into_the_view():
     inf.view = view
     view.set_synced(False)  # as __init__ does: not trusted until listed
     inf._listed = set()
+    inf.keep_held = False  # the webhook's view
     apis = {
         "DeviceClass": FakeNodeAPI([classes], [[{"type": "DELETED", "object": classes[1]}]]),
         "ResourceSlice": FakeNodeAPI([slices], [[{"type": "ADDED", "object": added},
@@ -205,6 +207,7 @@ def test_cluster_policy_events_set_the_operator_way():
     inf.view = view
     view.set_synced(False)  # as __init__ does: not trusted until listed
     inf._listed = set()
+    inf.keep_held = False  # the webhook's view
     policies = KeyedListing(inf._set_operator)
     policies.listed([{"metadata": {"name": "cluster-policy"}, "spec": {}}])
     assert view.operator_way() == CDI_DEVICES
@@ -227,6 +230,7 @@ def test_hami_device_plugin_daemonset_events_set_hamis_way():
     inf.view = view
     view.set_synced(False)  # as __init__ does: not trusted until listed
     inf._listed = set()
+    inf.keep_held = False  # the webhook's view
     daemonsets = KeyedListing(inf._set_hami_plugins)
     daemonsets.listed([daemonset()])
     assert view.hami_way({"gpu": "on"}) == VISIBLE_DEVICES
