@@ -154,3 +154,17 @@ def test_the_webhook_keeps_no_record_of_what_pods_hold():
     assert w1.fingerprint == w2.fingerprint
     s1, s2 = scan._node_info(node), scan._node_info(more)
     assert s1 is not None and s2 is not None and s1.held and s1.fingerprint != s2.fingerprint
+
+
+def test_a_mig_device_the_node_cannot_list_is_doubt_not_a_failure():
+    """HAMi's MIG mode creates the MIG device it hands a pod; the kubelet never lists it.
+    Under the just-in-time kind the driver decides at the restart: doubt, never a failure
+    that cannot be shown. Where the kubelet's list is read and lacks it, it is gone."""
+    mig = "MIG-0a1b2c3d-0000-5000-8000-00000000000f"
+    unknown = hold(agent_node_at("auto"), "u1", [mig], container="c", visible=mig)
+    a = _answer(unknown)
+    assert a.outcome is Outcome.MAY_FAIL_ON_RESTART and "just in time" in a.message
+    listed = hold(agent_node_at("auto", mig={"nvidia.com/mig-1g.10gb": (
+        "MIG-0a1b2c3d-0000-5000-8000-000000000001",)}), "u1", [mig], container="c",
+        visible=mig)
+    assert _answer(listed).outcome is Outcome.FAILS_ON_RESTART

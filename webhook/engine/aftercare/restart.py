@@ -205,6 +205,17 @@ def _judge_one(node: NodeInfo, h: Held, handler: str | None, gpus: tuple[str, ..
         if r.ok is None:
             return NodeAssessment(node.name, NodeState.UNKNOWN, note=r.note, mode=r.mode,
                                   way=delivery.VISIBLE_DEVICES)
+        if r.ok is False and r.kind == delivery.JIT_KIND and (
+                inv.mig is None or node.runs_hami_mig()) and all(
+                m.partition("=")[2].startswith("MIG-") for m in r.missing):
+            # Generated just in time from the driver: a MIG device exists if the driver has
+            # it now, and the node's MIG devices are not all known here (the kubelet's list
+            # was not read, or HAMi creates its own, which the kubelet never lists).
+            return NodeAssessment(
+                node.name, NodeState.UNKNOWN, mode=r.mode, way=delivery.VISIBLE_DEVICES,
+                note=f"{said}: MIG device(s) {_shown(r.missing)}, which the runtime generates "
+                     "just in time if the driver still has them; the node's MIG devices are "
+                     "not all known here")
         if r.ok is False:
             note = r.note
             if r.missing and r.mode == "cdi":
