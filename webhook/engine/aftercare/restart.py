@@ -15,9 +15,9 @@ So a started pod is judged by what it holds: the agent's ``gpupool.io/held-devic
 (``webhook.api.held``, read from the kubelet's checkpoint), else, for HAMi's pods, the GPUs
 its scheduler recorded in ``hami.io/vgpu-devices-allocated``, judged both ways HAMi's plugin
 can hand them (which one it used is recorded nowhere else), deciding only where both agree;
-the answer says which one decided. A pod none of whose containers has
-started and that the kubelet holds nothing for gets a fresh allocation: its admission answer
-stands. A started pod whose cached answer cannot be read is doubt, with the reason.
+the answer says which one decided. A pod none of whose containers has started and that the
+kubelet holds nothing for gets a fresh allocation: its admission answer stands. A started
+pod whose cached answer cannot be read is doubt, with the reason.
 
 Pure: no I/O.
 """
