@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from webhook.api import delivery
 from webhook.api.held import HELD_ANNOTATION, HeldDevices, HeldError, parse_held
@@ -155,8 +155,10 @@ class NodeClient(Protocol):
     def set_state(self, annotation: str, labels: Mapping[str, str | None]) -> None: ...
 
 
+@runtime_checkable
 class HeldClient(Protocol):
-    """A client that also keeps the node's ``gpupool.io/held-devices`` annotation."""
+    """A client that also keeps the node's ``gpupool.io/held-devices`` annotation (the
+    benchmarks' and some tests' clients keep the inventory alone)."""
 
     def get_held(self) -> str | None: ...
     def set_held(self, annotation: str) -> None: ...
@@ -226,57 +228,61 @@ class Publisher:
     def publish(self, inv: Inventory, stop: threading.Event | None = None) -> bool:
         """Write the inventory and the labels it implies if they changed; retry API errors
         with backoff. True if written."""
-        if self._published is not None and self._published == inv.content():
+        content = inv.content()
+        if self._published == content:
             return False
+
+        def write() -> bool:
+            if self._published is None and same_content(self.client.get_state(), inv):
+                self._published = content
+                return False
+            labels = node_labels(inv)
+            self.client.set_state(inv.dumps(), labels)
+            self._published = content
+            log.info("published CDI inventory: %s; labels %s", _brief(inv),
+                     ", ".join(f"{k}={v}" for k, v in labels.items() if v) or "none")
+            return True
+
+        return self._retrying("inventory", write, stop)
+
+    def publish_held(self, held: HeldDevices, stop: threading.Event | None = None) -> bool:
+        """Write what the node's pods hold if it changed (its time aside): a node whose pods
+        neither start nor stop costs no write. True if written."""
+        client = self.client
+        content = held.content()
+        if self._held == content or not isinstance(client, HeldClient):
+            return False
+
+        def write() -> bool:
+            if self._held is None and _held_content(client.get_held()) == content:
+                self._held = content
+                return False
+            client.set_held(held.dumps())
+            self._held = content
+            log.info("published what %d pod(s) hold%s", len(held.pods),
+                     f" (checkpoint unreadable: {held.error})" if held.error else "")
+            return True
+
+        return self._retrying("held devices", write, stop)
+
+    def _retrying(self, what: str, write: Callable[[], bool],
+                  stop: threading.Event | None) -> bool:
+        """``write`` until the API server takes it, with jittered exponential backoff;
+        False once ``stop`` is set. A document that cannot be written at all (over its
+        budget) is raised, not retried."""
         backoff = 1.0
         while True:
             try:
-                if self._published is None and same_content(self.client.get_state(), inv):
-                    self._published = inv.content()
-                    return False
-                labels = node_labels(inv)
-                self.client.set_state(inv.dumps(), labels)
-                self.writes += 1
-                self._published = inv.content()
-                log.info("published CDI inventory: %s; labels %s", _brief(inv),
-                         ", ".join(f"{k}={v}" for k, v in labels.items() if v) or "none")
-                return True
+                written = write()
+                self.writes += written
+                return written
             except InventoryError:
                 raise
             except Exception as exc:
                 if stop is not None and stop.is_set():
                     return False
                 delay = backoff * (0.5 + _JITTER.random())
-                log.warning("publishing inventory failed (%s); retrying in %.1fs", exc, delay)
-                self.sleep(delay)
-                backoff = min(backoff * 2, self.max_backoff)
-
-
-    def publish_held(self, held: HeldDevices, stop: threading.Event | None = None) -> bool:
-        """Write what the node's pods hold if it changed (its time aside): a node whose pods
-        neither start nor stop costs no write. True if written."""
-        client: Any = self.client
-        content = held.content()
-        if self._held == content or not hasattr(client, "set_held"):
-            return False
-        backoff = 1.0
-        while True:
-            try:
-                if self._held is None and _held_content(client.get_held()) == content:
-                    self._held = content
-                    return False
-                client.set_held(held.dumps())
-                self.writes += 1
-                self._held = content
-                log.info("published what %d pod(s) hold%s", len(held.pods),
-                         f" (checkpoint unreadable: {held.error})" if held.error else "")
-                return True
-            except Exception as exc:
-                if stop is not None and stop.is_set():
-                    return False
-                delay = backoff * (0.5 + _JITTER.random())
-                log.warning("publishing held devices failed (%s); retrying in %.1fs", exc,
-                            delay)
+                log.warning("publishing %s failed (%s); retrying in %.1fs", what, exc, delay)
                 self.sleep(delay)
                 backoff = min(backoff * 2, self.max_backoff)
 
