@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import random
 import subprocess
@@ -35,7 +36,13 @@ import jsonpatch
 
 from harness.gobuild import built
 from harness.kit import ROOT
-from webhook.engine import Subject, load_policy_text, review, view_from_objects
+from webhook.engine import (
+    Subject,
+    load_policy_text,
+    parse_release,
+    review,
+    view_from_objects,
+)
 
 BUILD = ROOT / "tests" / "drajudge" / "build.sh"
 NVIDIA, HAMI = "gpu.nvidia.com", "hami-core-gpu.project-hami.io"
@@ -344,9 +351,18 @@ def pod_claims(pod: dict[str, Any], objs: list[dict[str, Any]]) -> list[dict[str
 # ------------------------------------------------------------------ judging
 
 
+@functools.lru_cache(maxsize=4)
+def _answers(release: str, questions: str) -> list[dict[str, str]]:
+    """The allocator's answers, once per release and corpus (both policies ask the same)."""
+    return Judge(release).ask(json.loads(questions))
+
+
 class Judge:
-    def __init__(self) -> None:
-        self.exe = built(BUILD, "dra-judge") / "dra-judge"
+    """The allocator of one Kubernetes release (``RELEASES``), built from its own module."""
+
+    def __init__(self, release: str = "1.35") -> None:
+        self.release = release
+        self.exe = built(BUILD, f"dra-judge {release}", release) / "dra-judge"
 
     def ask(self, questions: list[dict[str, Any]]) -> list[dict[str, str]]:
         r = subprocess.run([str(self.exe)], input="".join(json.dumps(q) + "\n"
@@ -401,8 +417,14 @@ def classify(j: Judged) -> str:
         "waits for devices in use, not said"
 
 
-def run(seed: int, pods: int, clusters: int = 10, policy_text: str = POLICY
-        ) -> list[Judged]:
+#: the releases whose allocators judge the corpus, each built from its own module
+RELEASES = ("1.35", "1.36", "1.37")
+
+
+def run(seed: int, pods: int, clusters: int = 10, policy_text: str = POLICY,
+        release: str = "1.35") -> list[Judged]:
+    """Every pod reviewed by gpupool told ``release``, and judged by that release's
+    allocator."""
     rng = random.Random(seed)
     policy = load_policy_text(policy_text)
     made = [make_cluster(rng, i) for i in range(clusters)]
@@ -414,11 +436,12 @@ def run(seed: int, pods: int, clusters: int = 10, policy_text: str = POLICY
         base = {"classes": c.classes, "slices": c.slices, "claims": claims,
                 "nodes": [n for n in c.nodes if c.pools[n["metadata"]["name"]] != "operator"]}
         questions += [{**base, "allocated": c.held}, {**base, "allocated": []}]
-    answers = Judge().ask(questions)
+    answers = _answers(release, json.dumps(questions))
     out = []
     for k, (c, pod, objs) in enumerate(drawn):
         view = view_from_objects(c.nodes, policy, {NS: {}, "other": {}},
                                  resources=[*c.classes, *c.slices, *c.held, *objs])
+        view.set_release(parse_release(release))
         rv = review(Subject(kind="Pod", group="", operation="CREATE", object=pod,
                             namespace=NS), view, policy)
         final = rv.final

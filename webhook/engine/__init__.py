@@ -37,6 +37,10 @@ _SURFACE = {
     "allocation_on_nodes": "checks.allocation",
     "cluster_operator": "stacks.clusterpolicy", "hami_plugin_from": "stacks.hamiplugin",
     "HAMI_PLUGIN_SELECTOR": "stacks.hamiplugin",
+    # the Kubernetes release whose allocator decides
+    "Release": "stacks.releases", "parse_release": "stacks.releases",
+    "release_from_version": "stacks.releases", "release_note": "stacks.releases",
+    "SUPPORTED_RELEASES": "stacks.releases",
     # the policy
     "Policy": "core.policy", "PolicyError": "core.policy", "load_policy_text": "core.policy",
     "parse_policy": "core.policy",
@@ -121,6 +125,11 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.stacks.hamiplugin import HAMI_PLUGIN_SELECTOR as HAMI_PLUGIN_SELECTOR
     from webhook.engine.stacks.hamiplugin import hami_plugin_from as hami_plugin_from
     from webhook.engine.stacks.nri import annotation_requests as annotation_requests
+    from webhook.engine.stacks.releases import SUPPORTED_RELEASES as SUPPORTED_RELEASES
+    from webhook.engine.stacks.releases import Release as Release
+    from webhook.engine.stacks.releases import parse_release as parse_release
+    from webhook.engine.stacks.releases import release_from_version as release_from_version
+    from webhook.engine.stacks.releases import release_note as release_note
     from webhook.engine.view.cluster import DRA_KINDS as DRA_KINDS
     from webhook.engine.view.cluster import RESOURCE_KINDS as RESOURCE_KINDS
     from webhook.engine.view.cluster import ClusterView as ClusterView

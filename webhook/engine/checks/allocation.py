@@ -90,7 +90,7 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
         # allocator's answer, and far cheaper (identical devices are judged once).
         return _accept(node, alone.ok, alone.why)
     result = allocator.allocate([c.spec for c in claims], node.name, node.labels, slices,
-                                classes, None, affinity.term_matches)
+                                classes, None, affinity.term_matches, view.release())
     if result.ok is None:
         return _NodeCheck(node.name, False, result.why, result.why)
     if not result.ok:
@@ -152,7 +152,8 @@ def _waits(facts: PodFacts, d: dra.ClaimDemand, able: Iterable[NodeFinding],
         claims = tuple(c.spec for c in d.claims if c.spec.allocated is None) + tuple(
             c.spec for r, c in extra.items() if podclaims.dra_served(node, r, d.extended))
         now = allocator.allocate(claims, node.name, node.labels, view.slices_for(node.name),
-                                 view.device_classes() or {}, in_use, affinity.term_matches)
+                                 view.device_classes() or {}, in_use, affinity.term_matches,
+                                 view.release())
         if now.ok is not False:
             return 0
     return tried
@@ -265,7 +266,8 @@ def allocation_on_nodes(claims: Iterable[Mapping[str, Any]], view: ClusterView,
         node = view.node(name)
         labels = node.labels if node is not None else {}
         r = allocator.allocate(specs, name, labels, view.slices_for(name),
-                               view.device_classes() or {}, held, affinity.term_matches)
+                               view.device_classes() or {}, held, affinity.term_matches,
+                               view.release())
         out[name] = "doubt" if r.ok is None else "ok" if r.ok else \
             f"error: {r.fatal}" if r.fatal else "no"
     return out

@@ -1,9 +1,11 @@
 """Could these claims be allocated together on this node? As Kubernetes' structured-parameters
 allocator decides it.
 
-kube-scheduler's DRA plugin asks ``k8s.io/dynamic-resource-allocation/structured`` (v0.35.4,
-``internal/experimental/allocator_experimental.go``, the implementation the suite's scheduler
-features select) node by node. This follows it, search and all:
+kube-scheduler's DRA plugin asks ``k8s.io/dynamic-resource-allocation/structured`` node by
+node. This follows v0.35.4's ``internal/experimental/allocator_experimental.go`` (the
+implementation a 1.35 scheduler with the GPU DRA features selects), search and all, and
+where v0.36's and v0.37's ``internal/incubating`` decide differently it follows the cluster's
+release through the named switches of ``stacks.releases``:
 
 - every request and every ``firstAvailable`` subrequest has its DeviceClass looked up before
   anything is tried (``validateDeviceRequest``); a missing one is an error;
@@ -44,6 +46,7 @@ from webhook.engine.stacks.dra import (
     RuntimeFailure,
     Slice,
 )
+from webhook.engine.stacks.releases import NEWEST_RELEASE, Release
 
 #: allocateOne steps before the search is given up as doubt
 BUDGET = 20000
@@ -70,6 +73,9 @@ class InUse:
 
     devices: set[DeviceID] = field(default_factory=set)
     capacity: dict[DeviceID, dict[str, Fraction]] = field(default_factory=dict)
+    #: devices held through shares, whether or not a share records consumed capacity
+    #: (``AllocatedSharedDeviceIDs``; ``capacity`` is ``AggregatedCapacity``)
+    shares: set[DeviceID] = field(default_factory=set)
 
     @classmethod
     def of(cls, held: Iterable[Held]) -> InUse:
@@ -79,6 +85,9 @@ class InUse:
                 continue
             key = (h.driver, h.pool, h.device)
             if h.shared:
+                out.shares.add(key)
+                if not h.consumed:
+                    continue
                 got = out.capacity.setdefault(key, {})
                 for name, q in h.consumed:
                     got[name] = got.get(name, Fraction(0)) + (q or 0)
@@ -186,11 +195,15 @@ def devices_on(node: str, labels: Mapping[str, str], slices: Iterable[Slice],
 
 
 class _Constraint:
-    def __init__(self, match: bool, attribute: str, requests: tuple[str, ...]) -> None:
+    def __init__(self, match: bool, attribute: str, requests: tuple[str, ...],
+                 every: bool) -> None:
         self.match, self.attribute, self.requests = match, attribute, set(requests)
         self.first: Any = None
         self.count = 0
         self.seen: dict[str, Any] = {}  # distinct: per request name, the last value
+        #: distinct over every device held (``Release.distinct_over_every_device``)
+        self.every = every
+        self.values: list[Any] = []
 
     def applies(self, request: str, sub: str) -> bool:
         if not self.requests:
@@ -203,6 +216,12 @@ class _Constraint:
         value = d.attribute(self.attribute)
         if value is None:
             return False
+        if not self.match and self.every:
+            if any(v == value and type(v) is type(value) for v in self.values):
+                return False
+            self.values.append(value)
+            self.count += 1
+            return True
         if self.count == 0:
             if self.match:
                 self.first = value
@@ -224,7 +243,10 @@ class _Constraint:
         if not self.applies(request, sub):
             return
         if not self.match:
-            self.seen.pop(request, None)
+            if self.every:
+                self.values.pop()
+            else:
+                self.seen.pop(request, None)
         self.count -= 1
 
 
@@ -278,8 +300,9 @@ class _Search:
     def __init__(self, claims: Sequence[ClaimSpec], devices: list[_Device],
                  counters: Mapping[tuple[str, str], Mapping[str, Mapping[str, Fraction]]],
                  incomplete: set[tuple[str, str]], classes: Mapping[str, DeviceClass],
-                 in_use: InUse, budget: int) -> None:
+                 in_use: InUse, budget: int, release: Release) -> None:
         self.claims, self.devices, self.classes = claims, devices, classes
+        self.release = release
         self.incomplete = incomplete
         self.in_use = in_use
         self.budget = budget
@@ -289,7 +312,8 @@ class _Search:
         self.capacity: dict[DeviceID, dict[str, Fraction]] = {}
         self.counters_used: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
         self.available = self._available(counters)
-        self.constraints = [[_Constraint(c.match, c.attribute, c.requests)
+        self.constraints = [[_Constraint(c.match, c.attribute, c.requests,
+                                         release.distinct_over_every_device)
                              for c in claim.constraints] for claim in claims]
         self.plan: list[list[list[_Request]]] = []  # claim -> request -> alternatives
 
@@ -297,8 +321,9 @@ class _Search:
                    ) -> dict[tuple[str, str], dict[str, dict[str, Fraction]]]:
         """Each pool's counters less what held devices consume."""
         out = {k: {s: dict(v) for s, v in sets.items()} for k, sets in counters.items()}
+        shares = self.in_use.shares if self.release.held_shares_charge_counters else set()
         for d in self.devices:
-            if d.id in self.in_use.devices and d.consumes:
+            if (d.id in self.in_use.devices or d.id in shares) and d.consumes:
                 for name, values in d.consumes:
                     got = out.get(d.id[:2], {}).get(name)
                     if got is None:
@@ -329,6 +354,12 @@ class _Search:
                 break
         self.match_cache[key] = ok
         return ok
+
+    def static_capacity_fits(self, q: _Request, d: _Device) -> bool:
+        """The request against the device's capacity alone, nothing taken."""
+        consumed = _consumed(q.r, d.capacity, d.policies)
+        return consumed is not None and all(consumed[n] <= total
+                                            for n, total in d.capacity.items())
 
     def capacity_fits(self, q: _Request, d: _Device) -> bool:
         """``CmpRequestOverCapacity``."""
@@ -368,8 +399,10 @@ class _Search:
         if self.incomplete & {d.id[:2] for d in self.devices}:
             raise _Error(f"request {q.name}: asks for all devices, but a resource pool is "
                          "currently being updated")
+        fits = self.static_capacity_fits if self.release.all_takes_capacity_blocked_devices \
+            else self.capacity_fits
         return tuple(d for i, d in enumerate(self.devices)
-                     if self.selectable(q, qi, i) and self.capacity_fits(q, d))
+                     if self.selectable(q, qi, i) and fits(q, d))
 
     def step(self) -> None:
         self.steps += 1
@@ -379,7 +412,9 @@ class _Search:
     def run(self) -> bool:
         return self.one(0, 0, None, 0)
 
-    def one(self, ci: int, ri: int, si: int | None, di: int) -> bool:
+    def one(self, ci: int, ri: int, si: int | None, di: int, start: int = 0) -> bool:
+        """``allocateOne``: device ``di`` of request ``ri`` (subrequest ``si``) of claim
+        ``ci``, searched from device ``start`` on."""
         self.step()
         if ci >= len(self.plan):
             return True
@@ -397,13 +432,16 @@ class _Search:
             undo = self.allocate(q, q.all_devices[di], must=True)
             if undo is None:
                 return False
-            if self.one(ci, ri, si, di + 1):
+            nxt = si if self.release.all_subrequest_keeps_its_index else 0
+            if self.one(ci, ri, nxt, di + 1):
                 return True
             undo()
             return False
         if di >= q.r.amount:
             return self.one(ci, ri + 1, None, 0)
-        for i, d in enumerate(self.devices):
+        once = self.release.request_takes_a_device_once
+        for i in range(start if once else 0, len(self.devices)):
+            d = self.devices[i]
             if q.r.admin_access and ci in self.taken.get(d.id, ()):
                 continue
             if not q.r.admin_access and self.in_use_now(d.id):
@@ -413,7 +451,7 @@ class _Search:
             undo = self.allocate(q, d, must=False)
             if undo is None:
                 continue
-            if self.one(ci, ri, si, di + 1):
+            if self.one(ci, ri, si, di + 1, i + 1):
                 return True
             undo()
         return False
@@ -428,17 +466,21 @@ class _Search:
             return None
         if not q.r.admin_access and self.in_use_now(d.id):
             return None
+        rel = self.release
+        shared_now = d.id in self.in_use.capacity or any(self.capacity.get(d.id, {}).values()) \
+            or (rel.shares_without_capacity_are_shared and d.id in self.in_use.shares)
         counted = False
-        if d.consumes and not (multi and (d.id in self.in_use.capacity
-                                          or any(self.capacity.get(d.id, {}).values()))):
+        if d.consumes and not (multi and shared_now):
             if not self.take_counters(d):
                 return None
             counted = True
-        # A device refused past this point keeps the counters it was just charged: v0.35.4's
-        # allocateDevice returns on a taint or a constraint without deallocateCountersForDevice
-        # (only its undo gives them back), and the later counter checks of the same pool see
-        # them. The real allocator decides, so this does the same.
+        # Before 1.36 a device refused past this point keeps the counters it was just charged
+        # (v0.35.4's allocateDevice returns on a taint or a constraint without
+        # deallocateCountersForDevice) and later devices of the pool see them charged.
+        give_back = counted and rel.rollback_returns_counters
         if taints.keeps_off(d.taints, q.r.tolerations):
+            if give_back:
+                self.give_counters(d)
             return None
         added: list[_Constraint] = []
         for c in self.constraints[q.claim]:
@@ -446,15 +488,17 @@ class _Search:
                 if must:
                     raise _Error(f"request {q.r.name}: cannot add device {d.id[2]} because a "
                                  "claim constraint would not be satisfied")
-                for a in added:
+                for a in reversed(added):
                     a.remove(q.name, q.sub)
+                if give_back:
+                    self.give_counters(d)
                 return None
             added.append(c)
         if not multi:
             self.taken.setdefault(d.id, set()).add(q.claim)
         consumed: dict[str, Fraction] = {}
         if not self.capacity_fits(q, d):
-            for a in added:
+            for a in reversed(added):
                 a.remove(q.name, q.sub)
             if counted:
                 self.give_counters(d)
@@ -468,12 +512,16 @@ class _Search:
                 got[n] = got.get(n, Fraction(0)) + v
 
         def undo() -> None:
-            for a in added:
+            for a in reversed(added):
                 a.remove(q.name, q.sub)
             if multi:
                 got = self.capacity[d.id]
                 for n, v in consumed.items():
                     got[n] -= v
+                # v0.35.4's undo gives a shared device's counters back only for exclusive
+                # devices; 1.36's rollbackDevice for every device it charged.
+                if counted and rel.rollback_returns_counters:
+                    self.give_counters(d)
             else:
                 self.taken[d.id].discard(q.claim)
                 if counted:
@@ -509,12 +557,12 @@ class _Search:
 def allocate(claims: Sequence[ClaimSpec], node: str, labels: Mapping[str, str],
              slices: Iterable[Slice], classes: Mapping[str, DeviceClass],
              in_use: InUse | None, term_matches: Callable[..., bool],
-             budget: int = BUDGET) -> Outcome:
+             release: Release = NEWEST_RELEASE, budget: int = BUDGET) -> Outcome:
     """Could these claims be allocated together on ``node``, with ``in_use`` held (None:
-    every held device free)?"""
+    every held device free), as ``release``'s allocator decides?"""
     devices, counters, incomplete = devices_on(node, labels, slices, term_matches)
     search = _Search(claims, devices, counters, incomplete, classes, in_use or InUse(),
-                     budget)
+                     budget, release)
     try:
         search.prepare()
         for claim in search.plan:

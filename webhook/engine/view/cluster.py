@@ -17,6 +17,7 @@ from webhook.api.delivery import Way
 from webhook.engine.core import objects
 from webhook.engine.core.policy import Policy
 from webhook.engine.stacks import clusterpolicy, dra, hamiplugin, nri
+from webhook.engine.stacks.releases import Release
 from webhook.engine.view.caches import Again, Caches, Change, Changes, NodeFold
 from webhook.engine.view.draobjects import DRAObjects
 from webhook.engine.view.index import NodeIndex
@@ -149,6 +150,10 @@ class ClusterView:
         """HAMi's device-plugin DaemonSets (``hamiplugin``); None: not known."""
         self._setting(lambda: self._settings.set_hami_plugins(plugins))
 
+    def set_release(self, release: Release) -> None:
+        """The Kubernetes release the cluster runs (``stacks.releases``)."""
+        self._setting(lambda: self._settings.set_release(release))
+
     def replace_slices(self, slices: Iterable[dra.Slice]) -> None:
         with self._lock:
             self._dra.replace_slices(slices)
@@ -202,6 +207,11 @@ class ClusterView:
     def operator_nri(self) -> nri.NRIPlugin | None:
         """The GPU Operator's NRI plugin, where its ClusterPolicy runs one."""
         return self._settings.operator_nri()
+
+    def release(self) -> Release:
+        """The Kubernetes release whose DRA allocator decides: discovered, given, or the
+        newest supported."""
+        return self._settings.release
 
     def device_classes(self) -> Mapping[str, dra.DeviceClass] | None:
         """DeviceClass name -> class, or None when gpupool does not know them."""

@@ -1,6 +1,7 @@
-"""Cluster-wide settings node verdicts read: RuntimeClasses (the handler a class names),
-DeviceClasses, what the GPU Operator's ClusterPolicy says, and HAMi's device-plugin
-DaemonSets. Each is None while unknown. A setter says whether anything changed; the view
+"""Cluster-wide settings node verdicts read: the Kubernetes release (whose DRA allocator
+decides), RuntimeClasses (the handler a class names), DeviceClasses, what the GPU Operator's
+ClusterPolicy says, and HAMi's device-plugin DaemonSets. Each but the release is None while
+unknown; the release is then the newest supported. A setter says whether anything changed; the view
 then lets every fold start over (``caches.Change.SETTING``).
 """
 
@@ -10,6 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from webhook.api.delivery import Way
 from webhook.engine.stacks import clusterpolicy, dra, hamiplugin, nri
+from webhook.engine.stacks.releases import NEWEST_RELEASE, Release
 
 
 class ClusterSettings:
@@ -19,6 +21,13 @@ class ClusterSettings:
         self.device_classes: dict[str, dra.DeviceClass] | None = None
         self.operator: clusterpolicy.Operator | None = None
         self.hami_plugins: tuple[hamiplugin.HamiPlugin, ...] | None = None
+        self.release: Release = NEWEST_RELEASE
+
+    def set_release(self, release: Release) -> bool:
+        if release == self.release:
+            return False
+        self.release = release
+        return True
 
     def set_runtime_classes(self, classes: Mapping[str, str] | None) -> bool:
         new = None if classes is None else dict(classes)
