@@ -4,6 +4,10 @@ The admission path never calls the API server; it reads the view this keeps curr
 that expires (410 Gone) or breaks is followed by a full relist, so the view converges after
 any outage; ``staleness()`` says how long since the cache was last known to be in sync, which
 readiness and metrics expose.
+
+Each listing of the nodes (at start, and after every reconnect or expiry) also reads the API
+server's ``/version``: a cluster upgraded under a running webhook is then decided as its new
+release decides (the DRA allocator's switches, ``webhook.engine.Release``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from webhook.engine import (
     claims_of,
     cluster_operator,
     hami_plugin_from,
+    release_from_version,
+    release_note,
     runtime_classes_of,
 )
 from webhook.kube import DRA_GROUP, SOURCE, SOURCES
@@ -180,6 +186,8 @@ class ClusterInformer:
     def __init__(self, view: ClusterView, api_client: Any, *, watch_timeout: int = 300,
                  keep_held: bool = False) -> None:
         self.view = view
+        #: the API server's /version document (a function, so tests can script it)
+        self.read_version: Callable[[], Any] = functools.partial(_server_version, api_client)
         #: keep each node's ``gpupool.io/held-devices``: the scan reads it, admission never
         #: does, and at a cluster's size it would cost the webhook's every worker memory
         self.keep_held = keep_held
@@ -244,7 +252,27 @@ class ClusterInformer:
 
     def _nodes_listed(self, items: list[NodeInfo | None]) -> None:
         self.view.replace_nodes(n for n in items if n is not None)
+        self.discover_version()
         self._now_listed("nodes")
+
+    def discover_version(self) -> None:
+        """Read the API server's release into the view. Failing that, the view keeps the
+        release it had (at start, the newest supported), and says so in the log."""
+        try:
+            found = release_from_version(self.read_version())
+        except Exception as exc:  # an outage or a proxy that hides /version: keep deciding
+            log.warning("could not read the API server's version (%s); deciding DRA "
+                        "allocation as Kubernetes %s", exc, self.view.release())
+            return
+        if found is None or found == self.view.release():
+            return
+        self.view.set_release(found)
+        note = release_note(found)
+        if note:
+            log.warning("%s", note)
+        else:
+            log.info("Kubernetes %s: DRA allocation decided as its scheduler decides it",
+                     found)
 
     def _now_listed(self, what: str) -> None:
         self._listed.add(what)
@@ -320,6 +348,13 @@ class ClusterInformer:
         if stale > max_staleness:
             return False, f"node cache last in sync {stale:.0f}s ago"
         return True, f"{len(self.view)} nodes synced"
+
+
+def _server_version(api_client: Any) -> Any:
+    from kubernetes import client
+
+    info = client.VersionApi(api_client).get_code(_request_timeout=10)
+    return api_client.sanitize_for_serialization(info)
 
 
 def _ns_name(obj: dict[str, Any]) -> tuple[str, str]:

@@ -87,6 +87,8 @@ class ClusterFile(NamedTuple):
     runtime_classes: dict[str, str] | None
     #: DRA objects and the GPU Operator's ClusterPolicy (``webhook.engine.RESOURCE_KINDS``)
     resources: list[dict[str, Any]] = []
+    #: the API server's ``/version`` document, where read from a live cluster
+    version: dict[str, Any] | None = None
 
 
 def load_cluster_file(path: str, name: str | None = None) -> ClusterFile:

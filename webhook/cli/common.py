@@ -14,7 +14,7 @@ from webhook import __version__
 from webhook.kube import REQUEST_TIMEOUT
 
 if TYPE_CHECKING:
-    from webhook.engine import ClusterView, Policy
+    from webhook.engine import ClusterView, Policy, Release
     from webhook.snapshot import ClusterFile
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -50,14 +50,47 @@ def load_nodes(cluster: str) -> ClusterFile:
 
 
 def view_of(snapshot: ClusterFile, policy: Policy, ns_labels: dict[str, str],
-          namespaces: Sequence[str] = ()) -> ClusterView:
+          namespaces: Sequence[str] = (), kube_version: str | None = None) -> ClusterView:
+    """The view the engine decides against; its Kubernetes release is ``kube_version``
+    where given, else the live cluster's, else the newest supported."""
     from webhook.engine import view_from_objects
 
     ns = snapshot.namespaces
     for name in namespaces:
         ns.setdefault(name, {}).update(ns_labels)
-    return view_from_objects(snapshot.nodes, policy, ns, snapshot.runtime_classes,
+    view = view_from_objects(snapshot.nodes, policy, ns, snapshot.runtime_classes,
                              snapshot.resources)
+    view.set_release(release_of(snapshot, kube_version))
+    return view
+
+
+def release_of(snapshot: ClusterFile, kube_version: str | None) -> Release:
+    from webhook.engine import NEWEST_RELEASE, parse_release, release_from_version
+
+    if kube_version:
+        return parse_release(kube_version, "given")
+    return release_from_version(snapshot.version) or NEWEST_RELEASE
+
+
+def add_kube_version(parser: Any) -> None:
+    """``--kube-version``: the release whose DRA allocator decides, for a cluster file (a
+    live cluster says its own)."""
+    from webhook.engine import SUPPORTED_RELEASES
+
+    def release(text: str) -> str:
+        from webhook.engine import parse_release
+
+        try:
+            parse_release(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+        return text
+
+    parser.add_argument(
+        "--kube-version", metavar="1.X", type=release,
+        help="the Kubernetes release of the cluster, whose DRA allocator gpupool decides as "
+             f"(supported: {', '.join(SUPPORTED_RELEASES)}; default: the live cluster's, "
+             f"else {SUPPORTED_RELEASES[-1]})")
 
 
 def print_doc(doc: Any, output: str | None) -> None:

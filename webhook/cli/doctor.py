@@ -20,9 +20,11 @@ from webhook.engine import (
     NodeState,
     PodAnswer,
     Policy,
+    Release,
     advertised_twice,
     fix_text,
     node_verdict,
+    release_note,
 )
 
 if TYPE_CHECKING:
@@ -258,7 +260,8 @@ def totals(rows: list[Row], at_risk: dict[str, list[PodAnswer]] | None = None) -
 
 def format_table(rows: list[Row], cert: CertificateStatus | None = None,
                  wide: bool = False, at_risk: dict[str, list[PodAnswer]] | None = None,
-                 installation: list[str] | None = None) -> str:
+                 installation: list[str] | None = None, release: Release | None = None
+                 ) -> str:
     """One aligned row per node, its details under it, then each distinct fix once with the
     nodes it applies to, and the totals."""
     head = ["NODE", "POOL", "SCHEDULER", "HAMI GPUS", "MODE", "DEFAULT KIND",
@@ -299,6 +302,8 @@ def format_table(rows: list[Row], cert: CertificateStatus | None = None,
         lines.extend(f"pending pod at risk: {_risk(a)}" for a in pending)
     t = totals(rows, at_risk)
     lines.append("")
+    if release is not None:
+        lines.append(kubernetes_line(release))
     summary = ", ".join(f"{n} {state}" for state, n in t.nodes.items()) or "none"
     lines.append(f"{len(rows)} GPU node(s): {summary}"
                  + (f"; {t.with_hazards} with hazards" if t.with_hazards else "")
@@ -315,14 +320,27 @@ def format_table(rows: list[Row], cert: CertificateStatus | None = None,
 
 def to_document(rows: list[Row], cert: CertificateStatus | None = None,
                 at_risk: dict[str, list[PodAnswer]] | None = None,
-                installation: dict[str, Any] | None = None) -> dict[str, Any]:
+                installation: dict[str, Any] | None = None, release: Release | None = None
+                ) -> dict[str, Any]:
     """The report as ``-o json`` and ``-o yaml`` print it."""
     return {"kind": "DoctorReport", "nodes": [asdict(r) for r in rows],
+            "kubernetes": None if release is None else {
+                "release": str(release), "source": release.source,
+                "supported": release.supported, "note": release_note(release)},
             "totals": asdict(totals(rows, at_risk)),
             "podsAtRisk": None if at_risk is None else [
                 a.to_json() for pods in at_risk.values() for a in pods],
             "installation": installation,
             "certificate": asdict(cert) if cert is not None else None}
+
+
+def kubernetes_line(release: Release) -> str:
+    """Which release gpupool decides DRA allocation as, and where that came from; the one
+    line saying so where the release is not supported."""
+    where = {"discovered": "the API server's /version", "given": "--kube-version",
+             "assumed": "not known: the newest supported"}[release.source]
+    return release_note(release) or (f"Kubernetes {release} ({where}): DRA allocation is "
+                                      f"decided as its scheduler decides it")
 
 
 def _risk(a: PodAnswer) -> str:

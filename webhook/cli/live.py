@@ -158,4 +158,16 @@ def cluster_objects(live: Live) -> ClusterFile:
     resources = [o for src in SOURCES if src.kind not in ("Node", "Namespace", "RuntimeClass")
                  for o in listed[src.kind] or ()]
     return ClusterFile(listed["Node"] or [], namespaces,
-                       runtime_classes_of(classes) if classes is not None else None, resources)
+                       runtime_classes_of(classes) if classes is not None else None, resources,
+                       server_version(live))
+
+
+def server_version(live: Live) -> dict[str, Any] | None:
+    """The API server's ``/version`` (None where it does not say): which release's DRA
+    allocator places the pods."""
+    from kubernetes import client
+
+    found = live.call("reading the API server's version", client.VersionApi(live.api).get_code,
+                      optional=True)
+    doc = live.api.sanitize_for_serialization(found) if found is not None else None
+    return doc if isinstance(doc, dict) else None

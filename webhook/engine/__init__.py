@@ -40,7 +40,7 @@ _SURFACE = {
     # the Kubernetes release whose allocator decides
     "Release": "stacks.releases", "parse_release": "stacks.releases",
     "release_from_version": "stacks.releases", "release_note": "stacks.releases",
-    "SUPPORTED_RELEASES": "stacks.releases",
+    "SUPPORTED_RELEASES": "stacks.releases", "NEWEST_RELEASE": "stacks.releases",
     # the policy
     "Policy": "core.policy", "PolicyError": "core.policy", "load_policy_text": "core.policy",
     "parse_policy": "core.policy",
@@ -125,6 +125,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
     from webhook.engine.stacks.hamiplugin import HAMI_PLUGIN_SELECTOR as HAMI_PLUGIN_SELECTOR
     from webhook.engine.stacks.hamiplugin import hami_plugin_from as hami_plugin_from
     from webhook.engine.stacks.nri import annotation_requests as annotation_requests
+    from webhook.engine.stacks.releases import NEWEST_RELEASE as NEWEST_RELEASE
     from webhook.engine.stacks.releases import SUPPORTED_RELEASES as SUPPORTED_RELEASES
     from webhook.engine.stacks.releases import Release as Release
     from webhook.engine.stacks.releases import parse_release as parse_release

@@ -78,7 +78,7 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     source = node_source_of(cfg)
     metrics_mod.node_source(source)
     if cfg.cluster_file:
-        (nodes, namespaces, runtime_classes, resources), kept_why = load_snapshot(cfg)
+        (nodes, namespaces, runtime_classes, resources, _), kept_why = load_snapshot(cfg)
         if cfg.demo:
             restamp_inventories(nodes, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
         nodes.reverse()

@@ -68,6 +68,7 @@ def _informer(nodes: FakeNodeAPI) -> tuple[ClusterInformer, ClusterView]:
     view.set_synced(False)  # as __init__ does: not trusted until listed
     inf._listed = set()
     inf.keep_held = False  # the webhook's view
+    inf.read_version = lambda: {"gitVersion": "v1.36.3"}
     from webhook.clusterwatch import Reflector
 
     empty_ns = FakeNodeAPI([[]], [])
@@ -164,6 +165,7 @@ def test_dra_objects_list_and_watch_into_the_view():
     view.set_synced(False)  # as __init__ does: not trusted until listed
     inf._listed = set()
     inf.keep_held = False  # the webhook's view
+    inf.read_version = lambda: {"gitVersion": "v1.36.3"}
     apis = {
         "DeviceClass": FakeNodeAPI([classes], [[{"type": "DELETED", "object": classes[1]}]]),
         "ResourceSlice": FakeNodeAPI([slices], [[{"type": "ADDED", "object": added},
@@ -208,6 +210,7 @@ def test_cluster_policy_events_set_the_operator_way():
     view.set_synced(False)  # as __init__ does: not trusted until listed
     inf._listed = set()
     inf.keep_held = False  # the webhook's view
+    inf.read_version = lambda: {"gitVersion": "v1.36.3"}
     policies = KeyedListing(inf._set_operator)
     policies.listed([{"metadata": {"name": "cluster-policy"}, "spec": {}}])
     assert view.operator_way() == CDI_DEVICES
@@ -231,6 +234,7 @@ def test_hami_device_plugin_daemonset_events_set_hamis_way():
     view.set_synced(False)  # as __init__ does: not trusted until listed
     inf._listed = set()
     inf.keep_held = False  # the webhook's view
+    inf.read_version = lambda: {"gitVersion": "v1.36.3"}
     daemonsets = KeyedListing(inf._set_hami_plugins)
     daemonsets.listed([daemonset()])
     assert view.hami_way({"gpu": "on"}) == VISIBLE_DEVICES
@@ -238,3 +242,32 @@ def test_hami_device_plugin_daemonset_events_set_hamis_way():
     assert view.hami_way({"gpu": "on"}) == CDI_DEVICES
     daemonsets.event("DELETED", daemonset())
     assert view.hami_way({"gpu": "on"}) is None and not view.knows_hami_plugins()
+
+
+def test_each_listing_reads_the_release_so_an_upgrade_is_decided_as_its_new_release():
+    gone = [{"type": "ERROR", "object": {"code": 410}}]
+    nodes = FakeNodeAPI([[_node("a", "1")]], [gone, gone])
+    inf, view = _informer(nodes)
+    assert view.release().minor == 37 and view.release().source == "assumed"
+    versions = iter([{"gitVersion": "v1.36.3"}, {"gitVersion": "v1.37.2"}])
+    seen = []
+
+    def read():
+        seen.append(1)
+        try:
+            return next(versions)
+        except StopIteration:
+            raise ConnectionError("API server unreachable") from None
+
+    inf.read_version = read
+    inf.nodes.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(seen) < 3 and time.monotonic() < deadline:  # list, relist, relist...
+            time.sleep(0.01)
+    finally:
+        inf.nodes.stop()
+    # read at the first listing (1.36), again after the expired watch (1.37), and a failed
+    # read keeps the release the view had
+    assert len(seen) >= 3
+    assert (view.release().minor, view.release().source) == (37, "discovered")

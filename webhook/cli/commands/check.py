@@ -14,6 +14,7 @@ from webhook.cli.common import (
     UsageError,
     add_command,
     add_kube_flags,
+    add_kube_version,
     add_output,
     load_nodes,
     load_policy,
@@ -37,7 +38,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     namespaces = {meta_of(obj).get("namespace") or "default"
                   for _, objs in manifests for obj in objs}
     snapshot = _check_source(args)
-    view = view_of(snapshot, policy, labels, sorted(namespaces))
+    view = view_of(snapshot, policy, labels, sorted(namespaces), args.kube_version)
     if args.running:
         return _running(args, manifests, view, policy)
     report = run_check(manifests, view, policy)
@@ -153,6 +154,7 @@ def register(sub: Any, prog: str) -> None:
                    help="labels of the objects' namespaces, as the server would see them")
     add_kube_flags(c, "read the nodes and namespaces of a live cluster with this kubeconfig "
                    "(instead of --cluster)")
+    add_kube_version(c)
     add_output(c, "one line per object")
     c.set_defaults(func=cmd_check)
 

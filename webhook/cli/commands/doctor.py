@@ -11,6 +11,7 @@ from webhook.cli.common import (
     UsageError,
     add_command,
     add_kube_flags,
+    add_kube_version,
     add_output,
     load_nodes,
     load_policy,
@@ -67,8 +68,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                            field_selector="status.phase!=Succeeded,status.phase!=Failed")
         if listed is not None:
             pods = live.api.sanitize_for_serialization(listed).get("items") or []
-    view = view_of(snapshot, policy, {})
+    view = view_of(snapshot, policy, {}, kube_version=args.kube_version)
     rows = diagnose(view, policy)
+    release = view.release()
     at_risk = None
     if pods is not None:
         from webhook.cli.atrisk import answers, by_node
@@ -76,7 +78,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         at_risk = by_node(answers(pods, view, policy))
     if args.output in ("json", "yaml"):
         print_doc(to_document(rows, cert, at_risk,
-                               installation.to_document() if installation else None),
+                               installation.to_document() if installation else None,
+                               release),
                    args.output)
     else:
         described = None
@@ -88,9 +91,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                          "(docs/install.md, 'When the webhook is down'):",
                          *(f"  {line}" for line in runbook(installation))]
         print(format_table(rows, cert, wide=args.output == "wide", at_risk=at_risk,
-                           installation=described))
+                           installation=described, release=release))
     healthy = all(r.state == "ok" and not r.hazards for r in rows) and (cert is None or cert.ok) \
-        and not at_risk
+        and not at_risk and release.supported
     return EXIT_OK if healthy else EXIT_FINDING
 
 
@@ -126,6 +129,7 @@ def register(sub: Any, prog: str) -> None:
                      help="'kubectl get nodes,runtimeclasses -o yaml' output")
     add_kube_flags(dc, "query a live cluster with this kubeconfig (default: $KUBECONFIG or "
                     "~/.kube/config)", src)
+    add_kube_version(dc)
     dc.add_argument("--policy", metavar="FILE", help="PoolPolicy YAML (default: built-in)")
     dc.add_argument("-n", "--namespace",
                     help="the namespace gpupool is installed in (default: found by the label "
