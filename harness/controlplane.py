@@ -3,6 +3,10 @@
 The binaries are built from the official Kubernetes Go modules by
 tests/e2e/controlplane/build.sh and cached outside the tree. Without Go the end-to-end layer
 is skipped loudly; under CI=true a missing toolchain or a failed build fails the run.
+
+The end-to-end layer runs on the current release (``CURRENT``); ``GPUPOOL_KUBE_RELEASE``
+runs it on another the build script knows (the oldest kept, ``OLDEST``, for the tests whose
+behaviour depends on the release).
 """
 
 from __future__ import annotations
@@ -28,11 +32,19 @@ from harness.kit import ROOT
 from harness.servers import free_port
 
 BUILD = ROOT / "tests" / "e2e" / "controlplane" / "build.sh"
+#: the release the end-to-end layer runs on, and the oldest it keeps
+CURRENT, OLDEST = "1.37", "1.35"
+
+
+def release() -> str:
+    """The Kubernetes release this run's control plane is of."""
+    return os.environ.get("GPUPOOL_KUBE_RELEASE") or CURRENT
 
 
 def binaries() -> Path:
-    """The directory holding kube-apiserver, kubectl and etcd; builds them on first use."""
-    return built(BUILD, "the end-to-end layer (kube-apiserver, kubectl)")
+    """The directory holding kube-apiserver, kubectl and etcd of ``release()``; builds them
+    on first use."""
+    return built(BUILD, f"the end-to-end layer (Kubernetes {release()})", release())
 
 
 def _pem_key(key: Any) -> bytes:
@@ -191,7 +203,11 @@ class ControlPlane:
             "--leader-elect=false", "--secure-port=0", "--use-service-account-credentials",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
-            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller",
+            # 1.37 knows no cloud controllers at all (kube-controller-manager refuses to
+            # start when told to turn off one it does not know)
+            "--controllers=*,-nodeipam" + (
+                ",-cloud-node-lifecycle,-service-lb-controller"
+                if int(release().split(".")[1]) < 37 else ""),
             "--node-monitor-grace-period=60s", "--v=1", *self._gates()])
 
     def start_kwok(self, kwok_bin: Path) -> None:

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from harness import install
-from harness.controlplane import ControlPlane
+from harness.controlplane import ControlPlane, release
 from harness.hami import HamiWebhook
 from harness.kit import ROOT, UPSTREAM
 from harness.layouts import UUIDS, fake_driver, hami_register, per_uuid_spec, write_layout
@@ -304,6 +304,12 @@ def test_doctor_against_the_live_cluster(env):
     assert rows["hami-1"]["state"] == "missing" and rows["hami-1"]["hami_gpus"] == 2
     assert f"management.nvidia.com/gpu={UUIDS[0]}" in rows["hami-1"]["missing"]
     assert rows["op-1"]["state"] == "ok" and rows["op-1"]["pool"] == "operator"
+    # the release read from the real API server's /version, the one this chain runs
+    assert json.loads(r.stdout)["kubernetes"] == {
+        "release": release(), "source": "discovered", "supported": True, "note": ""}
+    # ...as the webhook's own watch read it, each of its workers
+    assert f"Kubernetes {release()}: DRA allocation decided as its scheduler decides it" in \
+        env.server.log.read_text()
     # The same through real kubectl as a plugin, with kubectl's own flags.
     import os
 
@@ -385,7 +391,11 @@ def test_agent_identity_limited_to_own_node_and_inventory(env):
     steer = env.kubectl("label", "node", "hami-1", f"{STEER}=true", "--overwrite",
                         *_as_agent_on("hami-1"), check=False)
     assert steer.returncode == 0, steer.stderr
-    foreign = env.kubectl("label", "node", "op-1", f"{STEER}=true", "--overwrite",
+    # a value op-1 does not have: kubectl 1.37 sends nothing for a label already set
+    held = env.kubectl("get", "node", "op-1", "-o", "json").stdout
+    other_value = "false" if json.loads(held)["metadata"]["labels"].get(STEER) == "true" \
+        else "true"
+    foreign = env.kubectl("label", "node", "op-1", f"{STEER}={other_value}", "--overwrite",
                           *_as_agent_on("hami-1"), check=False)
     assert foreign.returncode != 0 and "only update the node it runs on" in foreign.stderr
     spec = env.kubectl("taint", "node", "hami-1", "x=y:NoSchedule", *_as_agent_on("hami-1"),

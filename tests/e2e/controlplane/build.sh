@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and the embedded
-# etcd from this Go module into a cache
-# outside git, keyed by a hash of the module's files, and prints the bin directory.
-# A second call with unchanged inputs returns at once.
+# Builds one Kubernetes release's kube-apiserver, kube-scheduler, kube-controller-manager and
+# kubectl, with the embedded etcd, into a cache outside git keyed by a hash of that release's
+# module, and prints the bin directory. A second call with unchanged inputs returns at once.
+#
+#   build.sh          the current release the suite runs on (1.37, module in v1.37/)
+#   build.sh 1.35     the oldest release the suite keeps (module in this directory)
+#
+# The embedded etcd (cmd/etcd) is the same program for both: it is built from this
+# directory's module and copied beside each release's programs.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+release=${1:-1.37}
+case $release in
+  1.35) mod="$here" ;;
+  1.37) mod="$here/v1.37" ;;
+  *) echo "build.sh: no control plane for Kubernetes $release (1.35 or 1.37)" >&2; exit 2 ;;
+esac
 cache_root=${GPUPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpupool}
-key=$(cd "$here" && cat go.mod go.sum build.sh $(find cmd -name '*.go' | sort) | sha256sum | cut -c1-16)
+key=$( { cat "$mod/go.mod" "$mod/go.sum" "$here/go.mod" "$here/go.sum"
+         cat $(find "$here/cmd" -name '*.go' | sort); } | sha256sum | cut -c1-16)
 bin="$cache_root/controlplane/$key/bin"
 if [[ -x "$bin/kube-apiserver" && -x "$bin/kube-scheduler" && -x "$bin/kube-controller-manager"
       && -x "$bin/kubectl" && -x "$bin/etcd" ]]; then
@@ -17,19 +29,17 @@ command -v go >/dev/null || { echo "build.sh: Go toolchain not found" >&2; exit 
 tmp="$bin.tmp.$$"
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
-version=$(cd "$here" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
+version=$(cd "$mod" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$version -X $pkg.gitMajor=$(echo "${version#v}" | cut -d. -f1)"
 ldflags+=" -X $pkg.gitMinor=$(echo "$version" | cut -d. -f2) -X $pkg.gitTreeState=clean"
 ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$version"
-cd "$here"
 echo "build.sh: building Kubernetes $version control plane into $bin (first build takes minutes)" >&2
-go build -trimpath -ldflags "$ldflags" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2
-go build -trimpath -ldflags "$ldflags" -o "$tmp/kube-scheduler" k8s.io/kubernetes/cmd/kube-scheduler >&2
-go build -trimpath -ldflags "$ldflags" -o "$tmp/kube-controller-manager" \
-  k8s.io/kubernetes/cmd/kube-controller-manager >&2
-go build -trimpath -ldflags "$ldflags" -o "$tmp/kubectl" k8s.io/kubernetes/cmd/kubectl >&2
-go build -trimpath -o "$tmp/etcd" ./cmd/etcd >&2
+for program in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
+  (cd "$mod" && go build -trimpath -ldflags "$ldflags" -o "$tmp/$program" \
+    "k8s.io/kubernetes/cmd/$program") >&2
+done
+(cd "$here" && go build -trimpath -o "$tmp/etcd" ./cmd/etcd) >&2
 rm -rf "$bin"
 mv "$tmp" "$bin"
 trap - EXIT

@@ -33,12 +33,17 @@ def test_the_api_servers_version_document_names_the_release():
 
 
 def test_unsupported_releases_get_one_line_and_supported_ones_none():
-    assert release_note(Release(36)) == ""
+    assert release_note(Release(35)) == release_note(Release(37)) == ""
     old = release_note(Release(33))
-    assert "1.33 is older than" in old and "1.34 to 1.37" in old and "as 1.35 decides" in old
+    assert "1.33 is older than" in old and "1.34 to 1.37" in old
     new = release_note(Release(38))
-    assert "newer than" in new and "as 1.37 decides" in new
-    assert "\n" not in old + new
+    assert "newer than" in new and "allocator" in new
+    # 1.34 is supported, but its allocator is not the one gpupool decides as
+    mid = release_note(Release(34))
+    assert Release(34).supported and not Release(34).allocator_modelled
+    assert "does not decide DRA allocation as Kubernetes 1.34's allocator" in mid
+    assert "never denied" in mid
+    assert "\n" not in old + new + mid
 
 
 def test_a_cluster_that_has_said_nothing_is_decided_as_the_newest_release():

@@ -33,6 +33,7 @@ from webhook.engine.placement import candidates as cand
 from webhook.engine.pod import affinity, podclaims
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import allocator, dra
+from webhook.engine.stacks.releases import release_note
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
@@ -79,6 +80,10 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
         short = cand.unfit_reason(node, cand.GPUDemand(requests=tuple(sorted(
             (r, c.spec.requests[0][0].amount) for r, c in extra.items()))))
         return _NodeCheck(node.name, short is None, short or "", device_plugin=short is None)
+    release = view.release()
+    if not release.allocator_modelled:
+        why = release_note(release)
+        return _NodeCheck(node.name, False, why, why)
     # Once every held device is free: whether the node can ever take the pod.
     slices = view.slices_for(node.name)
     classes = view.device_classes() or {}
@@ -372,7 +377,10 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     shown = "; ".join(f"{c.node}: {c.why}" for c in s.failing_first[:SHOW_NODES]) + \
         (f" (and {s.failing - SHOW_NODES} more)" if s.failing > SHOW_NODES else "")
     if s.doubt:
-        out.warn("gpupool: DRA selectors could not be evaluated; claims not fully checked")
+        unknown = release_note(view.release()) if not view.release().allocator_modelled \
+            else ""
+        out.warn(f"gpupool: DRA claims not checked: {unknown}" if unknown else
+                 "gpupool: DRA selectors could not be evaluated; claims not fully checked")
         out.message = f"{who}: DRA claims not verified: {s.doubt}; {shown}"
         out.nodes = findings
         return out
