@@ -43,6 +43,7 @@ def test_the_supported_range_is_declared_alike_everywhere():
 
 def test_every_switch_has_its_row_and_each_cell_is_the_codes():
     header = _table("Difference")
+    assert not Release(34).allocator_modelled
     rows = {r[0].strip("`"): r for r in header if r[0].startswith("`")}
     assert sorted(rows) == SWITCHES
     releases = ("1.34", "1.35", "1.36", "1.37")

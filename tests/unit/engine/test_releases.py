@@ -35,12 +35,12 @@ def test_the_api_servers_version_document_names_the_release():
 def test_unsupported_releases_get_one_line_and_supported_ones_none():
     assert release_note(Release(35)) == release_note(Release(37)) == ""
     old = release_note(Release(33))
-    assert "1.33 is older than" in old and "1.34 to 1.37" in old
+    assert "1.33 is older than" in old and "1.35 to 1.37" in old
     new = release_note(Release(38))
     assert "newer than" in new and "allocator" in new
-    # 1.34 is supported, but its allocator is not the one gpupool decides as
+    # 1.34: out of upstream support, and its allocator is not one gpupool decides as
     mid = release_note(Release(34))
-    assert Release(34).supported and not Release(34).allocator_modelled
+    assert not Release(34).supported and not Release(34).allocator_modelled
     assert "does not decide DRA allocation as Kubernetes 1.34's allocator" in mid
     assert "never denied" in mid
     assert "\n" not in old + new + mid

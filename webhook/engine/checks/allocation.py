@@ -377,10 +377,11 @@ def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     shown = "; ".join(f"{c.node}: {c.why}" for c in s.failing_first[:SHOW_NODES]) + \
         (f" (and {s.failing - SHOW_NODES} more)" if s.failing > SHOW_NODES else "")
     if s.doubt:
-        unknown = release_note(view.release()) if not view.release().allocator_modelled \
-            else ""
-        out.warn(f"gpupool: DRA claims not checked: {unknown}" if unknown else
-                 "gpupool: DRA selectors could not be evaluated; claims not fully checked")
+        release = view.release()
+        out.warn("gpupool: DRA selectors could not be evaluated; claims not fully checked"
+                 if release.allocator_modelled else
+                 f"gpupool: DRA claims not checked: Kubernetes {release}'s allocator is not "
+                 f"one gpupool decides as")
         out.message = f"{who}: DRA claims not verified: {s.doubt}; {shown}"
         out.nodes = findings
         return out

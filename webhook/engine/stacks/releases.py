@@ -10,14 +10,15 @@ consumable capacity) that is ``internal/experimental`` in v0.35 and ``internal/i
 in v0.36 and v0.37 (``structured/allocator.go``, ``availableAllocators``: the first whose
 ``SupportedFeatures`` cover the enabled ones).
 
-Supported: 1.34 to 1.37. DRA allocation is decided as the allocators of 1.35, 1.36 and 1.37
-decide (``ALLOCATOR_MINORS``), each judged by that release's own code. 1.34's allocator is
-another one again: judged by v0.34.13 on the suite's DRA corpus it disagrees with 1.35's on
-279 of 11,000 node answers (``distinctAttribute`` counted over every device, and panics on
-devices that allow multiple allocations, an alpha feature there). On 1.34, and on a release
-newer than 1.37, gpupool therefore does not claim to know the allocator's answer: a DRA
-pod's allocation is doubt (a warning, never a denial), and the log and ``doctor`` say so.
-Routing, CDI, NRI and MIG checks do not depend on the release. Pure: no I/O.
+Supported: 1.35 to 1.37, the three minors upstream maintains; DRA allocation is decided as
+each of their allocators decides (``ALLOCATOR_MINORS``), each judged by that release's own
+code. 1.34 is not supported: its allocator is another one again (judged by v0.34.13 on the
+suite's DRA corpus it disagrees with 1.35's on 279 of 11,000 node answers:
+``distinctAttribute`` counted over every device, and panics on devices that allow multiple
+allocations, an alpha feature there). On 1.34, and on a release newer than 1.37, gpupool
+does not claim to know the allocator's answer: a DRA pod's allocation is doubt (a warning,
+never a denial), and the log and ``doctor`` say so. Routing, CDI, NRI and MIG checks do not
+depend on the release. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ import re
 from dataclasses import dataclass
 
 #: the oldest and newest minor gpupool supports (Kubernetes 1.x)
-OLDEST, NEWEST = 34, 37
+OLDEST, NEWEST = 35, 37
 #: every supported release, oldest first, as "1.x"
 SUPPORTED_RELEASES = tuple(f"1.{m}" for m in range(OLDEST, NEWEST + 1))
 #: the releases whose DRA allocator gpupool decides as
-ALLOCATOR_MINORS = range(35, NEWEST + 1)
+ALLOCATOR_MINORS = range(OLDEST, NEWEST + 1)
 
 
 @dataclass(frozen=True)
@@ -156,8 +157,8 @@ def release_note(release: Release) -> str:
     dra = (f"gpupool does not decide DRA allocation as Kubernetes {release}'s allocator "
            f"does (it does for 1.{ALLOCATOR_MINORS[0]} to 1.{NEWEST}): DRA pods are "
            "admitted with a warning, never denied, for their allocation")
-    if release.supported:
-        return "" if release.allocator_modelled else dra
+    if release.supported and release.allocator_modelled:
+        return ""
     side = "older than" if release.minor < OLDEST else "newer than"
     return (f"Kubernetes {release} is {side} the releases gpupool supports (1.{OLDEST} to "
             f"1.{NEWEST}); {dra}")
