@@ -74,9 +74,11 @@ OUTCOMES = ("not a GPU pod to gpupool (no class of a pool)", "fine",
             "waits for devices in use", "waits for devices in use, not said",
             "never allocatable, denied",
             "never allocatable, warned", "never allocatable, admitted silently",
-            "false denial", "misroute")
+            "false denial", "misroute", "warned it can never be allocated, but it can")
 WRONG = ("never allocatable, admitted silently", "false denial", "misroute",
-         "waits for devices in use, not said")
+         "waits for devices in use, not said", "warned it can never be allocated, but it can")
+#: what gpupool's warnings say of a pod no node of its pool can ever allocate
+NEVER = ("stays pending", "publishes DRA devices for this pod")
 #: Counted apart: on a node the pod could reach the allocator itself panics (v0.35.4, a nil
 #: pointer in checkAvailableCounters for allocationMode All beside partitionable devices):
 #: no answer to compare with.
@@ -410,6 +412,8 @@ def classify(j: Judged) -> str:
             "never allocatable, admitted silently"
     if not j.ok_in(j.ever, j.pool):
         return "misroute"
+    if any(n in w for w in j.warnings for n in NEVER):
+        return "warned it can never be allocated, but it can"
     if j.ok_in(j.now, j.pool):
         return "fine"
     return "waits for devices in use" if any("waits for devices in use" in w
