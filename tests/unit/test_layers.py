@@ -199,6 +199,21 @@ def test_the_picture_of_the_layers_is_the_codes():
         "docs/layers.md is out of date: python -m tests.layers_graph > docs/layers.md")
 
 
+def test_the_engine_surface_is_listed_once():
+    """``_SURFACE`` is the list; the type checkers' block is written from it, and every
+    name it lists is what its module defines."""
+    import importlib
+
+    from tests import engine_surface
+    from webhook.engine import _SURFACE
+
+    assert engine_surface.current() == engine_surface.block(), (
+        "webhook/engine/__init__.py's TYPE_CHECKING block is out of date: "
+        "python -m tests.engine_surface")
+    for name, module in _SURFACE.items():
+        assert hasattr(importlib.import_module(f"webhook.engine.{module}"), name), name
+
+
 def _top(name: str) -> str:
     return name.split(".")[0]
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-#: name -> the engine module that defines it
+#: name -> the engine module that defines it: the surface, listed here alone (the
+#: ``TYPE_CHECKING`` block at the end, for type checkers, is written from it)
 _SURFACE = {
     # the one entry into decisions
     "Stage": "admission.admit", "Subject": "admission.admit", "Review": "admission.admit",
@@ -77,7 +78,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-if TYPE_CHECKING:  # the same names, for type checkers (explicit re-exports)
+if TYPE_CHECKING:  # written by python -m tests.engine_surface from _SURFACE
     from webhook.engine.admission.admit import Review as Review
     from webhook.engine.admission.admit import Stage as Stage
     from webhook.engine.admission.admit import Subject as Subject
