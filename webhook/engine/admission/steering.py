@@ -19,7 +19,8 @@ from webhook.api import delivery
 from webhook.engine.checks.cdi import verdicts
 from webhook.engine.core.policy import Policy
 from webhook.engine.placement import candidates as cand
-from webhook.engine.pod.affinity import NAME_FIELD, Requirement
+from webhook.engine.pod.affinity import Requirement
+from webhook.engine.pod.placement import NAME_FIELD
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.view.cluster import ClusterView
 

@@ -30,7 +30,8 @@ from webhook.engine.core.decision import (
 from webhook.engine.core.policy import OnFinding, Policy
 from webhook.engine.core.resources import pod_requests
 from webhook.engine.placement import candidates as cand
-from webhook.engine.pod import affinity, podclaims
+from webhook.engine.pod import podclaims
+from webhook.engine.pod.placement import term_matches
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import allocator, dra
 from webhook.engine.stacks.releases import release_note
@@ -95,7 +96,7 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
         # allocator's answer, and far cheaper (identical devices are judged once).
         return _accept(node, alone.ok, alone.why)
     result = allocator.allocate([c.spec for c in claims], node.name, node.labels, slices,
-                                classes, None, affinity.term_matches, view.release())
+                                classes, None, term_matches, view.release())
     if result.ok is None:
         return _NodeCheck(node.name, False, result.why, result.why)
     if not result.ok:
@@ -157,7 +158,7 @@ def _waits(facts: PodFacts, d: dra.ClaimDemand, able: Iterable[NodeFinding],
         claims = tuple(c.spec for c in d.claims if c.spec.allocated is None) + tuple(
             c.spec for r, c in extra.items() if podclaims.dra_served(node, r, d.extended))
         now = allocator.allocate(claims, node.name, node.labels, view.slices_for(node.name),
-                                 view.device_classes() or {}, in_use, affinity.term_matches,
+                                 view.device_classes() or {}, in_use, term_matches,
                                  view.release())
         if now.ok is not False:
             return 0
@@ -172,7 +173,7 @@ def _terms(allocated: str) -> tuple[Any, ...]:
 def _reaches(allocated: str, node: NodeInfo) -> bool:
     """Does an allocation's node selector (ORed terms; none: every node) match the node?"""
     terms = _terms(allocated)
-    return not terms or any(affinity.term_matches(t, node.labels, node.name) for t in terms)
+    return not terms or any(term_matches(t, node.labels, node.name) for t in terms)
 
 
 class _Summary(NamedTuple):
@@ -271,7 +272,7 @@ def allocation_on_nodes(claims: Iterable[Mapping[str, Any]], view: ClusterView,
         node = view.node(name)
         labels = node.labels if node is not None else {}
         r = allocator.allocate(specs, name, labels, view.slices_for(name),
-                               view.device_classes() or {}, held, affinity.term_matches,
+                               view.device_classes() or {}, held, term_matches,
                                view.release())
         out[name] = "doubt" if r.ok is None else "ok" if r.ok else \
             f"error: {r.fatal}" if r.fatal else "no"
@@ -301,7 +302,7 @@ def _admin_access(facts: PodFacts, d: dra.ClaimDemand, view: ClusterView) -> str
     return None
 
 
-def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
+def dra_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
                  ) -> Decision | None:
     """None when the pod asks nothing of DRA or all is well; else a denial, or an allowed
     decision carrying warnings and the nodes that cannot serve it."""

@@ -512,7 +512,7 @@ def repair_class(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     return None
 
 
-def pod_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
+def cdi_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
                  ) -> Decision | None:
     """None: nothing to say. Otherwise a Decision carrying a denial or warnings and nodes."""
     pool = policy.by_name[pool_name]

@@ -45,13 +45,13 @@ class PodCheck:
 def _cdi(facts: PodFacts, pool: str, view: ClusterView | None, policy: Policy
          ) -> Decision | None:
     assert view is not None
-    return cdi.pod_decision(facts, pool, view, policy)
+    return cdi.cdi_decision(facts, pool, view, policy)
 
 
 def _dra(facts: PodFacts, pool: str, view: ClusterView | None, policy: Policy
          ) -> Decision | None:
     assert view is not None
-    return allocation.pod_decision(facts, pool, view, policy)
+    return allocation.dra_decision(facts, pool, view, policy)
 
 
 POD_CHECKS: tuple[PodCheck, ...] = (

@@ -16,7 +16,7 @@ from webhook.engine.core.objects import json_key
 from webhook.engine.core.policy import Policy
 from webhook.engine.core.resources import most_per_container, pod_requests
 from webhook.engine.pod import affinity
-from webhook.engine.pod.affinity import Placement
+from webhook.engine.pod.placement import Placement, expression_values, expressions
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import hami
 from webhook.engine.view.cluster import ClusterView
@@ -67,8 +67,8 @@ def _indexed_names(placement: Placement, view: ClusterView) -> frozenset[str] | 
         union: set[str] = set()
         for term in terms:
             term_names: frozenset[str] | None = None
-            for expr in affinity.expressions(term):
-                values = affinity.expression_values(expr)
+            for expr in expressions(term):
+                values = expression_values(expr)
                 if expr.get("operator") != "In" or not isinstance(expr.get("key"), str):
                     continue
                 found = frozenset().union(*(view.names_with_label(expr["key"], v)

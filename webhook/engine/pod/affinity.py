@@ -1,8 +1,5 @@
-"""A pod's placement (nodeName, nodeSelector, required node affinity, tolerations), parsed
-once; which pools it admits, which nodes it reaches, and the patch that pins it to one pool.
-
-``Placement.reaches`` is the one answer to "can this pod reach this node", read by the
-candidates, the CDI check and the DRA check alike.
+"""Which pools a pod's placement admits, and the patch that pins it to one pool (and the
+steering terms gpupool adds, and takes away again when it judges a pod as it was sent).
 
 Required node-selector terms are ORed and the expressions inside a term ANDed, so a pool
 constraint must be added to *every* term: added to one, the others would still let the pod
@@ -15,111 +12,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from webhook.api.delivery import LABEL_PREFIX
-from webhook.engine.core import objects, patch, taints
+from webhook.engine.core import patch
 from webhook.engine.core.patch import Op
 from webhook.engine.core.policy import Policy
-from webhook.engine.view.nodes import NodeInfo
-
-REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-NAME_FIELD = "metadata.name"
-_AFFINITY_PATH = ("spec", "affinity", "nodeAffinity", REQUIRED, "nodeSelectorTerms")
-
-
-def required_terms(spec: Mapping[str, Any]) -> list[Any] | None:
-    """The pod's required nodeSelectorTerms, or None when it has none (or they are malformed)."""
-    aff = spec.get("affinity")
-    node_aff = aff.get("nodeAffinity") if isinstance(aff, dict) else None
-    req = node_aff.get(REQUIRED) if isinstance(node_aff, dict) else None
-    terms = req.get("nodeSelectorTerms") if isinstance(req, dict) else None
-    return terms if isinstance(terms, list) else None
-
-
-class Placement:
-    """The fields that decide where a pod may run, as the scheduler and kubelet read them.
-    Built for every pod reviewed, so a plain class with slots and its cache key worked out
-    only when asked for."""
-
-    __slots__ = ("_compiled", "_key", "_spec", "node_name", "selector", "terms", "tolerations")
-
-    def __init__(self, spec: Mapping[str, Any]) -> None:
-        node_name, selector = spec.get("nodeName"), spec.get("nodeSelector")
-        #: a non-empty string, or None
-        self.node_name: str | None = node_name if isinstance(node_name, str) and node_name \
-            else None
-        #: nodeSelector, when a mapping
-        self.selector: Mapping[str, Any] | None = selector if isinstance(selector, dict) \
-            else None
-        #: required nodeSelectorTerms, when a list
-        self.terms: list[Any] | None = required_terms(spec)
-        self.tolerations = tuple(objects.as_list(spec.get("tolerations")))
-        self._spec = spec
-        self._key: str | None = None
-        self._compiled: tuple[_Term, ...] | None = None
-
-    @property
-    def key(self) -> str:
-        """Exactly these fields as sent: a cache key for whatever they decide."""
-        if self._key is None:
-            self._key = _key(self._spec)
-        return self._key
-
-    def matches(self, labels: Mapping[str, str], name: str) -> bool:
-        """Do its nodeName, nodeSelector and required node affinity allow this node?"""
-        if self.node_name is not None and self.node_name != name:
-            return False
-        if self.selector is not None:
-            for k, v in self.selector.items():
-                if labels.get(k) != v:
-                    return False
-        if self.terms:
-            return any(_term_holds(t, labels, name) for t in self._read_terms())
-        return True
-
-    def _read_terms(self) -> tuple[_Term, ...]:
-        """The required terms, read once (matched against every node of a pool, and again
-        on each node change), not once per node."""
-        compiled = self._compiled
-        if compiled is None:
-            compiled = self._compiled = tuple(
-                c for t in self.terms or () if (c := _compile_term(t)) is not None)
-        return compiled
-
-    def label_keys(self) -> frozenset[str]:
-        """Every node label ``matches`` reads: two nodes of one name that agree on these
-        are matched alike."""
-        keys = {k for k in self.selector or () if isinstance(k, str)}
-        keys.update(k for exprs, _ in self._read_terms() for k, _, _ in exprs if k is not None)
-        return frozenset(keys)
-
-    def reaches(self, node: NodeInfo) -> bool:
-        """Could the pod run on this node? The scheduler's node-affinity and taint filters;
-        a pod bound by nodeName skips the scheduler, and only the kubelet's node-affinity
-        check applies (its taint filter never runs)."""
-        return self.matches(node.labels, node.name) and self.tolerated_on(node)
-
-    def tolerated_on(self, node: NodeInfo) -> bool:
-        """Do the node's taints let the pod on? (Never asked of a pod bound by nodeName.)"""
-        return self.node_name is not None or not taints.keeps_off(node.taints, self.tolerations)
-
-
-def _key(spec: Mapping[str, Any]) -> str:
-    return objects.json_key([spec.get("nodeName"), spec.get("nodeSelector"),
-                             spec.get("affinity"), spec.get("tolerations")])
-
-
-def expressions(term: Any, field: str = "matchExpressions") -> list[Mapping[str, Any]]:
-    if not isinstance(term, dict):
-        return []
-    exprs = term.get(field)
-    if not isinstance(exprs, list):
-        return []
-    return [e for e in exprs if isinstance(e, dict)]
-
-
-def expression_values(expr: Mapping[str, Any]) -> list[str]:
-    vals = expr.get("values")
-    return [v for v in vals if isinstance(v, str)] if isinstance(vals, list) else []
-
+from webhook.engine.pod.placement import (
+    AFFINITY_PATH,
+    NAME_FIELD,
+    REQUIRED,
+    Placement,
+    expression_values,
+    expressions,
+    required_terms,
+)
 
 # ------------------------------------------------------------------ pools admitted
 
@@ -239,7 +143,7 @@ def affinity_patch(pod: Mapping[str, Any], expr: Mapping[str, Any] | None = None
     new_term: dict[str, list[Any]] = {}
     for fieldname, req in reqs:
         new_term.setdefault(fieldname, []).append(dict(req))
-    levels = _AFFINITY_PATH[1:]
+    levels = AFFINITY_PATH[1:]
     cur: Any = spec
     for depth, token in enumerate(levels):
         nxt = cur.get(token) if isinstance(cur, dict) else None
@@ -251,7 +155,7 @@ def affinity_patch(pod: Mapping[str, Any], expr: Mapping[str, Any] | None = None
             return [patch.add(patch.pointer("spec", *levels[: depth + 1]), nested)]
         cur = nxt
     terms = cur
-    base = patch.pointer(*_AFFINITY_PATH)
+    base = patch.pointer(*AFFINITY_PATH)
     if not terms:
         return [patch.replace(base, [new_term])]
     ops: list[Op] = []
@@ -319,66 +223,6 @@ def without_steering(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     node_aff[REQUIRED] = {**node_aff[REQUIRED], "nodeSelectorTerms": kept}
     aff["nodeAffinity"] = node_aff
     return {**spec, "affinity": aff}
-
-
-# ------------------------------------------------------------------ node matching
-
-
-#: one expression, read: (its key when a string, its operator as sent, its string values)
-_Expr = tuple[str | None, object, tuple[str, ...]]
-#: one term, read: (matchExpressions, matchFields)
-_Term = tuple[tuple[_Expr, ...], tuple[_Expr, ...]]
-
-
-def _compile_exprs(term: Any, field: str) -> tuple[_Expr, ...]:
-    return tuple((k if isinstance(k := e.get("key"), str) else None, e.get("operator"),
-                  tuple(expression_values(e))) for e in expressions(term, field))
-
-
-def _compile_term(term: Any) -> _Term | None:
-    """None for a term that matches no node (an empty one)."""
-    exprs, fields = _compile_exprs(term, "matchExpressions"), _compile_exprs(term, "matchFields")
-    return (exprs, fields) if exprs or fields else None
-
-
-def _all_hold(exprs: tuple[_Expr, ...], get: Any) -> bool:
-    for key, op, values in exprs:
-        if not _holds(op, values, get(key) if key is not None else None):
-            return False
-    return True
-
-
-def _holds(op: object, values: Sequence[str], value: str | None) -> bool:
-    """The scheduler's node-selector operators (``k8s.io/component-helpers``
-    ``nodeaffinity``), on the label's value (None: the node has no such label)."""
-    present = value is not None
-    if op == "In":
-        return present and value in values
-    if op == "NotIn":
-        return not present or value not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
-        try:
-            have, want = int(value), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
-def term_matches(term: Any, labels: Mapping[str, str], name: str) -> bool:
-    """A nodeSelectorTerm matches when all its expressions and fields do; empty matches none."""
-    compiled = _compile_term(term)
-    return compiled is not None and _term_holds(compiled, labels, name)
-
-
-def _term_holds(term: _Term, labels: Mapping[str, str], name: str) -> bool:
-    exprs, fields = term
-    return _all_hold(exprs, labels.get) and (
-        not fields or _all_hold(fields, {NAME_FIELD: name}.get))
 
 
 def selector_label_pairs(placement: Placement) -> Iterable[tuple[str, str]]:

@@ -3,7 +3,7 @@
 Every rule (routing, steering, the CDI check, the decision) reads these facts instead of the
 raw object, so a malformed field (a list where a mapping belongs, a number for a name) is
 judged the same way by all of them, and in one place. Its placement (``placement``,
-``unsteered``) is an ``affinity.Placement``: the fields the scheduler reads, parsed once, and
+``unsteered``) is an ``Placement``: the fields the scheduler reads, parsed once, and
 the one answer to whether the pod can reach a node.
 """
 
@@ -25,6 +25,7 @@ from webhook.engine.core.policy import (
 )
 from webhook.engine.core.resources import container_list, is_zero_quantity, requested_names
 from webhook.engine.pod import affinity
+from webhook.engine.pod.placement import Placement
 from webhook.engine.stacks import hami, nri
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -143,15 +144,15 @@ class PodFacts(NamedTuple):
         return value
 
     @property
-    def placement(self) -> affinity.Placement:
+    def placement(self) -> Placement:
         """Where its own fields let it run, steering included (as it will be scheduled)."""
         hit = self.memo.get("placement")
         if hit is None:  # (read on every review: no closure)
-            hit = self.memo["placement"] = affinity.Placement(self.spec)
-        return cast(affinity.Placement, hit)
+            hit = self.memo["placement"] = Placement(self.spec)
+        return cast(Placement, hit)
 
     @property
-    def unsteered(self) -> affinity.Placement:
+    def unsteered(self) -> Placement:
         """Its placement without gpupool's own steering requirements: the nodes the pod
         could reach had gpupool not kept it off the failing ones."""
         return self.once("unsteered", _unsteered, self)
@@ -247,9 +248,9 @@ def _asks_for(container: Mapping[str, Any], names: frozenset[str]) -> bool:
     return False
 
 
-def _unsteered(facts: PodFacts) -> affinity.Placement:
+def _unsteered(facts: PodFacts) -> Placement:
     spec = affinity.without_steering(facts.spec)
-    return facts.placement if spec is facts.spec else affinity.Placement(spec)
+    return facts.placement if spec is facts.spec else Placement(spec)
 
 
 def _narrowing(annotations: Mapping[str, Any]) -> tuple[object, ...]:
