@@ -67,7 +67,7 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
         for s in slices:
             dra_devices[s.driver] = dra_devices.get(s.driver, 0) + len(s)
         hazards = [h.message for h in advertised_twice(node, view)]
-        pool = policy.by_name[policy.node_pool(node.labels)]
+        pool = policy.by_name[node.pool(policy)]
         check = node_verdict(node, view, policy)
         inv = node.inventory
         mig = dict(sorted((r, len(ids)) for r, ids in ((inv.mig or {}) if inv else {}).items()))

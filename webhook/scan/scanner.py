@@ -169,7 +169,7 @@ class Scanner:
             for node in changes.nodes:
                 uids |= self._on_node.get(node, set())
                 pools.add(self._node_pools.get(node))
-                pools.add(self._pool_of(node))
+                pools.add(self._pool_of_node(node))
             # pending pods of the pools those nodes were or are in (a node elsewhere is no
             # candidate of theirs); pods without an answer yet, whatever their pool
             uids |= {u for u in self._on_node.get("", ()) if (a := self._answers.get(u)) is None
@@ -292,18 +292,17 @@ class Scanner:
                 self._dirty.namespaces.add(old.answer.namespace)
             self._dirty.pods.add(uid)
 
-    def _pool_of(self, name: str) -> str | None:
+    def _pool_of_node(self, name: str) -> str | None:
+        """The pool of the node of that name now (``NodeInfo.pool``); None once it is gone."""
         node = self.view.node(name)
-        if node is None:
-            return None
-        return self.policy.node_pool(node.labels)
+        return node.pool(self.policy) if node is not None else None
 
     def _judge_nodes(self, names: Iterable[str] | None) -> None:
         if names is None:
-            self._node_pools = {n.name: self._pool_of(n.name) for n in self.view.nodes()}
+            self._node_pools = {n.name: n.pool(self.policy) for n in self.view.nodes()}
         else:
             for name in names:
-                self._node_pools[name] = self._pool_of(name)
+                self._node_pools[name] = self._pool_of_node(name)
         nodes = self.view.nodes() if names is None else [
             n for name in names if (n := self.view.node(name)) is not None]
         if names is None:

@@ -174,7 +174,7 @@ def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decis
                     gpu=True, pool=pool.name, scheduler_name=scheduler)
     admitted = r.admitted
     node = view.node(facts.node_name) if view is not None and facts.node_name else None
-    on_pool_node = node is not None and policy.node_pool(node.labels) == pool.name
+    on_pool_node = node is not None and node.pool(policy) == pool.name
     if admitted != frozenset({pool.name}) and not on_pool_node:
         return deny(Reason.AFFINITY_MISMATCH,
                     f"{who} is in pool {pool.name} but its node affinity also allows pools "

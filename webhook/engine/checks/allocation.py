@@ -31,7 +31,7 @@ from webhook.engine.core.policy import OnFinding, Policy
 from webhook.engine.core.resources import pod_requests
 from webhook.engine.placement import candidates as cand
 from webhook.engine.pod import podclaims
-from webhook.engine.pod.placement import term_matches
+from webhook.engine.pod.placement import allocation_reaches, term_matches
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import allocator, dra
 from webhook.engine.stacks.releases import release_note
@@ -171,9 +171,7 @@ def _terms(allocated: str) -> tuple[Any, ...]:
 
 
 def _reaches(allocated: str, node: NodeInfo) -> bool:
-    """Does an allocation's node selector (ORed terms; none: every node) match the node?"""
-    terms = _terms(allocated)
-    return not terms or any(term_matches(t, node.labels, node.name) for t in terms)
+    return allocation_reaches(_terms(allocated), node)
 
 
 class _Summary(NamedTuple):
@@ -236,11 +234,8 @@ def _summary(facts: PodFacts, d: dra.ClaimDemand, pool: str, view: ClusterView, 
     extra = _extended_claims(d, facts.spec)
 
     def per_node(n: NodeInfo) -> tuple[_NodeCheck, tuple[str, str] | None] | None:
-        if not facts.placement.reaches(n):
-            return None
-        if not facts.node_name and (
-                policy.node_pool(n.labels) != pool
-                or not (n.is_gpu_node(policy) or view.slices_for(n.name, own=True))):
+        if not facts.placement.reaches(n, pool, policy,
+                                       devices=bool(view.slices_for(n.name, own=True))):
             return None
         hits = [(r, c) for r, c in mixed_resources(n, view.device_classes(),
                                                     view.slices_for(n.name)) if r in asked]

@@ -314,7 +314,7 @@ def _fold(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy,
         the node checks found, when it is known to hold still."""
         if extended and all(podclaims.dra_served(n, r, extended) for r in facts.gpus):
             return None
-        if not (node_name or cand.in_pool(n, pool_name, policy)):
+        if not (node_name or n.in_pool(pool_name, policy)):
             return None
         if unsteered is placement:  # (nearly every pod: its affinity is matched once)
             matches = placement.matches(n.labels, n.name)
@@ -353,7 +353,7 @@ def _fold(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy,
             return per_node(n)
         if not label_reads:
             label_reads.append(placement.label_keys() | unsteered.label_keys()
-                               | cand.in_pool_reads(policy))
+                               | NodeInfo.pool_reads(policy))
         if n.taints == old.taints and all(n.labels.get(k) == old.labels.get(k)
                                           for k in label_reads[0]):
             return was
@@ -554,7 +554,7 @@ def node_verdict(node: NodeInfo, view: ClusterView, policy: Policy,
     """How a pod of the node's pool that asks for nothing in particular (or for one of
     ``resource``) fares on the node: ``doctor``'s row, from the same verdicts admission and
     steering use."""
-    pool_name = policy.node_pool(node.labels)
+    pool_name = node.pool(policy)
     spec: dict[str, object] = {"nodeName": node.name}
     if resource is not None:
         spec["containers"] = [{"name": "probe", "resources": {"limits": {resource: 1}}}]

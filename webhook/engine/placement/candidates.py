@@ -20,22 +20,12 @@ from webhook.engine.pod.placement import Placement, expression_values, expressio
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import hami
 from webhook.engine.view.cluster import ClusterView
-from webhook.engine.view.nodes import GPU_PRESENT_LABEL, NodeInfo
+from webhook.engine.view.nodes import NodeInfo
 
 
 def shape_key(placement: Placement, extra: Any = None) -> str:
     """A cache key made of exactly the fields that decide candidacy, and ``extra``."""
     return f"{placement.key}|{json_key(extra)}"
-
-
-def in_pool(node: NodeInfo, pool: str, policy: Policy) -> bool:
-    """A GPU node whose pool label puts it in ``pool``."""
-    return node.is_gpu_node(policy) and policy.node_pool(node.labels) == pool
-
-
-def in_pool_reads(policy: Policy) -> frozenset[str]:
-    """The node labels ``in_pool`` reads (besides its devices: ``NodeInfo.is_gpu_node``)."""
-    return frozenset({GPU_PRESENT_LABEL, policy.pool_label})
 
 
 def candidates(placement: Placement, pool: str, view: ClusterView, policy: Policy
@@ -49,8 +39,8 @@ def candidates(placement: Placement, pool: str, view: ClusterView, policy: Polic
             nodes: Any = view.pool_nodes(policy, pool)
         else:
             found = (view.node(n) for n in sorted(narrowed))
-            nodes = (n for n in found if n is not None and in_pool(n, pool, policy))
-        return tuple(n for n in nodes if placement.reaches(n))
+            nodes = (n for n in found if n is not None)
+        return tuple(n for n in nodes if placement.reaches(n, pool, policy))
     return view.memo(("candidates", policy.cache_key, pool, placement.key), compute)
 
 

@@ -128,7 +128,7 @@ def _serving_pools(resource: str, cls: str, view: ClusterView, policy: Policy
     def compute() -> frozenset[str]:
         device_class = (view.device_classes() or {}).get(cls)
         return frozenset(
-            policy.node_pool(n.labels) for n in view.nodes()
+            n.pool(policy) for n in view.nodes()
             if (n.allocatable and n.allocatable.get(resource))
             or (device_class is not None
                 and dra.class_has_devices(view.slices_for(n.name), device_class)))
@@ -204,14 +204,14 @@ def _route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
             out.warnings.append(f"node {objects.clip(node_name)} is not in gpupool's node "
                                 "cache; its pool was not checked")
         elif node.is_gpu_node(policy):
-            node_pool = policy.node_pool(node.labels)
+            node_pool = node.pool(policy)
             if not bind(node_pool, f"spec.nodeName {node_name} (a node of pool {node_pool!r})"):
                 return out
     # DaemonSet pods are pinned by matchFields on metadata.name: as good as a nodeName.
     named = affinity.pinned_node_names(placement)
     if named and view is not None:
         nodes = [view.node(n) for n in named]
-        pools = {policy.node_pool(n.labels)
+        pools = {n.pool(policy)
                  for n in nodes if n is not None and n.is_gpu_node(policy)}
         if len(pools) == 1 and all(n is not None for n in nodes):
             (node_pool,) = pools

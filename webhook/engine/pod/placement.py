@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.engine.core import objects, taints
+from webhook.engine.core.policy import Policy
 from webhook.engine.view.nodes import NodeInfo
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -85,15 +86,30 @@ class Placement:
         keys.update(k for exprs, _ in self._read_terms() for k, _, _ in exprs if k is not None)
         return frozenset(keys)
 
-    def reaches(self, node: NodeInfo) -> bool:
+    def reaches(self, node: NodeInfo, pool: str | None = None, policy: Policy | None = None,
+                devices: bool = False) -> bool:
         """Could the pod run on this node? The scheduler's node-affinity and taint filters;
         a pod bound by nodeName skips the scheduler, and only the kubelet's node-affinity
-        check applies (its taint filter never runs)."""
-        return self.matches(node.labels, node.name) and self.tolerated_on(node)
+        check applies (its taint filter never runs). With ``pool``, and unless the pod
+        names its node, the node must also be of that pool (``NodeInfo.in_pool``: with
+        ``devices``, a node that publishes DRA devices counts without looking like a GPU
+        node)."""
+        if not (self.matches(node.labels, node.name) and self.tolerated_on(node)):
+            return False
+        if pool is None or self.node_name is not None:
+            return True
+        assert policy is not None, "a pool is read through its policy"
+        return node.in_pool(pool, policy, devices)
 
     def tolerated_on(self, node: NodeInfo) -> bool:
         """Do the node's taints let the pod on? (Never asked of a pod bound by nodeName.)"""
         return self.node_name is not None or not taints.keeps_off(node.taints, self.tolerations)
+
+
+def allocation_reaches(terms: Sequence[Any], node: NodeInfo) -> bool:
+    """Does an allocated claim's node selector (its ORed terms; none: every node) let a pod
+    that uses the claim onto ``node``? The scheduler places such a pod only there."""
+    return not terms or any(term_matches(t, node.labels, node.name) for t in terms)
 
 
 def _key(spec: Mapping[str, Any]) -> str:

@@ -278,10 +278,8 @@ class ClusterView:
                 if index.pool_label != policy.pool_label:
                     # The index follows another label (the server re-keys it through
                     # set_pool_label when its policy changes): scan, and leave it alone.
-                    return tuple(sorted(
-                        (n for n in index.nodes.values() if n.is_gpu_node(policy)
-                         and policy.node_pool(n.labels)
-                         == pool), key=lambda n: n.name))
+                    return tuple(sorted((n for n in index.nodes.values()
+                                         if n.in_pool(pool, policy)), key=lambda n: n.name))
                 names: set[str] = set()
                 if pool == policy.default_pool:
                     for value, bucket in index.by_pool_value.items():

@@ -121,6 +121,22 @@ class NodeInfo:
                 or self.inventory is not None or policy.pool_label in self.labels
                 or any(policy.is_gpu_resource(r) for r in self.extended_resources))
 
+    def pool(self, policy: Policy) -> str:
+        """The pool its labels put it in (the default pool without the pool label)."""
+        return policy.node_pool(self.labels)
+
+    def in_pool(self, pool: str, policy: Policy, devices: bool = False) -> bool:
+        """Is it a node of ``pool``: one its labels put there that is a GPU node, or, with
+        ``devices``, one that publishes DRA devices (a DRA node need not look like a GPU
+        node). The one membership rule: candidates, checks, the view's pool index and the
+        scanner all ask it."""
+        return self.pool(policy) == pool and (devices or self.is_gpu_node(policy))
+
+    @staticmethod
+    def pool_reads(policy: Policy) -> frozenset[str]:
+        """The node labels ``in_pool`` reads (besides its devices)."""
+        return frozenset({GPU_PRESENT_LABEL, policy.pool_label})
+
     def gpu_types(self) -> Mapping[str, str]:
         """GPU UUID -> model, as HAMi's register annotation names them (empty: unknown)."""
         return {g.uuid: g.type for g in self.gpus if g.type}
