@@ -62,6 +62,10 @@ lint: $(VENV)/.installed
 unit: $(VENV)/.installed
 	@$(call layer,unit,-n auto tests/unit)
 
+# Two end-to-end files at a time, each file's tests in order on one worker with its own
+# control plane: they mostly wait on the programs they drive, so two share the 2 cores.
+E2E_PARALLEL = -n 2 --dist loadfile
+
 # The end-to-end tests whose behaviour depends on the Kubernetes release (webhook
 # registration and admission, DRA, the scan's reports), run again on the oldest release kept
 # (docs/compatibility.md); the whole layer runs on the current one.
@@ -75,8 +79,8 @@ E2E_OLDEST = tests/e2e/test_dra_chain.py tests/e2e/test_scan.py tests/e2e/test_e
 test: lint
 	@$(call layer,unit,-n auto tests/unit)
 	@$(call layer,integration,tests/integration)
-	@$(call layer,end-to-end,tests/e2e)
-	@export GPUPOOL_KUBE_RELEASE=1.35; $(call layer,end-to-end on Kubernetes 1.35,$(E2E_OLDEST))
+	@$(call layer,end-to-end,$(E2E_PARALLEL) tests/e2e)
+	@export GPUPOOL_KUBE_RELEASE=1.35; $(call layer,end-to-end on Kubernetes 1.35,$(E2E_PARALLEL) $(E2E_OLDEST))
 
 # Benchmarks (not tests): throughput and latency against a same-run baseline, decision cost
 # as the cluster grows, agent cost. Needs wrk (Debian's package), installed here if missing.

@@ -3,6 +3,7 @@ share with the benchmarks are in ``harness`` (``harness.kit``, ``harness.servers
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,18 @@ _REPORTS: list[tuple[str, str]] = []
 def report(title: str, text: str) -> None:
     """Print ``text`` under ``title`` at the end of the run (tables a test measured)."""
     _REPORTS.append((title, text))
+
+
+def pytest_sessionfinish(session: Any) -> None:
+    """Under pytest-xdist, a worker hands its reports to the controller, which prints them."""
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:
+        out["reports"] = json.dumps(_REPORTS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    _REPORTS.extend((t, x) for t, x in json.loads(node.workeroutput.get("reports", "[]")))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
