@@ -1,13 +1,14 @@
 """`make bench-guard`: a short paired run that fails when the engine or the served path got
 slower than the limits, against the reference commit recorded in `bench/reference`.
 
-    python -m bench.guard [--ref REF] [--rounds N] [--seconds S] [--skip-http]
+    python -m bench.guard [--ref REF] [--rounds N] [--http-rounds N] [--seconds S] [--skip-http]
 
 Decision: this tree's warm decision, cold decision and node update over the reference's
 (`bench.versus_ref`, paired rounds alternating which runs first); the grant check on a pod
 that asks for no GPU over the same engine with the check off (`bench.access`). HTTPS: `/mutate` and
 `/validate` requests per second over a do-nothing baseline on the same serving stack, and
-the fixed-rate p99 over the baseline's, in the same run (`bench.throughput.http_bench`). Every
+the fixed-rate p99 over the baseline's, both servers loaded at once in each of many short
+rounds, the median of the rounds' ratios (`bench.throughput.paired_ratios`). Every
 figure is a ratio taken in this run, so a shared, noisy machine moves both sides alike. It
 is a benchmark, not a test: `make test` never runs it. Exit 1 when a ratio is beyond its
 limit, 2 when it cannot run (no `wrk`, no git history for the reference).
@@ -115,10 +116,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ref", help="compare against this commit (default: bench/reference)")
     p.add_argument("--rounds", type=int, default=4, help="paired rounds (default: 4)")
     p.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
-    p.add_argument("--seconds", type=int, default=3, help="per HTTPS round (default: 3)")
+    p.add_argument("--http-rounds", type=int, default=None,
+                   help="paired HTTPS rounds (default: bench.throughput.GUARD_ROUNDS)")
+    p.add_argument("--seconds", type=int, default=None,
+                   help="per HTTPS round (default: bench.throughput.GUARD_SECONDS)")
     p.add_argument("--skip-http", action="store_true", help="the decision part only")
     a = p.parse_args(argv)
-    if a.rounds < 1 or a.seconds < 1:
+    from bench.throughput import GUARD_ROUNDS, GUARD_SECONDS
+
+    a.http_rounds = a.http_rounds or GUARD_ROUNDS
+    a.seconds = a.seconds or GUARD_SECONDS
+    if a.rounds < 1 or a.seconds < 1 or a.http_rounds < 1:
         print("bench.guard: --rounds and --seconds take 1 or more", file=sys.stderr)
         return 2
     from bench import load, versus_ref
@@ -137,12 +145,11 @@ def main(argv: list[str] | None = None) -> int:
 
     limits += access_limits(access.measure(tuple(a.sizes), rounds=a.rounds, per_round=1000))
     if not a.skip_http:
-        from bench.throughput import FIXED_RATE_SECONDS, http_bench
+        from bench.throughput import paired_ratios
 
         with tempfile.TemporaryDirectory(prefix="gpupool-guard-") as tmp:
-            res = http_bench(Path(tmp), a.seconds, rate=100.0, rounds=a.rounds,
-                             fixed_seconds=max(a.seconds, FIXED_RATE_SECONDS))
-        limits += http_limits(res["ratios"])
+            res = paired_ratios(Path(tmp), rounds=a.http_rounds, seconds=a.seconds)
+        limits += http_limits(res)
     print(f"bench guard against {ref} ({a.rounds} paired rounds; ratios taken in this run)")
     for limit in limits:
         print(limit.line())

@@ -90,3 +90,54 @@ def http_bench(tmp: Path, seconds: int, rate: float, rounds: int,
         for proc, _ in servers.values():
             stop(proc)
     return out
+
+
+#: the guard's rounds: many short ones, the p99 with both servers at once. Measured with
+#: ``python -m bench.p99flips`` (bench/README.md, "How far the guard's p99 verdict can be
+#: trusted"): 12 rounds of 5 s together put five trials' /validate p99 ratios within 0.06 of
+#: each other, where 4 rounds of 10 s spread 0.39 on the same machine that hour.
+GUARD_ROUNDS, GUARD_SECONDS = 12, 5
+
+
+def paired_ratios(tmp: Path, rounds: int = GUARD_ROUNDS, seconds: int = GUARD_SECONDS,
+                  rate: float = 100.0) -> dict[str, dict[str, float]]:
+    """gpupool over the baseline, each endpoint, in many short rounds, the median of the
+    per-round ratios: keep-alive requests per second (``wrk``, one server after the other,
+    alternating which goes first) and the fixed-rate p99 with both servers on one schedule
+    at once (``load.fixed_rate_together``), so a shared machine's noise falls on both sides
+    of each p99 ratio. The guard's figures (``make bench-guard``); ``http_bench`` keeps the
+    figures ``make bench`` reports."""
+
+    certs_dir = certs(tmp)
+    nodes_file = cluster.write(tmp / "cluster-5000.json", 5000)
+    ca = str(certs_dir / "ca.crt")
+    common = ("--workers", "2", "--threads", "4", "--worker-class", "gevent")
+    servers = []
+    for name in ("gpupool", "baseline"):
+        port = free_port()
+        servers.append((start(server_cmd(name, port, certs_dir, *common,
+                                         view=("--cluster", str(nodes_file))),
+                              f"https://127.0.0.1:{port}", ca, tmp / f"{name}.log"), port))
+    ports = (servers[0][1], servers[1][1])
+    out: dict[str, dict[str, float]] = {}
+    try:
+        b = bodies()
+        for endpoint in ("mutate", "validate"):
+            rps, p99 = [], []
+            for rnd in range(rounds):
+                # requests per second one server at a time, alternating which goes first: two
+                # at once would measure them fighting over the cores, not serving
+                got = {i: load.wrk(f"https://127.0.0.1:{ports[i]}/{endpoint}", b[endpoint],
+                                   seconds=max(1, seconds - 2), connections=8)
+                       for i in ((0, 1) if rnd % 2 == 0 else (1, 0))}
+                rps.append(got[0]["rps"] / got[1]["rps"])
+                fixed = load.fixed_rate_together("127.0.0.1", ports, f"/{endpoint}",
+                                                 b[endpoint], ca, rate=rate, seconds=seconds)
+                p99.append(fixed[0]["p99_ms"] / fixed[1]["p99_ms"])
+            out[endpoint] = {"keepalive_rps": statistics.median(rps),
+                             "fixed_rate_p99": statistics.median(p99),
+                             "rounds": rounds}
+    finally:
+        for proc, _ in servers:
+            stop(proc)
+    return out
