@@ -132,16 +132,23 @@ def nvidia_slices(rng: random.Random, node: str) -> tuple[list[dict[str, Any]], 
                     "consumesCounters": [{"counterSet": cs, "counters": {
                         "slices": {"value": str(slices)}}}]})
         devices.insert(len(devices), dev)
+    return pool_slices(NVIDIA, node, devices, counter_sets), [d["name"] for d in devices]
+
+
+def pool_slices(driver: str, node: str, devices: list[dict[str, Any]],
+                counter_sets: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """A node's pool as a driver publishes it: one slice of devices, and one of the shared
+    counters they draw on, where they draw on any."""
     pool = {"name": node, "generation": 1, "resourceSliceCount": 2 if counter_sets else 1}
     out = [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-{NVIDIA}"},
-            "spec": {"driver": NVIDIA, "nodeName": node, "pool": pool, "devices": devices}}]
+            "metadata": {"name": f"{node}-{driver}"},
+            "spec": {"driver": driver, "nodeName": node, "pool": pool, "devices": devices}}]
     if counter_sets:
         out.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-                    "metadata": {"name": f"{node}-{NVIDIA}-counters"},
-                    "spec": {"driver": NVIDIA, "nodeName": node, "pool": pool,
+                    "metadata": {"name": f"{node}-{driver}-counters"},
+                    "spec": {"driver": driver, "nodeName": node, "pool": pool,
                              "sharedCounters": counter_sets}})
-    return out, [d["name"] for d in devices]
+    return out
 
 
 def hami_slices(rng: random.Random, node: str) -> tuple[list[dict[str, Any]], list[str]]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from tests import dracorpus
+
 DRIVER = "gpu.example.com"
 NODE = "n0"
 
@@ -35,16 +37,7 @@ def _device(name: str, kind: str = "gpu", **extra: Any) -> dict[str, Any]:
 
 def _slice(devices: list[dict[str, Any]], counters: list[dict[str, Any]] | None = None
            ) -> list[dict[str, Any]]:
-    pool = {"name": NODE, "generation": 1, "resourceSliceCount": 2 if counters else 1}
-    out = [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-            "metadata": {"name": f"{NODE}-devices"},
-            "spec": {"driver": DRIVER, "nodeName": NODE, "pool": pool, "devices": devices}}]
-    if counters:
-        out.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-                    "metadata": {"name": f"{NODE}-counters"},
-                    "spec": {"driver": DRIVER, "nodeName": NODE, "pool": pool,
-                             "sharedCounters": counters}})
-    return out
+    return dracorpus.pool_slices(DRIVER, NODE, devices, counters)
 
 
 def _claim(name: str, requests: list[dict[str, Any]],
