@@ -38,6 +38,8 @@ def test_the_supported_range_is_declared_alike_everywhere():
     assert base["metadata"]["annotations"]["gpupool.io/kubernetes-versions"] == \
         f">={oldest}.0-0"
     assert f"**{oldest} to {SUPPORTED_RELEASES[-1]}**" in DOC
+    assert f"Prerequisites: Kubernetes {oldest} to {SUPPORTED_RELEASES[-1]}" in \
+        (ROOT / "docs/install.md").read_text()
     assert [r[0] for r in _table("Release")] == list(reversed(SUPPORTED_RELEASES))
 
 
