@@ -33,7 +33,7 @@ from webhook.engine import (
     release_note,
     runtime_classes_of,
 )
-from webhook.kube import DRA_GROUP, SOURCE, SOURCES
+from webhook.kube import DRA_GROUP, SOURCE, SOURCES, server_version
 
 log = logging.getLogger(__name__)
 #: Backoff jitter from a private generator: never perturbs anyone else's random state.
@@ -187,7 +187,8 @@ class ClusterInformer:
                  keep_held: bool = False) -> None:
         self.view = view
         #: the API server's /version document (a function, so tests can script it)
-        self.read_version: Callable[[], Any] = functools.partial(_server_version, api_client)
+        self.read_version: Callable[[], Any] = functools.partial(
+            server_version, api_client, _request_timeout=10)
         #: keep each node's ``gpupool.io/held-devices``: the scan reads it, admission never
         #: does, and at a cluster's size it would cost the webhook's every worker memory
         self.keep_held = keep_held
@@ -348,13 +349,6 @@ class ClusterInformer:
         if stale > max_staleness:
             return False, f"node cache last in sync {stale:.0f}s ago"
         return True, f"{len(self.view)} nodes synced"
-
-
-def _server_version(api_client: Any) -> Any:
-    from kubernetes import client
-
-    info = client.VersionApi(api_client).get_code(_request_timeout=10)
-    return api_client.sanitize_for_serialization(info)
 
 
 def _ns_name(obj: dict[str, Any]) -> tuple[str, str]:

@@ -172,6 +172,17 @@ def api_client(kubeconfig: str | None = None, context: str | None = None,
         raise KubeError(f"kubeconfig {path}: not a usable kubeconfig ({exc})") from exc
 
 
+def server_version(api_client: Any, **kwargs: Any) -> dict[str, Any] | None:
+    """The API server's ``/version`` document (``kwargs``: the client's call options, such
+    as ``_request_timeout``): which release's DRA allocator places the pods. Read by the
+    watch and by the CLI against a live cluster alike."""
+    from kubernetes import client
+
+    found = client.VersionApi(api_client).get_code(**kwargs)
+    doc = api_client.sanitize_for_serialization(found)
+    return doc if isinstance(doc, dict) else None
+
+
 def api_error(exc: BaseException, api: Any = None) -> KubeError | None:
     """The one-line form of an error from calling the API server, or None if ``exc`` is not
     one."""

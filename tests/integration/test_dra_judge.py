@@ -129,5 +129,5 @@ def test_each_release_difference_is_decided_as_that_release_decides():
     assert not wrong, wrong
     # every switch has its case
     switches = {n for n, v in vars(Release).items() if isinstance(v, property)
-                and n not in ("supported", "allocator_modelled")}
+                and n != "supported"}
     assert switches == {c.switch for c in cases}

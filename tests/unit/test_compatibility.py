@@ -27,7 +27,7 @@ def _table(header: str) -> list[list[str]]:
 
 
 SWITCHES = sorted(n for n, v in vars(Release).items() if isinstance(v, property)
-                  and n not in ("supported", "allocator_modelled"))
+                  and n != "supported")
 
 
 def test_the_supported_range_is_declared_alike_everywhere():
@@ -45,14 +45,14 @@ def test_the_supported_range_is_declared_alike_everywhere():
 
 def test_every_switch_has_its_row_and_each_cell_is_the_codes():
     header = _table("Difference")
-    assert not Release(34).allocator_modelled
+    assert not Release(34).supported
     rows = {r[0].strip("`"): r for r in header if r[0].startswith("`")}
     assert sorted(rows) == SWITCHES
     releases = ("1.34", "1.35", "1.36", "1.37")
     for name, row in rows.items():
         for col, text in zip(releases, row[1:5], strict=True):
             release = Release(int(col.split(".")[1]))
-            if not release.allocator_modelled:
+            if not release.supported:
                 assert text == "-", (name, col, text)
             else:
                 want = "on" if getattr(release, name) else "off"

@@ -163,11 +163,7 @@ def cluster_objects(live: Live) -> ClusterFile:
 
 
 def server_version(live: Live) -> dict[str, Any] | None:
-    """The API server's ``/version`` (None where it does not say): which release's DRA
-    allocator places the pods."""
-    from kubernetes import client
+    """The API server's ``/version``, None where it does not say."""
+    from webhook.kube import server_version as read
 
-    found = live.call("reading the API server's version", client.VersionApi(live.api).get_code,
-                      optional=True)
-    doc = live.api.sanitize_for_serialization(found) if found is not None else None
-    return doc if isinstance(doc, dict) else None
+    return live.call("reading the API server's version", read, live.api, optional=True)

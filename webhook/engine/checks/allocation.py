@@ -82,7 +82,7 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
             (r, c.spec.requests[0][0].amount) for r, c in extra.items()))))
         return _NodeCheck(node.name, short is None, short or "", device_plugin=short is None)
     release = view.release()
-    if not release.allocator_modelled:
+    if not release.supported:
         why = release_note(release)
         return _NodeCheck(node.name, False, why, why)
     # Once every held device is free: whether the node can ever take the pod.
@@ -375,7 +375,7 @@ def dra_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     if s.doubt:
         release = view.release()
         out.warn("gpupool: DRA selectors could not be evaluated; claims not fully checked"
-                 if release.allocator_modelled else
+                 if release.supported else
                  f"gpupool: DRA claims not checked: Kubernetes {release}'s allocator is not "
                  f"one gpupool decides as")
         out.message = f"{who}: DRA claims not verified: {s.doubt}; {shown}"

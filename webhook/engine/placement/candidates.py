@@ -35,12 +35,10 @@ def candidates(placement: Placement, pool: str, view: ClusterView, policy: Polic
             node = view.node(placement.node_name)
             return (node,) if node is not None and placement.reaches(node) else ()
         narrowed = _indexed_names(placement, view)
-        if narrowed is None:
-            nodes: Any = view.pool_nodes(policy, pool)
-        else:
-            found = (view.node(n) for n in sorted(narrowed))
-            nodes = (n for n in found if n is not None)
-        return tuple(n for n in nodes if placement.reaches(n, pool, policy))
+        if narrowed is None:  # the pool's nodes: members already
+            return tuple(n for n in view.pool_nodes(policy, pool) if placement.reaches(n))
+        found = (view.node(n) for n in sorted(narrowed))
+        return tuple(n for n in found if n is not None and placement.reaches(n, pool, policy))
     return view.memo(("candidates", policy.cache_key, pool, placement.key), compute)
 
 

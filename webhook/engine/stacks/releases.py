@@ -11,7 +11,7 @@ in v0.36 and v0.37 (``structured/allocator.go``, ``availableAllocators``: the fi
 ``SupportedFeatures`` cover the enabled ones).
 
 Supported: 1.35 to 1.37, the three minors upstream maintains; DRA allocation is decided as
-each of their allocators decides (``ALLOCATOR_MINORS``), each judged by that release's own
+each of their allocators decides, each judged by that release's own
 code. 1.34 is not supported: its allocator is another one again (judged by v0.34.13 on the
 suite's DRA corpus it disagrees with 1.35's on 279 of 11,000 node answers:
 ``distinctAttribute`` counted over every device, and panics on devices that allow multiple
@@ -30,8 +30,6 @@ from dataclasses import dataclass
 OLDEST, NEWEST = 35, 37
 #: every supported release, oldest first, as "1.x"
 SUPPORTED_RELEASES = tuple(f"1.{m}" for m in range(OLDEST, NEWEST + 1))
-#: the releases whose DRA allocator gpupool decides as
-ALLOCATOR_MINORS = range(OLDEST, NEWEST + 1)
 
 
 @dataclass(frozen=True)
@@ -48,12 +46,10 @@ class Release:
 
     @property
     def supported(self) -> bool:
+        """Whether gpupool supports it, and so decides DRA allocation as its allocator
+        does."""
         return OLDEST <= self.minor <= NEWEST
 
-    @property
-    def allocator_modelled(self) -> bool:
-        """Whether gpupool decides DRA allocation as this release's allocator does."""
-        return self.minor in ALLOCATOR_MINORS
 
     # ------------------------------------------------------------ allocator switches
     # Each is False where the release decides as v0.35.4's experimental allocator does.
@@ -155,9 +151,9 @@ def release_note(release: Release) -> str:
     """One line for the log, ``doctor`` and DRA messages: empty where gpupool supports the
     release and decides DRA allocation as its allocator does."""
     dra = (f"gpupool does not decide DRA allocation as Kubernetes {release}'s allocator "
-           f"does (it does for 1.{ALLOCATOR_MINORS[0]} to 1.{NEWEST}): DRA pods are "
+           f"does (it does for 1.{OLDEST} to 1.{NEWEST}): DRA pods are "
            "admitted with a warning, never denied, for their allocation")
-    if release.supported and release.allocator_modelled:
+    if release.supported:
         return ""
     side = "older than" if release.minor < OLDEST else "newer than"
     return (f"Kubernetes {release} is {side} the releases gpupool supports (1.{OLDEST} to "
