@@ -24,6 +24,12 @@ _SURFACE = {
     "Stage": "admission.admit", "Subject": "admission.admit", "Review": "admission.admit",
     "decide": "admission.admit", "decide_pod": "admission.admit",
     "handles": "admission.admit", "review": "admission.admit", "review_pod": "admission.admit",
+    # routing compiled for the API server (a MutatingAdmissionPolicy)
+    "RoutingFacts": "admission.nativerouting", "routing_facts": "admission.nativerouting",
+    "compile_policy": "admission.nativerouting",
+    "webhook_condition": "admission.nativerouting",
+    "claimable_pools": "admission.nativerouting", "why_left": "admission.nativerouting",
+    "EXCLUDED_NAMESPACES": "admission.nativerouting",
     # what a decision is
     "Decision": "core.decision", "NodeFinding": "core.decision", "Reason": "core.decision",
     "allow": "core.decision", "clean_warning": "core.decision",
@@ -87,6 +93,13 @@ if TYPE_CHECKING:  # written by python -m tests.engine_surface from _SURFACE
     from webhook.engine.admission.admit import handles as handles
     from webhook.engine.admission.admit import review as review
     from webhook.engine.admission.admit import review_pod as review_pod
+    from webhook.engine.admission.nativerouting import EXCLUDED_NAMESPACES as EXCLUDED_NAMESPACES
+    from webhook.engine.admission.nativerouting import RoutingFacts as RoutingFacts
+    from webhook.engine.admission.nativerouting import claimable_pools as claimable_pools
+    from webhook.engine.admission.nativerouting import compile_policy as compile_policy
+    from webhook.engine.admission.nativerouting import routing_facts as routing_facts
+    from webhook.engine.admission.nativerouting import webhook_condition as webhook_condition
+    from webhook.engine.admission.nativerouting import why_left as why_left
     from webhook.engine.admission.workloads import template_pod as template_pod
     from webhook.engine.aftercare.nodehazards import NodeHazard as NodeHazard
     from webhook.engine.aftercare.nodehazards import advertised_twice as advertised_twice

@@ -6,4 +6,5 @@ completion load no engine."""
 from __future__ import annotations
 
 #: The commands in the order ``--help`` lists them.
-COMMANDS = ("check", "serve", "scan", "certs", "audit", "agent", "doctor", "completion")
+COMMANDS = ("check", "serve", "scan", "certs", "audit", "agent", "doctor", "policy",
+            "completion")

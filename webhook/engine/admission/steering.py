@@ -55,9 +55,19 @@ def _judged_by_name(facts: PodFacts, pool_name: str, view: ClusterView | None,
         return True
     if view is None:
         return False
+    return (bool(facts.nri_requests) and view.operator_nri() is not None) \
+        or cluster_steers_by_name(pool_name, view, policy)
+
+
+def cluster_steers_by_name(pool_name: str, view: ClusterView, policy: Policy) -> bool:
+    """Does this cluster make every GPU pod of the pool be steered node by node, whatever the
+    pod? A way the plugins' own configuration declares, and MIG devices on some node, are
+    beyond what the agent's label says. (The routing policy compiled for the API server
+    leaves such a pool's pods to the webhook: ``admission.nativerouting``.)"""
+    way = policy.by_name[pool_name].cdi.delivery
+    hami_pool = policy.is_hami_pool(pool_name)
     return (way is delivery.DETECT and (view.operator_way() is not None
                                          or view.knows_hami_plugins())) \
-        or (bool(facts.nri_requests) and view.operator_nri() is not None) \
         or (hami_pool and view.has_hami_mig()) \
         or (not hami_pool and view.has_single_strategy_mig())
 

@@ -1,0 +1,205 @@
+"""Routing in the API server, judged by a real kube-apiserver (Kubernetes 1.36 or newer):
+the MutatingAdmissionPolicy ``gpupool policy compile`` writes against gpupool's own webhook.
+
+Every pod of the routing corpus (``tests.routingcorpus``) is sent, as ``kubectl apply
+--dry-run=server`` sends it, through four set-ups of one API server:
+
+- nothing of gpupool's: the pod as it would be stored untouched;
+- the compiled policy alone: the pods it changes are the pods it *claims*;
+- gpupool's mutating webhook alone, served: what the webhook writes;
+- the policy, and the webhook with the compiled condition while every replica is down
+  (its URL refuses connections): the outage.
+
+The policy and the webhook must agree field by field on every pod the policy claims; those
+pods must be created during the outage, untouched by the dead webhook; and every other GPU
+pod must still be sent to the webhook (refused in the outage, as ``failurePolicy: Fail``
+says): no pod routed by both, none by neither.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from harness import install
+from harness.controlplane import ControlPlane, release
+from harness.servers import free_port, stop_server
+from tests import routingcorpus
+
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
+    tuple(int(x) for x in release().split(".")) < (1, 36),
+    reason="MutatingAdmissionPolicy is GA from Kubernetes 1.36")]
+
+SEED, COUNT = 20261206, 400
+MUTATING = "gpupool-mutating"
+#: what the API server says when a webhook it must call cannot be reached
+UNREACHABLE = "failed calling webhook"
+
+
+def _cli(*args: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "webhook", *args], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+class Judge:
+    def __init__(self, cp: ControlPlane) -> None:
+        self.cp = cp
+        self.api = client.CoreV1Api(config.new_client_from_config(str(cp.kubeconfig)))
+
+    def create(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any] | str:
+        """The pod as the API server would store it, or the error it answers."""
+        try:
+            r = self.api.create_namespaced_pod(namespace, copy.deepcopy(pod), dry_run="All",
+                                               _preload_content=False)
+        except client.ApiException as exc:
+            return json.loads(exc.body).get("message", str(exc)) if exc.body else str(exc)
+        stored = json.loads(r.data)
+        meta = stored["metadata"]
+        for generated in ("uid", "creationTimestamp", "resourceVersion", "managedFields"):
+            meta.pop(generated, None)
+        stored.pop("status", None)
+        return stored
+
+    def all(self, corpus: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any] | str]:
+        return [self.create(ns, p) for ns, p in corpus]
+
+
+def _is_gpu_pod(pod: dict[str, Any]) -> bool:
+    """The mutating webhook's own matchCondition (manifests/base/webhooks.yaml), read here
+    as a user would: a GPU resource named, a DRA claim, or a DeviceClass's resource."""
+    spec = pod["spec"]
+    names = {k for c in spec["containers"] + spec.get("initContainers", [])
+             for part in ("limits", "requests")
+             for k in (c.get("resources", {}).get(part) or {})}
+    return bool(spec.get("resourceClaims")) or any(
+        k.startswith("nvidia.com/") for k in names)
+
+
+@pytest.fixture(scope="module")
+def judged(k8s_bin, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("native")
+    cp = ControlPlane(tmp / "cp", k8s_bin).start()
+    server = None
+    try:
+        objs = install.prepare(cp, tmp)
+        for ns, labels in routingcorpus.NAMESPACES.items():
+            r = install.apply(cp, {"apiVersion": "v1", "kind": "Namespace",
+                                   "metadata": {"name": ns, "labels": labels}})
+            assert r.returncode == 0, r.stderr
+        nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": name, "labels": {**labels, "nvidia.com/gpu.present": "true"}}}
+            for name, labels in (("hami-1", {"gpupool.io/pool": "hami"}), ("op-1", {}))]
+        # The runtime classes the GPU Operator installs (the API server refuses a pod that
+        # names one it does not have).
+        nodes += [{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                   "metadata": {"name": h}, "handler": h}
+                  for h in ("nvidia", "nvidia-legacy")]
+        assert install.apply(cp, nodes).returncode == 0
+        corpus = routingcorpus.pods(SEED, COUNT)
+        judge = Judge(cp)
+        untouched = judge.all(corpus)
+
+        # The policy as the CLI compiles it from this cluster, applied as a user would.
+        kubeconfig = ["--kubeconfig", str(cp.kubeconfig)]
+        compiled = _cli("policy", "compile", *kubeconfig)
+        r = cp.kubectl("apply", "-f", "-", input=compiled, check=False)
+        assert r.returncode == 0, r.stderr
+        probe = corpus_probe()
+        install.wait_until(lambda: isinstance(got := judge.create("rc-plain", probe), dict)
+                           and "annotations" in got["metadata"], "the policy to take effect")
+        by_policy = judge.all(corpus)
+
+        # The webhook alone, served, as installed (validation off: it would deny some pods
+        # the comparison is about).
+        cp.kubectl("delete", "mutatingadmissionpolicybinding", "gpupool-routing")
+        cp.kubectl("delete", "mutatingadmissionpolicy", "gpupool-routing")
+        mutating = [o for o in objs if o["kind"] != "ValidatingWebhookConfiguration"]
+        server = install.serve(cp, tmp, mutating)
+        install.wait_until(lambda: isinstance(got := judge.create("rc-plain", probe), dict)
+                           and "annotations" in got["metadata"], "the webhook to take effect")
+        install.wait_until(lambda: not _policy_listed(cp), "the policy to be gone")
+        time.sleep(2)  # (the admission plugin's informer follows the deletion)
+        by_webhook = judge.all(corpus)
+
+        # The outage: every replica gone (nothing listens at the webhook's URL), the policy
+        # back, and the webhook told which pods the policy routed.
+        stop_server(server)
+        server = None
+        dead = f"https://127.0.0.1:{free_port()}"
+        install.register(cp, mutating, dead)
+        condition = json.loads(_cli("policy", "compile", *kubeconfig, "--webhook-condition"))
+        cfg = json.loads(cp.kubectl("get", "mutatingwebhookconfiguration", MUTATING,
+                                    "-o", "json").stdout)
+        index = [w["name"] for w in cfg["webhooks"]].index("mutate.gpupool.io")
+        r = cp.kubectl("patch", "mutatingwebhookconfiguration", MUTATING, "--type=json",
+                       "-p", json.dumps([{"op": "add", "path": f"/webhooks/{index}/"
+                                          "matchConditions/-", "value": condition}]),
+                       check=False)
+        assert r.returncode == 0, r.stderr
+        r = cp.kubectl("apply", "-f", "-", input=compiled, check=False)
+        assert r.returncode == 0, r.stderr
+        install.wait_until(lambda: isinstance(got := judge.create("rc-plain", probe), dict)
+                           and "annotations" in got["metadata"], "the policy in the outage")
+        in_outage = judge.all(corpus)
+        yield corpus, untouched, by_policy, by_webhook, in_outage
+    finally:
+        if server is not None:
+            stop_server(server)
+        cp.stop()
+
+
+def corpus_probe() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+            "spec": {"containers": [{"name": "c", "image": "cuda",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
+def _policy_listed(cp: ControlPlane) -> bool:
+    r = cp.kubectl("get", "mutatingadmissionpolicy", "-o", "name", check=False)
+    return bool(r.stdout.strip())
+
+
+def test_policy_and_webhook_agree_on_every_pod_the_policy_claims(judged):
+    corpus, untouched, by_policy, by_webhook, _ = judged
+    claimed = [i for i in range(len(corpus)) if by_policy[i] != untouched[i]]
+    gpu = [i for i, (_, p) in enumerate(corpus) if _is_gpu_pod(p)]
+    # The corpus must exercise both sides, or agreement would prove nothing.
+    assert len(claimed) >= len(gpu) // 6, (len(claimed), len(gpu))
+    assert len(gpu) - len(claimed) >= len(gpu) // 3, (len(claimed), len(gpu))
+    differ = [(corpus[i][1]["metadata"]["name"], by_policy[i], by_webhook[i])
+              for i in claimed if by_policy[i] != by_webhook[i]]
+    assert not differ, json.dumps(differ[:3], indent=1)
+    # Claimed pods are GPU pods the webhook routes (no pod is made a GPU pod by the policy).
+    assert set(claimed) <= set(gpu)
+    assert all(isinstance(by_webhook[i], dict) for i in claimed)
+
+
+def test_in_an_outage_the_policys_pods_are_created_and_every_other_gpu_pod_waits(judged):
+    corpus, untouched, by_policy, _, in_outage = judged
+    claimed = {i for i in range(len(corpus)) if by_policy[i] != untouched[i]}
+    outcomes: Counter[str] = Counter()
+    for i, (_, p) in enumerate(corpus):
+        name = p["metadata"]["name"]
+        if i in claimed:
+            # Routed in the API server, and the dead webhook was never called.
+            assert in_outage[i] == by_policy[i], name
+            outcomes["routed by the policy"] += 1
+        elif _is_gpu_pod(p):
+            # The webhook's: its match took it, so the outage refuses it (never unrouted).
+            assert isinstance(in_outage[i], str) and UNREACHABLE in in_outage[i], \
+                (name, in_outage[i])
+            outcomes["refused: the webhook's, which is down"] += 1
+        else:
+            assert in_outage[i] == untouched[i], name
+            outcomes["not a GPU pod"] += 1
+    assert outcomes["routed by the policy"] and outcomes["refused: the webhook's, which is down"]

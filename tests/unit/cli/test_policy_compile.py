@@ -1,0 +1,62 @@
+"""``gpupool policy compile``: what it writes and what of the cluster it reads. Whether the
+API server routes as the webhook does is judged by a real kube-apiserver
+(``tests/e2e/test_native_routing.py``); here, what a user sees of the command."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from webhook.cli.main import main
+from webhook.engine import RoutingFacts, claimable_pools, compile_policy, webhook_condition
+from webhook.policyfile import default_policy
+
+
+def test_compile_writes_the_policy_and_its_binding_for_kubectl_apply(capsys):
+    assert main(["policy", "compile", "--no-cluster"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in docs] == ["MutatingAdmissionPolicy",
+                                         "MutatingAdmissionPolicyBinding"]
+    assert all(d["apiVersion"] == "admissionregistration.k8s.io/v1" for d in docs)
+    assert docs[1]["spec"]["policyName"] == docs[0]["metadata"]["name"]
+    spec = docs[0]["spec"]
+    assert spec["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "kube-system", "kube-node-lease", "gpupool-system"]
+    # Both pools' schedulers are what the mutation can write.
+    text = spec["mutations"][0]["jsonPatch"]["expression"]
+    assert '"hami-scheduler"' in text and '"default-scheduler"' in text
+
+
+def test_a_cluster_that_steers_node_by_node_leaves_those_pools_to_the_webhook(capsys):
+    """A GPU Operator ClusterPolicy declares the plugin's way: pools that detect it are
+    steered node by node, which the API server cannot do; the note says so."""
+    policy = default_policy()
+    facts = RoutingFacts(by_name=frozenset({"operator"}))
+    assert claimable_pools(policy, facts) == ("hami",)
+    text = compile_policy(policy, facts)[0]["spec"]["mutations"][0]["jsonPatch"]["expression"]
+    assert '"default-scheduler"' not in text
+    assert '"operator"' not in webhook_condition(policy, facts)["expression"]
+    none = RoutingFacts(by_name=frozenset({"operator", "hami"}))
+    assert webhook_condition(policy, none)["expression"] == "true"
+
+
+def test_the_installed_objects_record_the_digest_doctor_compares(capsys):
+    a = compile_policy(default_policy(), RoutingFacts())
+    b = compile_policy(default_policy(), RoutingFacts(dra_extended=frozenset({"x.com/gpu"})))
+    key = "gpupool.io/routing-digest"
+    assert a[0]["metadata"]["annotations"][key] != b[0]["metadata"]["annotations"][key]
+    assert json.loads(b[0]["metadata"]["annotations"]["gpupool.io/routing-facts"])[
+        "draExtended"] == ["x.com/gpu"]
+
+
+def test_webhook_condition_prints_one_match_condition(capsys):
+    assert main(["policy", "compile", "--no-cluster", "--webhook-condition"]) == 0
+    cond = json.loads(capsys.readouterr().out)
+    assert cond["name"] == "not-routed-by-policy" and cond["expression"].startswith("!(")
+
+
+def test_two_cluster_sources_are_a_usage_error(capsys):
+    assert main(["policy", "compile", "--cluster", "x.yaml", "--context", "c"]) == 2
+    err = capsys.readouterr().err
+    assert "--cluster and --kubeconfig/--context" in err and len(err.splitlines()) == 1
