@@ -8,7 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +57,14 @@ def prepare(cp: ControlPlane, tmp: Path) -> list[dict[str, Any]]:
 
 
 def serve(cp: ControlPlane, tmp: Path, objs: list[dict[str, Any]],
-          policy: Path | None = None) -> Server:
+          policy: Path | None = None, extra: Sequence[str] = ()) -> Server:
     """gpupool under gunicorn with its ServiceAccount's token, and its webhooks registered
-    (with ``policy``, that PoolPolicy file instead of the built-in one)."""
+    (with ``policy``, that PoolPolicy file instead of the built-in one; ``extra``: more of
+    ``gpupool serve``'s flags)."""
     server = start_server(tmp, "--kubeconfig",
                           str(webhook_token_kubeconfig(cp, tmp / "webhook.kubeconfig")),
                           "--audit-file", str(tmp / "gpupool-audit.log"),
-                          *(["--policy", str(policy)] if policy else []), workers=2)
+                          *(["--policy", str(policy)] if policy else []), *extra, workers=2)
     register(cp, objs, server.url)
     return server
 

@@ -186,6 +186,7 @@ class ClusterInformer:
     def __init__(self, view: ClusterView, api_client: Any, *, watch_timeout: int = 300,
                  keep_held: bool = False) -> None:
         self.view = view
+        self.api_client = api_client
         #: the API server's /version document (a function, so tests can script it)
         self.read_version: Callable[[], Any] = functools.partial(
             server_version, api_client, _request_timeout=10)
@@ -239,6 +240,11 @@ class ClusterInformer:
     def start(self) -> None:
         for r in self._reflectors():
             r.start()
+
+    def settled(self) -> bool:
+        """Every resource listed, or known not to be there: what the routing policy's facts
+        read (a ClusterPolicy or a DeviceClass not yet listed would compile it wrong)."""
+        return all(r.synced.is_set() or r.unavailable for r in self._reflectors())
 
     def stop(self) -> None:
         for r in self._reflectors():

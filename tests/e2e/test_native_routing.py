@@ -203,3 +203,118 @@ def test_in_an_outage_the_policys_pods_are_created_and_every_other_gpu_pod_waits
             assert in_outage[i] == untouched[i], name
             outcomes["not a GPU pod"] += 1
     assert outcomes["routed by the policy"] and outcomes["refused: the webhook's, which is down"]
+
+
+# ------------------------------------------------------------------ kept by the server
+
+
+def _plain(name: str, limits: dict[str, str], **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "cuda",
+                                     "resources": {"limits": limits}}], **spec}}
+
+
+def _doctor(cp: ControlPlane, policy: Any) -> tuple[int, dict[str, Any]]:
+    r = subprocess.run([sys.executable, "-m", "webhook", "doctor", "--kubeconfig",
+                        str(cp.kubeconfig), "--policy", str(policy), "-o", "json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode in (0, 1), r.stderr
+    return r.returncode, json.loads(r.stdout)
+
+
+def _installed(cp: ControlPlane) -> tuple[str | None, str | None]:
+    """The installed policy's digest and the webhook condition's name, as kubectl shows."""
+    got = cp.kubectl("get", "mutatingadmissionpolicy", "gpupool-routing", "-o", "json",
+                     check=False)
+    digest = json.loads(got.stdout)["metadata"]["annotations"][
+        "gpupool.io/routing-digest"] if got.returncode == 0 else None
+    cfg = json.loads(cp.kubectl("get", "mutatingwebhookconfiguration", MUTATING,
+                                "-o", "json").stdout)
+    names = [c["name"] for w in cfg["webhooks"] if w["name"] == "mutate.gpupool.io"
+             for c in w.get("matchConditions") or []]
+    return digest, "not-routed-by-policy" if "not-routed-by-policy" in names else None
+
+
+def _compiled_digest(cp: ControlPlane, policy: Any) -> str:
+    import yaml
+
+    out = _cli("policy", "compile", "--kubeconfig", str(cp.kubeconfig), "--policy", str(policy))
+    return str(next(yaml.safe_load_all(out))["metadata"]["annotations"][
+        "gpupool.io/routing-digest"])
+
+
+def test_the_server_keeps_the_policy_current_and_routing_survives_its_outage(
+        k8s_bin, tmp_path_factory):
+    """``--routing-mode auto`` with gpupool's own ServiceAccount (the kustomize base's
+    RBAC): the server installs the compiled policy and the webhook's condition, recompiles
+    them when the PoolPolicy changes, ``doctor`` says which mode is live and whether it
+    matches; with every replica stopped and validation set to Ignore (the outage choice
+    docs/install.md describes), plain GPU pods are still created and routed; with
+    ``--routing-mode webhook`` the server takes it all away again."""
+    tmp = tmp_path_factory.mktemp("kept")
+    cp = ControlPlane(tmp / "cp", k8s_bin).start()
+    server = None
+    try:
+        objs = install.prepare(cp, tmp)
+        cp.kubectl("create", "namespace", "ml")
+        policy = tmp / "policy.yaml"
+        base = (install.ROOT / "manifests/base/policy.yaml").read_text()
+        policy.write_text(base)
+        server = install.serve(cp, tmp, objs, policy=policy,
+                               extra=["--routing-mode", "auto"])
+        want = _compiled_digest(cp, policy)
+        install.wait_until(lambda: _installed(cp) == (want, "not-routed-by-policy"),
+                           "the server to install the compiled policy")
+        code, doc = _doctor(cp, policy)
+        assert doc["routing"]["mode"] == "api-server" and doc["routing"]["matches"] is True
+        assert doc["routing"]["pools"] == ["hami", "operator"]
+
+        # A policy edit: the server recompiles; doctor with the old policy says it differs.
+        old = tmp / "old-policy.yaml"
+        old.write_text(base)
+        policy.write_text(base.replace("      - hami.io/node-scheduler-policy\n",
+                                       "      - hami.io/node-scheduler-policy\n"
+                                       "      - example.com/hami-only\n"))
+        changed = _compiled_digest(cp, policy)
+        assert changed != want
+        install.wait_until(lambda: _installed(cp)[0] == changed, "the recompiled policy", 60)
+        assert _doctor(cp, policy)[1]["routing"]["matches"] is True
+        code, doc = _doctor(cp, old)
+        assert code == 1 and doc["routing"]["matches"] is False
+        assert "is not what --policy" in doc["routing"]["message"]
+
+        # The outage: every replica gone; validation's failurePolicy set to Ignore.
+        stop_server(server)
+        server = None
+        cfg = json.loads(cp.kubectl("get", "validatingwebhookconfiguration",
+                                    "gpupool-validating", "-o", "json").stdout)
+        ops = [{"op": "replace", "path": f"/webhooks/{i}/failurePolicy", "value": "Ignore"}
+               for i, w in enumerate(cfg["webhooks"]) if w["name"] == "validate-pods.gpupool.io"]
+        cp.kubectl("patch", "validatingwebhookconfiguration", "gpupool-validating",
+                   "--type=json", "-p", json.dumps(ops))
+        judge = Judge(cp)
+        hami = judge.create("ml", _plain("train", {"nvidia.com/gpu": "1",
+                                                   "nvidia.com/gpumem": "3000"}))
+        op = judge.create("ml", _plain("infer", {"nvidia.com/gpu": "1"}))
+        annotated = _plain("picky", {"nvidia.com/gpu": "1"})
+        annotated["metadata"]["annotations"] = {"example.com/hami-only": "yes"}
+        picky = judge.create("ml", annotated)
+        pinned = judge.create("ml", _plain("pinned", {"nvidia.com/gpu": "1"},
+                                           nodeName="op-1"))
+        assert isinstance(hami, dict) and hami["spec"]["schedulerName"] == "hami-scheduler"
+        assert isinstance(op, dict) and op["spec"]["schedulerName"] == "default-scheduler"
+        assert op["metadata"]["labels"]["hami.io/webhook"] == "ignore"
+        # (the edited policy's annotation routes it: the policy in force is the new one)
+        assert isinstance(picky, dict) and picky["spec"]["schedulerName"] == "hami-scheduler"
+        assert isinstance(pinned, str) and UNREACHABLE in pinned
+
+        # Back to the webhook alone: the server removes what it installed.
+        server = install.serve(cp, tmp, objs, policy=policy,
+                               extra=["--routing-mode", "webhook"])
+        install.wait_until(lambda: _installed(cp) == (None, None),
+                           "the server to remove the policy and the condition", 60)
+        assert _doctor(cp, policy)[1]["routing"]["mode"] == "webhook"
+    finally:
+        if server is not None:
+            stop_server(server)
+        cp.stop()

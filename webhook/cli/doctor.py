@@ -345,3 +345,59 @@ def kubernetes_line(release: Release) -> str:
 
 def _risk(a: PodAnswer) -> str:
     return f"{a.namespace}/{a.name} {a.outcome.value} ({a.reason}): {a.message}"
+
+
+@dataclass
+class RoutingReport:
+    """Where GPU pods are routed, as the cluster holds it (``webhook.routingpolicy``)."""
+
+    #: "api-server" (the compiled policy and the webhook's condition installed), "webhook"
+    mode: str
+    matches: bool | None  # the installed policy is the one compiled now (None: none)
+    text: str
+    pools: list[str] = field(default_factory=list)  # the pools the API server routes
+
+    @property
+    def ok(self) -> bool:
+        return self.matches is not False
+
+
+def routing_report(api: Any, view: ClusterView, policy: Policy, policy_source: str
+                   ) -> RoutingReport:
+    """Which mode is live, and whether what is installed is what ``policy`` (from
+    ``policy_source``) and this cluster compile to."""
+    from webhook.engine import claimable_pools, routing_facts
+    from webhook.routingpolicy import CONFIGURATION, WEBHOOK, Cluster, read, target
+
+    cluster = Cluster(api)
+    installed, config = read(cluster)
+    if not installed.served:
+        return RoutingReport("webhook", None, "routing: in the webhook alone (this API server "
+                             "does not serve MutatingAdmissionPolicy v1: Kubernetes 1.36 or "
+                             "newer routes in the API server)")
+    if installed.digest is None and installed.condition is None:
+        return RoutingReport("webhook", None, "routing: in the webhook alone (no "
+                             "MutatingAdmissionPolicy gpupool-routing: --routing-mode webhook, "
+                             "or no gpupool replica has installed it yet)")
+    want = target(policy, view, config)
+    pools = list(claimable_pools(policy, routing_facts(view, policy)))
+    problems = []
+    if installed.digest != want.digest or not installed.binding:
+        problems.append(f"MutatingAdmissionPolicy gpupool-routing is not what {policy_source} "
+                        f"and this cluster compile to (installed {installed.digest or 'none'}"
+                        f"{'' if installed.binding else ', no binding'}, compiled "
+                        f"{want.digest})")
+    if installed.condition != want.condition["expression"]:
+        problems.append(f"the {want.condition['name']} condition on {WEBHOOK} "
+                        f"({CONFIGURATION}) is "
+                        + ("missing" if installed.condition is None else "another one"))
+    if problems:
+        return RoutingReport("api-server", False, "routing: " + "; ".join(problems) + ". A "
+                             "running gpupool replica with --routing-mode auto or policy "
+                             "rewrites them within 30 s; if none runs: gpupool policy compile "
+                             "| kubectl apply -f - (docs/install.md, 'Routing in the API "
+                             "server')", pools)
+    return RoutingReport("api-server", True, "routing: in the API server for pools "
+                         f"{', '.join(pools) or 'none'} (MutatingAdmissionPolicy "
+                         f"gpupool-routing, as {policy_source} and this cluster compile); "
+                         "the webhook routes the other GPU pods", pools)

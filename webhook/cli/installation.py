@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 PART_OF = "app.kubernetes.io/part-of=gpupool"
 #: The volume of the webhook Deployment that holds the serving pair (chart and kustomize base).
 TLS_VOLUME = "tls"
+POLICY_VOLUME = "policy"
 
 
 @dataclass
@@ -32,11 +33,13 @@ class Installation:
     #: the host the API server verifies the serving certificate against
     host: str = ""
     tls_secret: str = ""  # NAMESPACE/NAME
+    #: the ConfigMap the webhook reads its PoolPolicy from (NAMESPACE/NAME; "" unknown)
+    policy_configmap: str = ""
 
     def to_document(self) -> dict[str, Any]:
         return {"namespace": self.namespace, "deployment": self.deployment,
                 "webhookConfigurations": self.configurations, "verifiedHost": self.host,
-                "tlsSecret": self.tls_secret}
+                "tlsSecret": self.tls_secret, "policyConfigMap": self.policy_configmap}
 
 
 class InstallationError(Exception):
@@ -65,8 +68,10 @@ def find(live: Live, namespace: str | None = None) -> Installation | None:
     for dep in webhooks:
         meta = dep.get("metadata") or {}
         ns = str(meta.get("namespace") or "")
+        policy = _volume_of(dep, POLICY_VOLUME, "configMap", "name")
         by_ns.setdefault(ns, Installation(ns, str(meta.get("name") or ""),
-                                          tls_secret=f"{ns}/{_tls_secret_of(dep)}"))
+                                          tls_secret=f"{ns}/{_tls_secret_of(dep)}",
+                                          policy_configmap=f"{ns}/{policy}" if policy else ""))
     for kind, cfg in configs:
         for wh in cfg.get("webhooks") or ():
             cc = wh.get("clientConfig") or {}
@@ -105,10 +110,15 @@ def _items(live: Live, listed: Any) -> list[dict[str, Any]]:
 
 
 def _tls_secret_of(dep: dict[str, Any]) -> str:
+    return _volume_of(dep, TLS_VOLUME, "secret", "secretName")
+
+
+def _volume_of(dep: dict[str, Any], volume: str, kind: str, key: str) -> str:
+    """What the Deployment's volume ``volume`` mounts (a Secret's or ConfigMap's name)."""
     spec = ((dep.get("spec") or {}).get("template") or {}).get("spec") or {}
     for vol in spec.get("volumes") or ():
-        if vol.get("name") == TLS_VOLUME and vol.get("secret"):
-            return str(vol["secret"].get("secretName") or "")
+        if vol.get("name") == volume and isinstance(vol.get(kind), dict):
+            return str(vol[kind].get(key) or "")
     return ""
 
 

@@ -29,7 +29,8 @@ _SURFACE = {
     "compile_policy": "admission.nativerouting",
     "webhook_condition": "admission.nativerouting",
     "claimable_pools": "admission.nativerouting", "why_left": "admission.nativerouting",
-    "EXCLUDED_NAMESPACES": "admission.nativerouting",
+    "EXCLUDED_NAMESPACES": "admission.nativerouting", "CONDITION": "admission.nativerouting",
+    "DIGEST_ANNOTATION": "admission.nativerouting", "ROUTING_NAME": "admission.nativerouting",
     # what a decision is
     "Decision": "core.decision", "NodeFinding": "core.decision", "Reason": "core.decision",
     "allow": "core.decision", "clean_warning": "core.decision",
@@ -93,7 +94,10 @@ if TYPE_CHECKING:  # written by python -m tests.engine_surface from _SURFACE
     from webhook.engine.admission.admit import handles as handles
     from webhook.engine.admission.admit import review as review
     from webhook.engine.admission.admit import review_pod as review_pod
+    from webhook.engine.admission.nativerouting import CONDITION as CONDITION
+    from webhook.engine.admission.nativerouting import DIGEST_ANNOTATION as DIGEST_ANNOTATION
     from webhook.engine.admission.nativerouting import EXCLUDED_NAMESPACES as EXCLUDED_NAMESPACES
+    from webhook.engine.admission.nativerouting import ROUTING_NAME as ROUTING_NAME
     from webhook.engine.admission.nativerouting import RoutingFacts as RoutingFacts
     from webhook.engine.admission.nativerouting import claimable_pools as claimable_pools
     from webhook.engine.admission.nativerouting import compile_policy as compile_policy

@@ -94,6 +94,14 @@ class ServeConfig:
                                  kind=NON_NEGATIVE_INT)
     audit_backups: int = _flag(5, "--audit-backups", "rotated audit files kept",
                                kind=NON_NEGATIVE_INT)
+    routing_mode: str = _flag("webhook", "--routing-mode",
+                              "where GPU pods are routed: webhook (here alone), policy (by "
+                              "a MutatingAdmissionPolicy gpupool compiles and keeps current "
+                              "in the API server, for the pods it can route; 1.36 or newer) "
+                              "or auto (policy where the API server serves it); needs a "
+                              "watch (--kubeconfig or --in-cluster)",
+                              choices=("webhook", "policy", "auto"))
+    routing_sync_period: float = 30.0
     loglevel: str = _flag("info", "--log-level", "server log level",
                           choices=("debug", "info", "warning", "error", "critical"))
     extra: dict[str, Any] = field(default_factory=dict)

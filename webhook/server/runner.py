@@ -13,12 +13,12 @@ import datetime as dt
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
 
-from webhook.engine import ClusterView, NodeInfo, load_resources
+from webhook.engine import ClusterView, NodeInfo, Policy, load_resources
 from webhook.server.app import Probe, Webhook, create_app
 from webhook.server.config import ServeConfig
 from webhook.server.policysource import PolicySource
@@ -71,7 +71,13 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     keep: list[Any] = []
     informer_ref: ClusterInformer | None = None
     view = ClusterView()
-    policies = PolicySource(cfg.policy, on_change=lambda p: view.set_pool_label(p.pool_label))
+    listeners: list[Callable[[Policy], None]] = [lambda p: view.set_pool_label(p.pool_label)]
+
+    def policy_changed(policy: Policy) -> None:
+        for listener in listeners:
+            listener(policy)
+
+    policies = PolicySource(cfg.policy, on_change=policy_changed)
     policies.start()
     view.set_pool_label(policies.policy.pool_label)
     webhook = Webhook(policies=policies, view=view)
@@ -105,6 +111,16 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
         informer.start()
         keep.append(informer)
         informer_ref = informer
+        from webhook.routingpolicy import Keeper
+
+        keeper = Keeper(cfg.routing_mode, informer.api_client, lambda: policies.policy, view,
+                        informer.settled, period=cfg.routing_sync_period)
+        listeners.append(lambda _p: keeper.poke())
+        keeper.start()
+        keep.append(keeper)
+        if cfg.routing_mode != "webhook":
+            webhook.ready_checks.append(Probe("routing-policy", keeper.status,
+                                              critical=False))
         webhook.ready_checks.append(
             Probe("node-source", lambda: informer.ready(cfg.max_staleness)))
         webhook.live_checks.append(Probe("node-watch", informer.alive))

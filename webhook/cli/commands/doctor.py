@@ -34,6 +34,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     host = _service_host(args.webhook_service) if args.webhook_service else ""
     pods: list[dict[str, Any]] | None = None
     installation = None
+    live: Any = None
     if args.cluster:
         snapshot = load_nodes(args.cluster)
         if not snapshot.nodes:
@@ -70,6 +71,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             pods = live.api.sanitize_for_serialization(listed).get("items") or []
     view = view_of(snapshot, policy, {}, kube_version=args.kube_version)
     rows = diagnose(view, policy)
+    routing = None
+    if live is not None:
+        routing = _routing(live, view, policy, args.policy, installation)
     release = view.release()
     at_risk = None
     if pods is not None:
@@ -77,10 +81,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
         at_risk = by_node(answers(pods, view, policy))
     if args.output in ("json", "yaml"):
-        print_doc(to_document(rows, cert, at_risk,
-                               installation.to_document() if installation else None,
-                               release),
-                   args.output)
+        doc = to_document(rows, cert, at_risk,
+                          installation.to_document() if installation else None, release)
+        doc["routing"] = None if routing is None else {
+            "mode": routing.mode, "matches": routing.matches, "pools": routing.pools,
+            "message": routing.text}
+        print_doc(doc, args.output)
     else:
         described = None
         if installation is not None:
@@ -90,11 +96,42 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                          "if its webhook is down, to let GPU pods through without it "
                          "(docs/install.md, 'When the webhook is down'):",
                          *(f"  {line}" for line in runbook(installation))]
+        if routing is not None:
+            described = [routing.text, *(described or [])]
         print(format_table(rows, cert, wide=args.output == "wide", at_risk=at_risk,
                            installation=described, release=release))
     healthy = all(r.state == "ok" and not r.hazards for r in rows) and (cert is None or cert.ok) \
-        and not at_risk and release.supported
+        and not at_risk and release.supported and (routing is None or routing.ok)
     return EXIT_OK if healthy else EXIT_FINDING
+
+
+def _routing(live: Any, view: Any, policy: Any, policy_path: str | None,
+             installation: Any) -> Any:
+    """Where GPU pods are routed, judged against the PoolPolicy the installation serves
+    (its ConfigMap), else the one given or built in. None where this identity may not
+    read it."""
+    from webhook.cli.doctor import routing_report
+
+    source = f"--policy {policy_path}" if policy_path else "the built-in policy"
+    ref = installation.policy_configmap if installation is not None else ""
+    if not policy_path and ref:
+        from kubernetes import client
+
+        from webhook.engine import load_policy_text
+
+        ns, _, name = ref.partition("/")
+        cm = live.call(f"reading ConfigMap {ref}", client.CoreV1Api(live.api)
+                       .read_namespaced_config_map, name, ns, optional=True)
+        text = (cm.data or {}).get("policy.yaml") if cm is not None else None
+        if text:
+            try:
+                policy, source = load_policy_text(text), f"the PoolPolicy in ConfigMap {ref}"
+            except ValueError:
+                source += f" (ConfigMap {ref} does not load)"
+    return live.call("reading the routing policy",
+                     lambda _request_timeout=None: routing_report(live.api, view, policy,
+                                                                  source),
+                     optional=True)
 
 
 def _service_host(ref: str | None) -> str:

@@ -34,11 +34,21 @@ def cmd_compile(args: argparse.Namespace) -> int:
     policy = load_policy(args.policy)
     view = None if args.no_cluster else view_of(_snapshot(args), policy, {})
     facts = routing_facts(view, policy)
-    excluded = args.exclude_namespace or list(EXCLUDED_NAMESPACES)
     if args.webhook_condition:
         print_doc(webhook_condition(policy, facts), args.output or "json")
         return EXIT_OK
-    objs = compile_policy(policy, facts, excluded)
+    live = view is not None and not args.cluster and not args.exclude_namespace
+    if live:
+        # As the server compiles it: the pods gpupool's own webhook sees (its selectors).
+        from webhook.cli.live import Live
+        from webhook.routingpolicy import Cluster, read, target
+
+        api = Live(args.kubeconfig, args.context, budget=args.request_timeout).api
+        assert view is not None
+        objs = target(policy, view, read(Cluster(api))[1]).objects
+    else:
+        objs = compile_policy(policy, facts, args.exclude_namespace or
+                              list(EXCLUDED_NAMESPACES))
     if args.output == "json":
         print_doc({"apiVersion": "v1", "kind": "List", "items": objs}, "json")
     else:

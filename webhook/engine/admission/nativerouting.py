@@ -49,7 +49,7 @@ from webhook.engine.stacks import nri
 from webhook.engine.view.cluster import ClusterView
 
 #: The objects' names (and the webhook condition's).
-NAME = "gpupool-routing"
+ROUTING_NAME = "gpupool-routing"
 CONDITION = "not-routed-by-policy"
 #: What the compiled objects record, for ``doctor``: the spec's digest, and the facts.
 DIGEST_ANNOTATION = "gpupool.io/routing-digest"
@@ -355,18 +355,25 @@ def digest(spec: Mapping[str, Any]) -> str:
 
 def compile_policy(policy: Policy, facts: RoutingFacts,
                    excluded_namespaces: Sequence[str] = EXCLUDED_NAMESPACES,
-                   name: str = NAME) -> list[dict[str, Any]]:
-    """The MutatingAdmissionPolicy and its binding."""
+                   name: str = ROUTING_NAME, selectors: Mapping[str, Any] | None = None
+                   ) -> list[dict[str, Any]]:
+    """The MutatingAdmissionPolicy and its binding. ``selectors``: the webhook's own
+    ``namespaceSelector`` and ``objectSelector``, so that the policy sees the pods the webhook
+    would (else namespaces ``excluded_namespaces`` are left out)."""
+    constraints: dict[str, Any] = {
+        "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                           "operations": ["CREATE"], "resources": ["pods"]}]}
+    if selectors:
+        constraints.update({k: v for k, v in selectors.items()
+                            if k in ("namespaceSelector", "objectSelector")})
+    else:
+        constraints["namespaceSelector"] = {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+             "values": list(excluded_namespaces)}]}
     spec: dict[str, Any] = {
         "failurePolicy": "Fail",
         "reinvocationPolicy": "IfNeeded",
-        "matchConstraints": {
-            "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                               "operations": ["CREATE"], "resources": ["pods"]}],
-            "namespaceSelector": {"matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                 "values": list(excluded_namespaces)}]},
-        },
+        "matchConstraints": constraints,
         "variables": [{"name": n, "expression": e} for n, e in _variables(policy, facts)],
         "mutations": [{"patchType": "JSONPatch",
                        "jsonPatch": {"expression": _mutation(policy, facts)}}],
