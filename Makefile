@@ -70,7 +70,8 @@ E2E_PARALLEL = -n 2 --dist loadfile
 # registration and admission, DRA, the scan's reports), run again on the oldest release kept
 # (docs/compatibility.md); the whole layer runs on the current one.
 E2E_OLDEST = tests/e2e/test_dra_chain.py tests/e2e/test_scan.py tests/e2e/test_e2e.py \
-  -k "test_dra_chain or test_scan or non_gpu or dry_run or doctor_against or routed_despite or denied_with_device"
+  tests/e2e/test_native_routing.py \
+  -k "test_dra_chain or test_scan or non_gpu or dry_run or doctor_against or routed_despite or denied_with_device or auto_mode"
 
 # The whole suite: lint and types, then the unit layer, the HTTPS layer (a real gunicorn,
 # the real runtime and CDI library) and the end-to-end layer (a real control plane: 1.37,

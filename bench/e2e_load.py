@@ -1,6 +1,6 @@
 """Pod creation under load through a real API server, with and without the webhooks:
 
-    python -m bench.e2e_load [--quick | --calls [--placement split]] [--rounds N]
+    python -m bench.e2e_load [--quick | --calls [--placement split] | --routing] [--rounds N]
                              [--apiserver-profiles DIR] [--kube-bin DIR]
                              [--out bench/results/e2e-load.json]
 
@@ -74,11 +74,16 @@ if TYPE_CHECKING:
     from harness.hami import TlsProgram
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIGS = ("none", "hami", "gpupool", "gpupool+hami")
+CONFIGS = ("none", "hami", "gpupool", "gpupool+hami", "gpupool-policy")
 #: ``--calls`` only: gpupool's mutating webhook without its validating ones. A decomposition,
 #: not an installation (the validating call is what checks the final object): beside
 #: ``gpupool`` it shows what the second call per GPU pod costs.
 MUTATING_ONLY = "gpupool-mutating"
+#: ``--routing`` (and the full scenario): gpupool with routing in the API server, as
+#: ``--routing-mode auto`` installs it on 1.36 and newer: the compiled MutatingAdmissionPolicy
+#: routes the GPU pods it claims, and only validation calls gpupool for them
+#: (docs/install.md, "Routing in the API server")
+POLICY = "gpupool-policy"
 #: ``--calls`` only: stand-in webhooks that do the least a webhook can (parse the review, add
 #: STAND_IN_ANNOTATION, allow), each registered as gpupool's webhooks are (two calls per GPU
 #: pod, gpupool's matchConditions) or as HAMi's is (one call for every pod); configuration:
@@ -263,9 +268,11 @@ class Rig:
         from harness import install
 
         kinds = {"gpupool": install.WEBHOOK_KINDS, "gpupool+hami": install.WEBHOOK_KINDS,
-                 MUTATING_ONLY: ("MutatingWebhookConfiguration",)}.get(config, ())
+                 MUTATING_ONLY: ("MutatingWebhookConfiguration",),
+                 POLICY: install.WEBHOOK_KINDS}.get(config, ())
         install.register(self.cp, [o for o in self.objs if o["kind"] in kinds],
                          self.url)
+        self._routing_policy(config == POLICY)
         unused = [o for o in self.objs if o["kind"] in install.WEBHOOK_KINDS
                   and o["kind"] not in kinds]
         if config in ("hami", "gpupool+hami"):
@@ -288,6 +295,8 @@ class Rig:
         calls = CALLS[config]
         want = (bool(calls & {"mutate.gpupool.io", "vgpu.hami.io"}), "vgpu.hami.io" in calls,
                 "mutate.gpupool.io" in calls, config in STAND_INS)
+        if config == POLICY:  # routed and annotated in the API server, no mutating call
+            want = (True, False, True, False)
 
         def applied() -> bool:
             before = self.cp.metrics()
@@ -303,6 +312,36 @@ class Rig:
                                         "gpupool.io/pool" in annotations,
                                         STAND_IN_ANNOTATION in annotations) == want
         install.wait_until(applied, f"configuration {config} to take effect", timeout=60)
+
+    def _routing_policy(self, on: bool) -> None:
+        """The compiled policy and the webhook's condition installed (as the server installs
+        them: ``gpupool policy compile`` of this cluster), or neither."""
+        name = "gpupool-mutating"
+        cfg = json.loads(self.cp.kubectl("get", "mutatingwebhookconfiguration", name, "-o",
+                                         "json", check=False).stdout or "null")
+        index = next((i for i, w in enumerate((cfg or {}).get("webhooks") or [])
+                      if w["name"] == "mutate.gpupool.io"), None)
+        gpupool = [sys.executable, "-m", "webhook", "policy", "compile", "--kubeconfig",
+                   str(self.cp.kubeconfig)]
+        cond: dict[str, str] = {}
+        if on:
+            compiled = subprocess.run(gpupool, capture_output=True, text=True, check=True)
+            r = self.cp.kubectl("apply", "-f", "-", input=compiled.stdout, check=False)
+            if r.returncode:
+                raise StartError(f"the compiled routing policy: {r.stderr.strip()}")
+            cond = json.loads(subprocess.run([*gpupool, "--webhook-condition"],
+                                             capture_output=True, text=True,
+                                             check=True).stdout)
+        else:
+            for kind in ("mutatingadmissionpolicybinding", "mutatingadmissionpolicy"):
+                self.cp.kubectl("delete", kind, "gpupool-routing", "--ignore-not-found")
+        if cfg is None or index is None:
+            return
+        kept = [c for c in cfg["webhooks"][index].get("matchConditions") or []
+                if c["name"] != "not-routed-by-policy"]
+        self.cp.kubectl("patch", "mutatingwebhookconfiguration", name, "--type=json", "-p",
+                        json.dumps([{"op": "add", "path": f"/webhooks/{index}/matchConditions",
+                                     "value": kept + ([cond] if on else [])}]))
 
     # ------------------------------------------------------------------ load
     def session(self) -> requests.Session:
@@ -422,6 +461,7 @@ CALLS: dict[str, set[str]] = {
     "gpupool": {"mutate.gpupool.io", "validate-pods.gpupool.io"},
     "gpupool+hami": {"mutate.gpupool.io", "validate-pods.gpupool.io", "vgpu.hami.io"},
     MUTATING_ONLY: {"mutate.gpupool.io"},
+    POLICY: {"validate-pods.gpupool.io"},
 }
 CALLS.update({config: {name.removesuffix(DOMAINS[like]) + stand_in_domain(server)
                        for name in CALLS[like]}
@@ -633,6 +673,9 @@ PLANS: dict[str, dict[str, Any]] = {
               "burst_writers": 0,
               "configs": ("none", "hami", "gpupool", MUTATING_ONLY, *STAND_INS),
               "placements": ("shared",)},
+    "routing": {"writers": (10, 50, 200), "pods": 300, "rounds": 3, "burst": 0,
+                "burst_writers": 0, "configs": ("none", "gpupool", POLICY),
+                "placements": ("shared",)},
 }
 
 
@@ -708,6 +751,11 @@ def measure(rig: Rig, pods: list[dict[str, Any]], writers: int) -> dict[str, Any
             # the API server's own scrapes and the load generator's sessions are kept alive
             "connections_per_pod": (conns1 - conns0) / len(pods),
             "webhook_calls": calls, "cpu_ms_per_call": per_call,
+            # what a GPU pod costs: the calls of the webhooks that see GPU pods (all but the
+            # grant check on pods without a GPU), per GPU pod sent
+            "gpu_calls_per_gpu_pod": sum(v for name, v in calls.items()
+                                         if not name.startswith("access."))
+            / max(1, sum(1 for p in pods if p["metadata"]["labels"]["load"] != "plain")),
             **server_view(before, after)}
 
 
@@ -791,12 +839,15 @@ def summarise(raw: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "connections_per_pod": statistics.median(r["connections_per_pod"] for r in runs),
             "calls_per_pod": statistics.median(sum(r["webhook_calls"].values()) / r["answered"]
                                                for r in runs),
+            "gpu_calls_per_gpu_pod": statistics.median(r.get("gpu_calls_per_gpu_pod", 0.0)
+                                                       for r in runs),
             "cpu_ms_per_call": {k: statistics.median(r["cpu_ms_per_call"][k] for r in runs
                                                      if k in r["cpu_ms_per_call"])
                                 for k in sorted({k for r in runs for k in r["cpu_ms_per_call"]})}}
-        for base in ("none", "hami"):
-            row[f"p99_vs_{base}"] = statistics.median(
-                a["p99_ms"] / b["p99_ms"] for a, b in zip(runs, raw[base], strict=True))
+        for base in ("none", "hami", "gpupool"):
+            if base in raw:  # (a plan runs some configurations only)
+                row[f"p99_vs_{base}"] = statistics.median(
+                    a["p99_ms"] / b["p99_ms"] for a, b in zip(runs, raw[base], strict=True))
         out[config] = row
     return out
 
@@ -816,13 +867,20 @@ def report(res: dict[str, Any]) -> str:
     for placement, levels in res["placements"].items():
         lines += ["", f"placement: {placement}",
                   f"{'writers':>7} {'configuration':<16} {'p50 ms':>7} {'p99 ms':>7} "
-                  f"{'creates/s':>9} {'p99/none':>8} {'p99/HAMi':>8} {'failed':>6}  API server"]
+                  f"{'creates/s':>9} {'p99/none':>8} {'p99/HAMi':>8} {'p99/gpupool':>11} "
+                  f"{'calls/GPU pod':>13} {'failed':>6}  API server"]
+
+        def ratio(r: dict[str, Any], base: str, width: int) -> str:
+            v = r.get(f"p99_vs_{base}")
+            return f"{v:>{width}.2f}" if v is not None else f"{'-':>{width}}"
         for n, level in levels.items():
             for config, r in level.items():
                 server = ", ".join(f"{k} {v}" for k, v in sorted(r["server"].items()))
                 lines.append(f"{n:>7} {config:<16} {r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f} "
-                             f"{r['creates_per_s']:>9.1f} {r['p99_vs_none']:>8.2f} "
-                             f"{r['p99_vs_hami']:>8.2f} {r['failed']:>6}  {server}")
+                             f"{r['creates_per_s']:>9.1f} {ratio(r, 'none', 8)} "
+                             f"{ratio(r, 'hami', 8)} {ratio(r, 'gpupool', 11)} "
+                             f"{r.get('gpu_calls_per_gpu_pod', 0.0):>13.2f} "
+                             f"{r['failed']:>6}  {server}")
         rows = [r for level in levels.values() for r in level.values()]
         # the stand-ins' columns only where a configuration ran them
         columns = [(k, t) for k, t in CPU_COLUMNS if k not in STAND_IN_SERVERS
@@ -876,6 +934,9 @@ def main() -> int:
                        help=f"the decomposition instead: none, hami, gpupool, {MUTATING_ONLY} "
                             "(gpupool without its validating call) and the stand-ins "
                             f"({', '.join(STAND_INS)}), on shared cores unless --placement split")
+    which.add_argument("--routing", action="store_true",
+                       help=f"none, gpupool and {POLICY} (routing in the API server) alone: "
+                            "calls per GPU pod and latency, on shared cores")
     p.add_argument("--placement", choices=PLACEMENTS,
                    help="with --calls: where the processes run (default: shared); split puts "
                         "every webhook, stand-ins included, on a core of its own")
@@ -897,7 +958,7 @@ def main() -> int:
         print("e2e load: --apiserver-profiles reads the profiles with `go tool pprof`: put go "
               "on PATH or leave the option out", file=sys.stderr)
         return 2
-    plan = "quick" if a.quick else "calls" if a.calls else "full"
+    plan = "quick" if a.quick else "calls" if a.calls else "routing" if a.routing else "full"
     if a.placement and not a.calls:
         print("e2e load: --placement chooses the decomposition's placement: add --calls (the "
               "full scenario runs both)", file=sys.stderr)
@@ -907,7 +968,7 @@ def main() -> int:
         return 2
     a.out = a.out or str(ROOT / "bench/results" / {
         "quick": "e2e-load-quick.json", "calls": "e2e-load-calls.json",
-        "full": "e2e-load.json"}[plan])
+        "routing": "e2e-load-routing.json", "full": "e2e-load.json"}[plan])
     # A stopped run still stops what it started: SIGTERM unwinds through run()'s cleanup.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="gpupool-e2e-load-") as tmp:

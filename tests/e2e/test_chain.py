@@ -570,6 +570,80 @@ def test_without_gpupool_the_seed_failure_reaches_the_node(chain):
     _record()
 
 
+def test_with_every_replica_down_the_api_server_still_routes(chain):
+    """Routing in the API server (``--routing-mode auto``): gpupool installs its compiled
+    policy, then every replica stops, and validation is set to ``Ignore`` (the outage choice
+    docs/install.md describes). The chain's workloads are created: each GPU pod the policy
+    routes is created, sent to its pool's scheduler, bound on its pool's nodes, and its
+    containers created there (the real runtime); the pods only the webhook can route are
+    refused by its ``failurePolicy: Fail``, never created unrouted."""
+    if chain.server is not None:
+        stop_server(chain.server)
+    server = install.serve(chain.cp, chain.tmp, chain.objs, extra=["--routing-mode", "auto"])
+    chain.server = server
+
+    def installed() -> bool:
+        got = chain.kubectl("get", "mutatingadmissionpolicy", "gpupool-routing", "-o",
+                            "json", check=False)
+        cfg = chain.get("mutatingwebhookconfiguration", "gpupool-mutating")
+        return got.returncode == 0 and any(
+            c["name"] == "not-routed-by-policy" for w in cfg["webhooks"]
+            for c in w.get("matchConditions") or [])
+    install.wait_until(installed, "gpupool to install its routing policy", 60)
+    facts = json.loads(chain.get("mutatingadmissionpolicy", "gpupool-routing")["metadata"][
+        "annotations"]["gpupool.io/routing-facts"])
+    stop_server(server)
+    chain.server = None
+    cfg = chain.get("validatingwebhookconfiguration", "gpupool-validating")
+    chain.kubectl("patch", "validatingwebhookconfiguration", "gpupool-validating",
+                  "--type=json", "-p", json.dumps([
+                      {"op": "replace", "path": f"/webhooks/{i}/failurePolicy",
+                       "value": "Ignore"}
+                      for i, w in enumerate(cfg["webhooks"])
+                      if w["name"] == "validate-pods.gpupool.io"]))
+    for ns in ("down", "down-hami"):
+        chain.kubectl("create", "namespace", ns)
+    chain.kubectl("label", "namespace", "down-hami", "gpupool.io/pool=hami")
+    workloads, pods = _workload("down", list(chain.nodes.values()))
+    created = chain.create_all(workloads + pods)
+    by_name = {c.pod["metadata"]["name"]: c for c in created}
+    refused = [c for c in created if not c.ok]
+    assert all('failed calling webhook "mutate.gpupool.io"' in c.error for c in refused), \
+        [c.error for c in refused if 'failed calling webhook "mutate.gpupool.io"'
+         not in c.error][:3]
+    # The Deployment's and the Job's pods (kube-controller-manager creates them) too, where
+    # their pool is one the policy routes.
+    expected = 2 * ("hami" not in facts["steeredByName"]) + \
+        ("operator" not in facts["steeredByName"])
+    install.wait_until(lambda: len([p for p in chain.get("pods", "-n", "down")["items"]
+                                    if p["metadata"].get("ownerReferences")]) >= expected,
+                       "the workloads' pods", 60)
+    landed = chain.land("down", by_name) + chain.land("down-hami", by_name)
+    scheduler = {"hami": "hami-scheduler", "operator": "default-scheduler"}
+    routed = [x for x in landed if x.pool is not None]
+    bound = [x for x in routed if x.node]
+    outside = [x for x in bound if (n := chain.nodes.get(x.node or "")) is None
+               or n.pool != x.pool]
+    failures = [x for x in bound if x.failure]
+    SUMMARIES["every gpupool replica down (routing in the API server)"] = {
+        "GPU objects created": len(created) - len(refused),
+        "refused (the webhook's pods)": len(refused),
+        "GPU pods routed by the API server": len(routed),
+        "GPU pods bound": len(bound),
+        "bound outside their pool": len(outside),
+        "late CDI failures (real runtime)": len(failures)}
+    assert routed and len(routed) == len(landed), [x.name for x in landed if x.pool is None]
+    assert bound and not outside and not failures, (outside, failures)
+    for x in routed:
+        assert x.scheduler == scheduler[x.pool], x
+        assert x.bound_by in (x.scheduler, ""), x
+    down = SUMMARIES["every gpupool replica down (routing in the API server)"]
+    report("the chain with every gpupool replica down, routing in the API server",
+           "\n".join(f"{k:<36} {v:>6}" for k, v in down.items()))
+    if {"with gpupool", "without gpupool"} <= set(SUMMARIES):
+        _record()
+
+
 def _webhook_latency(metrics: str) -> dict[str, dict[str, float]]:
     """Per webhook: calls, mean and p99 (interpolated in the API server's buckets)."""
     buckets: dict[str, dict[float, float]] = {}

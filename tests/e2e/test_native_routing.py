@@ -34,9 +34,10 @@ from harness.controlplane import ControlPlane, release
 from harness.servers import free_port, stop_server
 from tests import routingcorpus
 
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
-    tuple(int(x) for x in release().split(".")) < (1, 36),
-    reason="MutatingAdmissionPolicy is GA from Kubernetes 1.36")]
+pytestmark = pytest.mark.e2e
+SERVED = tuple(int(x) for x in release().split(".")) >= (1, 36)
+needs_policy = pytest.mark.skipif(not SERVED,
+                                  reason="MutatingAdmissionPolicy is GA from Kubernetes 1.36")
 
 SEED, COUNT = 20261206, 400
 MUTATING = "gpupool-mutating"
@@ -169,6 +170,7 @@ def _policy_listed(cp: ControlPlane) -> bool:
     return bool(r.stdout.strip())
 
 
+@needs_policy
 def test_policy_and_webhook_agree_on_every_pod_the_policy_claims(judged):
     corpus, untouched, by_policy, by_webhook, _ = judged
     claimed = [i for i in range(len(corpus)) if by_policy[i] != untouched[i]]
@@ -184,6 +186,7 @@ def test_policy_and_webhook_agree_on_every_pod_the_policy_claims(judged):
     assert all(isinstance(by_webhook[i], dict) for i in claimed)
 
 
+@needs_policy
 def test_in_an_outage_the_policys_pods_are_created_and_every_other_gpu_pod_waits(judged):
     corpus, untouched, by_policy, _, in_outage = judged
     claimed = {i for i in range(len(corpus)) if by_policy[i] != untouched[i]}
@@ -243,6 +246,7 @@ def _compiled_digest(cp: ControlPlane, policy: Any) -> str:
         "gpupool.io/routing-digest"])
 
 
+@needs_policy
 def test_the_server_keeps_the_policy_current_and_routing_survives_its_outage(
         k8s_bin, tmp_path_factory):
     """``--routing-mode auto`` with gpupool's own ServiceAccount (the kustomize base's
@@ -314,6 +318,37 @@ def test_the_server_keeps_the_policy_current_and_routing_survives_its_outage(
         install.wait_until(lambda: _installed(cp) == (None, None),
                            "the server to remove the policy and the condition", 60)
         assert _doctor(cp, policy)[1]["routing"]["mode"] == "webhook"
+    finally:
+        if server is not None:
+            stop_server(server)
+        cp.stop()
+
+
+@pytest.mark.skipif(SERVED, reason="Kubernetes 1.36 and newer serve the policy: tests above")
+def test_auto_mode_keeps_routing_in_the_webhook_where_the_api_server_has_no_policy(
+        k8s_bin, tmp_path_factory):
+    """Kubernetes 1.35 serves no MutatingAdmissionPolicy v1: ``--routing-mode auto`` (the
+    chart's and the kustomize base's) routes in the webhook alone, writes nothing, and
+    ``doctor`` says why."""
+    tmp = tmp_path_factory.mktemp("auto")
+    cp = ControlPlane(tmp / "cp", k8s_bin).start()
+    server = None
+    try:
+        objs = install.prepare(cp, tmp)
+        cp.kubectl("create", "namespace", "ml")
+        server = install.serve(cp, tmp, objs, extra=["--routing-mode", "auto"])
+        install.wait_for_webhooks(cp, server, "ml")
+        got = Judge(cp).create("ml", _plain("infer", {"nvidia.com/gpu": "1"}))
+        assert isinstance(got, dict) and got["metadata"]["annotations"]["gpupool.io/pool"]
+        policy = tmp / "policy.yaml"
+        policy.write_text((install.ROOT / "manifests/base/policy.yaml").read_text())
+        _, doc = _doctor(cp, policy)
+        assert doc["routing"]["mode"] == "webhook", doc["routing"]
+        assert "does not serve MutatingAdmissionPolicy v1" in doc["routing"]["message"]
+        cfg = json.loads(cp.kubectl("get", "mutatingwebhookconfiguration", MUTATING, "-o",
+                                    "json").stdout)
+        assert not any(c["name"] == "not-routed-by-policy" for w in cfg["webhooks"]
+                       for c in w.get("matchConditions") or [])
     finally:
         if server is not None:
             stop_server(server)

@@ -155,6 +155,29 @@ def test_the_decomposition_sets_gpupool_without_its_validating_call_beside_hami(
     assert rows["gpupool"]["calls_per_pod"] == pytest.approx(400 / 300)
 
 
+
+def test_routing_in_the_api_server_is_measured_beside_the_webhook_alone():
+    """``--routing``: none, gpupool and gpupool with its compiled policy; a GPU pod's calls
+    counted apart from the grant check's on pods without a GPU, and p99 against gpupool's
+    webhook-only figure of the same round."""
+    from bench.e2e_load import CALLS, CONFIGS, PLANS, POLICY, summarise
+
+    assert PLANS["routing"]["configs"] == ("none", "gpupool", POLICY) and POLICY in CONFIGS
+    assert CALLS[POLICY] == {"validate-pods.gpupool.io"}
+
+    def batch(p99: float, per_gpu_pod: float) -> dict:
+        return {"p50_ms": p99 / 2, "p99_ms": p99, "rate": 100.0, "failed": 0, "errors": [],
+                "answered": 300, "cpu_ms_per_pod": {}, "connections_per_pod": 0.1,
+                "webhook_calls": {}, "cpu_ms_per_call": {},
+                "gpu_calls_per_gpu_pod": per_gpu_pod}
+
+    rows = summarise({"none": [batch(100, 0.0)] * 2, "gpupool": [batch(300, 2.0)] * 2,
+                      POLICY: [batch(150, 1.0), batch(240, 1.0)]})
+    assert rows[POLICY]["p99_vs_gpupool"] == pytest.approx((150 / 300 + 240 / 300) / 2)
+    assert rows[POLICY]["gpu_calls_per_gpu_pod"] == 1.0
+    assert "p99_vs_hami" not in rows[POLICY]  # no HAMi in this plan
+
+
 PPROF_TOP = """\
 File: kube-apiserver
 Type: cpu

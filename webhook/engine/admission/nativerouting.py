@@ -186,27 +186,26 @@ def _variables(policy: Policy, facts: RoutingFacts) -> list[tuple[str, str]]:
     ]
     # Where the mutation would read the cluster, or differ per node.
     grant = _any([_is_gpu(policy, "k"), f"k.startsWith({_s(_DRA_EXTENDED)})"])
-    every_granted = "true" if policy.access.ungranted is Ungranted.OFF else (
-        f"(request.namespace in {_list(policy.access.exempt_namespaces)} || "
-        f"{pods}.all(c, {_names_key('c', grant)}))")
-    dra_names = _any([f"k.startsWith({_s(_DRA_EXTENDED)})"]
-                     + ([f"k in {_list(sorted(facts.dra_extended))}"]
-                        if facts.dra_extended else []))
+    granted = "true" if policy.access.ungranted is Ungranted.OFF else (
+        f"request.namespace in {_list(policy.access.exempt_namespaces)} || "
+        f"{_names_key('c', grant)}")
+    kept_out = _any([f"k.startsWith({_s(_DRA_EXTENDED)})",
+                     f"k.startsWith({_s(MIG_RESOURCE_PREFIX)})"]
+                    + ([f"k in {_list(sorted(facts.dra_extended))}"]
+                       if facts.dra_extended else []))
     privileged = ("c.?securityContext.?privileged.orValue(false) || "
                   "c.?securityContext.?capabilities.?add.orValue([]).exists(a, "
                   "a.upperAscii() in ['SYS_ADMIN', 'CAP_SYS_ADMIN', 'ALL', 'CAP_ALL'])")
     annotations = "object.metadata.?annotations.orValue({})"
+    # (one pass over the containers: this runs in the API server on every pod create)
     out.append(("plain", " && ".join([
         "object.spec.?nodeName.orValue('') == ''",
         "size(object.spec.?resourceClaims.orValue([])) == 0",
         "object.spec.?runtimeClassName.orValue('') == ''",
-        f"!{pods}.exists(c, {_names_key('c', dra_names)})",
-        f"!{pods}.exists(c, {_names_key('c', f'k.startsWith({_s(MIG_RESOURCE_PREFIX)})')})",
-        f"!{pods}.exists(c, {privileged})",
-        f"!{pods}.exists(c, c.?env.orValue([]).exists(e, e.name == {_s(VARIABLE)}))",
         f"!{annotations}.exists(k, k in {_list(NARROWING_ANNOTATIONS)} || "
         f"k.startsWith({_s(nri.DOMAIN)}))",
-        every_granted,
+        f"{pods}.all(c, !{_names_key('c', kept_out)} && !({privileged}) && "
+        f"!c.?env.orValue([]).exists(e, e.name == {_s(VARIABLE)}) && ({granted}))",
     ])))
     out.append(("terms", f"object.spec.?affinity.?nodeAffinity.?{_REQUIRED}"
                          ".?nodeSelectorTerms.orValue([])"))
@@ -374,6 +373,9 @@ def compile_policy(policy: Policy, facts: RoutingFacts,
         "failurePolicy": "Fail",
         "reinvocationPolicy": "IfNeeded",
         "matchConstraints": constraints,
+        # (No matchConditions: with one, Kubernetes 1.37's API server fails to marshal the
+        # typed Object values of the patch, "proto: invalid type: v1.NodeSelectorRequirement";
+        # the claim's first test is the GPU-pod one, so pods without a GPU stop there.)
         "variables": [{"name": n, "expression": e} for n, e in _variables(policy, facts)],
         "mutations": [{"patchType": "JSONPatch",
                        "jsonPatch": {"expression": _mutation(policy, facts)}}],
