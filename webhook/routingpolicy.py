@@ -21,7 +21,6 @@ removed), ``policy`` (in the API server), ``auto`` (``policy`` where the API ser
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -303,14 +302,3 @@ class Keeper:
             self._wake.wait(self.period if self.ok else min(self.period, 5.0))
             self._wake.clear()
 
-
-def facts_text(installed: Installed) -> str:
-    """The compiled-from facts, in words, for ``doctor``."""
-    if not installed.facts:
-        return ""
-    try:
-        f = json.loads(installed.facts)
-    except ValueError:
-        return ""
-    left = f.get("steeredByName") or []
-    return f"pools left to the webhook: {', '.join(left)}" if left else ""

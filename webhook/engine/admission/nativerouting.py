@@ -46,6 +46,7 @@ from webhook.engine.core.policy import (
 from webhook.engine.pod.affinity import pool_expression
 from webhook.engine.pod.podfacts import DEFAULT_SCHEDULER, NARROWING_ANNOTATIONS
 from webhook.engine.stacks import nri
+from webhook.engine.stacks.dra import IMPLICIT_EXTENDED_PREFIX
 from webhook.engine.view.cluster import ClusterView
 
 #: The objects' names (and the webhook condition's).
@@ -55,7 +56,6 @@ CONDITION = "not-routed-by-policy"
 DIGEST_ANNOTATION = "gpupool.io/routing-digest"
 FACTS_ANNOTATION = "gpupool.io/routing-facts"
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-_DRA_EXTENDED = "deviceclass.resource.kubernetes.io/"
 #: The namespaces gpupool's webhooks never see (manifests/base/webhooks.yaml).
 EXCLUDED_NAMESPACES = ("kube-system", "kube-node-lease", "gpupool-system")
 
@@ -185,11 +185,11 @@ def _variables(policy: Policy, facts: RoutingFacts) -> list[tuple[str, str]]:
         ("gpuPod", f"{pods}.exists(c, {_asks_nonzero('c', _is_gpu(policy, 'k'))})"),
     ]
     # Where the mutation would read the cluster, or differ per node.
-    grant = _any([_is_gpu(policy, "k"), f"k.startsWith({_s(_DRA_EXTENDED)})"])
+    grant = _any([_is_gpu(policy, "k"), f"k.startsWith({_s(IMPLICIT_EXTENDED_PREFIX)})"])
     granted = "true" if policy.access.ungranted is Ungranted.OFF else (
         f"request.namespace in {_list(policy.access.exempt_namespaces)} || "
         f"{_names_key('c', grant)}")
-    kept_out = _any([f"k.startsWith({_s(_DRA_EXTENDED)})",
+    kept_out = _any([f"k.startsWith({_s(IMPLICIT_EXTENDED_PREFIX)})",
                      f"k.startsWith({_s(MIG_RESOURCE_PREFIX)})"]
                     + ([f"k in {_list(sorted(facts.dra_extended))}"]
                        if facts.dra_extended else []))
