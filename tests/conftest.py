@@ -27,7 +27,9 @@ def pytest_sessionfinish(session: Any) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
-    _REPORTS.extend((t, x) for t, x in json.loads(node.workeroutput.get("reports", "[]")))
+    # (a worker that died has no output: its own error is what the run must show)
+    output = getattr(node, "workeroutput", None) or {}
+    _REPORTS.extend((t, x) for t, x in json.loads(output.get("reports", "[]")))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
