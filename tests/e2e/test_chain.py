@@ -637,11 +637,56 @@ def test_with_every_replica_down_the_api_server_still_routes(chain):
     for x in routed:
         assert x.scheduler == scheduler[x.pool], x
         assert x.bound_by in (x.scheduler, ""), x
+    # The policy's pods as the webhook alone would have written them: gpupool back, in
+    # webhook mode (which takes the policy away), each pod sent again under another name.
+    # (Validation off: the mutation is compared, and the outage let these pods skip it.)
+    chain.kubectl("delete", "validatingwebhookconfiguration", "gpupool-validating")
+    mutating = [o for o in chain.objs if o["kind"] != "ValidatingWebhookConfiguration"]
+    chain.server = install.serve(chain.cp, chain.tmp, mutating,
+                                 extra=["--routing-mode", "webhook"])
+    install.wait_until(lambda: chain.kubectl("get", "mutatingadmissionpolicy",
+                                             "gpupool-routing", check=False).returncode != 0,
+                       "the routing policy to be gone", 60)
+    install.wait_for_webhooks(chain.cp, chain.server, "down")
+    compared = 0
+    for c in created:
+        if not c.ok or c.pod["kind"] != "Pod":
+            continue
+        ns, name = c.pod["metadata"]["namespace"], c.pod["metadata"]["name"]
+        again = json.loads(json.dumps(c.pod))
+        again["metadata"]["name"] = f"{name}-again"
+        r = install.apply(chain.cp, again, "--dry-run=server", "-o", "json")
+        assert r.returncode == 0, r.stderr
+        by_webhook = json.loads(r.stdout)
+        by_policy = chain.get("pod", name, "-n", ns)
+        for obj in (by_webhook, by_policy):
+            obj["metadata"].pop("name")
+        assert _routed_fields(by_policy) == _routed_fields(by_webhook), name
+        compared += 1
+    assert compared >= 10, compared
     down = SUMMARIES["every gpupool replica down (routing in the API server)"]
     report("the chain with every gpupool replica down, routing in the API server",
            "\n".join(f"{k:<36} {v:>6}" for k, v in down.items()))
     if {"with gpupool", "without gpupool"} <= set(SUMMARIES):
         _record()
+
+
+#: labels HAMi's scheduler sets on a pod it binds (HAMi v2.10 ``pkg/util/util.go``, the
+#: ``AssignedNodeAnnotations`` key written as a label with the node's name)
+_BOUND_LABELS = frozenset({"hami.io/vgpu-node"})
+
+
+def _routed_fields(pod: dict[str, Any]) -> dict[str, Any]:
+    """What gpupool's mutation writes, wherever it lives in a stored pod (binding adds HAMi's
+    allocation annotations and the node, which neither gpupool's mutation nor its policy
+    writes)."""
+    meta, spec = pod["metadata"], pod["spec"]
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in _BOUND_LABELS}
+    return {"labels": labels,
+            "pool": (meta.get("annotations") or {}).get("gpupool.io/pool"),
+            "schedulerName": spec.get("schedulerName"), "affinity": spec.get("affinity"),
+            "runtimeClassName": spec.get("runtimeClassName"),
+            "env": [c.get("env") for c in spec["containers"]]}
 
 
 def _webhook_latency(metrics: str) -> dict[str, dict[str, float]]:
