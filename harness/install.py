@@ -143,6 +143,33 @@ def wait_until(probe: Callable[[], bool], what: str, timeout: float = 60) -> Non
     kit.wait_until(probe, what, timeout, every=0.5)
 
 
+def routing_installed(cp: ControlPlane) -> tuple[str | None, bool]:
+    """What gpupool installed for routing in the API server, as kubectl shows it: the
+    MutatingAdmissionPolicy's digest (None: no policy), and whether mutate.gpupool.io
+    carries the condition that skips the pods it routed."""
+    got = cp.kubectl("get", "mutatingadmissionpolicy", "gpupool-routing", "-o", "json",
+                     check=False)
+    digest = json.loads(got.stdout)["metadata"]["annotations"][
+        "gpupool.io/routing-digest"] if got.returncode == 0 else None
+    cfg = cp.kubectl("get", "mutatingwebhookconfiguration", "gpupool-mutating", "-o", "json",
+                     check=False)
+    hooks = json.loads(cfg.stdout)["webhooks"] if cfg.returncode == 0 else []
+    return digest, any(c["name"] == "not-routed-by-policy" for w in hooks
+                       if w["name"] == "mutate.gpupool.io" for c in w.get("matchConditions")
+                       or [])
+
+
+def validation_fails_open(cp: ControlPlane) -> None:
+    """validate-pods.gpupool.io to ``failurePolicy: Ignore``: the outage choice
+    docs/install.md describes once routing is in the API server."""
+    cfg = json.loads(cp.kubectl("get", "validatingwebhookconfiguration", "gpupool-validating",
+                                "-o", "json").stdout)
+    cp.kubectl("patch", "validatingwebhookconfiguration", "gpupool-validating", "--type=json",
+               "-p", json.dumps([{"op": "replace", "path": f"/webhooks/{i}/failurePolicy",
+                                  "value": "Ignore"} for i, w in enumerate(cfg["webhooks"])
+                                 if w["name"] == "validate-pods.gpupool.io"]))
+
+
 def wait_for_webhooks(cp: ControlPlane, server: Server, namespace: str) -> None:
     """Registrations take effect asynchronously: probe until gpupool is seen mutating."""
     probe = {"apiVersion": "v1", "kind": "Pod",

@@ -40,7 +40,6 @@ from webhook.engine import (
 
 log = logging.getLogger(__name__)
 
-MODES = ("webhook", "policy", "auto")
 GROUP_VERSION = "admissionregistration.k8s.io/v1"
 #: gpupool's mutating webhook configuration and the webhook in it that routes GPU pods
 #: (manifests/base/webhooks.yaml; the name sorts before HAMi's, so it is fixed)
@@ -60,12 +59,6 @@ class Installed:
     digest: str | None = None  # the installed policy's, None where absent
     binding: bool = False
     condition: str | None = None  # the expression on mutate.gpupool.io, None where absent
-    facts: str | None = None
-    webhook_found: bool = False
-
-    @property
-    def active(self) -> bool:
-        return self.digest is not None and self.binding and self.condition is not None
 
 
 @dataclass
@@ -167,23 +160,17 @@ class Cluster:
 
 def read(cluster: Cluster) -> tuple[Installed, dict[str, Any] | None]:
     """The installed state, and the webhook configuration it was read from."""
+    config = cluster.get("MutatingWebhookConfiguration", CONFIGURATION)
     if not cluster.served():
-        config = cluster.get("MutatingWebhookConfiguration", CONFIGURATION)
-        return Installed(False, webhook_found=config is not None
-                         and _webhook_entry(config) is not None), config
+        return Installed(False), config
     policy = cluster.get("MutatingAdmissionPolicy", ROUTING_NAME)
     binding = cluster.get("MutatingAdmissionPolicyBinding", ROUTING_NAME)
-    config = cluster.get("MutatingWebhookConfiguration", CONFIGURATION)
     entry = _webhook_entry(config) if config else None
-    condition = None
-    if entry is not None:
-        for c in entry[1].get("matchConditions") or []:
-            if c.get("name") == CONDITION:
-                condition = str(c.get("expression"))
+    condition = next((str(c.get("expression")) for c in
+                      (entry[1].get("matchConditions") or [] if entry else [])
+                      if c.get("name") == CONDITION), None)
     ann = ((policy or {}).get("metadata") or {}).get("annotations") or {}
-    return Installed(True, ann.get(DIGEST_ANNOTATION) if policy else None,
-                     binding is not None, condition,
-                     ann.get("gpupool.io/routing-facts"), entry is not None), config
+    return Installed(True, ann.get(DIGEST_ANNOTATION), binding is not None, condition), config
 
 
 def _without_ours(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -249,6 +236,7 @@ class Keeper:
         self.period = period
         self.last: str = "not synced yet"
         self.ok = False
+        self._cluster: Cluster | None = None  # (made once: its discovery is kept)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -268,37 +256,35 @@ class Keeper:
         return self.ok, self.last
 
     def once(self) -> list[str]:
-        cluster = Cluster(self.api_client)
-        return sync(cluster, self.mode, lambda cfg: target(self.policy(), self.view, cfg))
+        if self._cluster is None:
+            self._cluster = Cluster(self.api_client)
+        return sync(self._cluster, self.mode,
+                    lambda cfg: target(self.policy(), self.view, cfg))
 
     def _run(self) -> None:
-        if self.mode == "webhook":
-            # Only what an earlier mode left behind goes; a server gpupool may not read
-            # admission policies with (the kustomize base and chart grant it only for the
-            # other modes) has nothing of it to remove.
-            while not self._stop.is_set() and not self.ready():
-                self._wake.wait(1.0)
-                self._wake.clear()
-            try:
-                for line in self.once():
-                    log.info("routing in the webhook alone: %s", line)
-            except Exception as exc:
-                log.debug("routing in the webhook alone: nothing removed (%s)", exc)
-            self.ok, self.last = True, "--routing-mode webhook"
-            return
+        """In ``webhook`` mode, one pass once the watch is settled: only what an earlier mode
+        left behind goes, and a server that may not read admission policies (the kustomize
+        base and chart grant it only for the other modes) has nothing of it to remove."""
+        alone = self.mode == "webhook"
         while not self._stop.is_set():
             if self.ready():
                 try:
                     for line in self.once():
-                        log.info("routing in the API server: %s", line)
+                        log.info("routing (--routing-mode %s): %s", self.mode, line)
                     self.ok, self.last = True, f"--routing-mode {self.mode}: in sync"
                 except Conflict as exc:
-                    log.debug("routing in the API server: %s; retrying", exc)
+                    log.debug("routing: %s; retrying", exc)
                     self._wake.wait(0.5)
                     continue
                 except Exception as exc:  # logged and retried: admission never waits on it
-                    self.ok, self.last = False, f"--routing-mode {self.mode}: {exc}"
-                    log.warning("routing in the API server: %s", exc)
-            self._wake.wait(self.period if self.ok else min(self.period, 5.0))
+                    if alone:
+                        log.debug("routing in the webhook alone: nothing removed (%s)", exc)
+                        self.ok, self.last = True, "--routing-mode webhook"
+                    else:
+                        self.ok, self.last = False, f"--routing-mode {self.mode}: {exc}"
+                        log.warning("routing in the API server: %s", exc)
+                if alone:
+                    return
+            self._wake.wait(1.0 if not self.ready() else
+                            self.period if self.ok else min(self.period, 5.0))
             self._wake.clear()
-

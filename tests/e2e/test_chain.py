@@ -582,25 +582,13 @@ def test_with_every_replica_down_the_api_server_still_routes(chain):
     server = install.serve(chain.cp, chain.tmp, chain.objs, extra=["--routing-mode", "auto"])
     chain.server = server
 
-    def installed() -> bool:
-        got = chain.kubectl("get", "mutatingadmissionpolicy", "gpupool-routing", "-o",
-                            "json", check=False)
-        cfg = chain.get("mutatingwebhookconfiguration", "gpupool-mutating")
-        return got.returncode == 0 and any(
-            c["name"] == "not-routed-by-policy" for w in cfg["webhooks"]
-            for c in w.get("matchConditions") or [])
-    install.wait_until(installed, "gpupool to install its routing policy", 60)
+    install.wait_until(lambda: all(install.routing_installed(chain.cp)),
+                       "gpupool to install its routing policy", 60)
     facts = json.loads(chain.get("mutatingadmissionpolicy", "gpupool-routing")["metadata"][
         "annotations"]["gpupool.io/routing-facts"])
     stop_server(server)
     chain.server = None
-    cfg = chain.get("validatingwebhookconfiguration", "gpupool-validating")
-    chain.kubectl("patch", "validatingwebhookconfiguration", "gpupool-validating",
-                  "--type=json", "-p", json.dumps([
-                      {"op": "replace", "path": f"/webhooks/{i}/failurePolicy",
-                       "value": "Ignore"}
-                      for i, w in enumerate(cfg["webhooks"])
-                      if w["name"] == "validate-pods.gpupool.io"]))
+    install.validation_fails_open(chain.cp)
     for ns in ("down", "down-hami"):
         chain.kubectl("create", "namespace", ns)
     chain.kubectl("label", "namespace", "down-hami", "gpupool.io/pool=hami")

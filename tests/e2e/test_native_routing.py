@@ -225,25 +225,48 @@ def _doctor(cp: ControlPlane, policy: Any) -> tuple[int, dict[str, Any]]:
     return r.returncode, json.loads(r.stdout)
 
 
-def _installed(cp: ControlPlane) -> tuple[str | None, str | None]:
-    """The installed policy's digest and the webhook condition's name, as kubectl shows."""
-    got = cp.kubectl("get", "mutatingadmissionpolicy", "gpupool-routing", "-o", "json",
-                     check=False)
-    digest = json.loads(got.stdout)["metadata"]["annotations"][
-        "gpupool.io/routing-digest"] if got.returncode == 0 else None
-    cfg = json.loads(cp.kubectl("get", "mutatingwebhookconfiguration", MUTATING,
-                                "-o", "json").stdout)
-    names = [c["name"] for w in cfg["webhooks"] if w["name"] == "mutate.gpupool.io"
-             for c in w.get("matchConditions") or []]
-    return digest, "not-routed-by-policy" if "not-routed-by-policy" in names else None
-
-
 def _compiled_digest(cp: ControlPlane, policy: Any) -> str:
     import yaml
 
     out = _cli("policy", "compile", "--kubeconfig", str(cp.kubeconfig), "--policy", str(policy))
     return str(next(yaml.safe_load_all(out))["metadata"]["annotations"][
         "gpupool.io/routing-digest"])
+
+
+class _Installed:
+    """A control plane with gpupool's manifests applied, namespace ``ml``, the kustomize
+    base's PoolPolicy in a file, and at most one gpupool server at a time."""
+
+    def __init__(self, k8s_bin: Any, tmp: Any) -> None:
+        self.tmp = tmp
+        self.cp = ControlPlane(tmp / "cp", k8s_bin).start()
+        self.server: Any = None
+        try:
+            self.objs = install.prepare(self.cp, tmp)
+            self.cp.kubectl("create", "namespace", "ml")
+        except BaseException:
+            self.cp.stop()
+            raise
+        self.policy = tmp / "policy.yaml"
+        self.base = (install.ROOT / "manifests/base/policy.yaml").read_text()
+        self.policy.write_text(self.base)
+
+    def serve(self, mode: str) -> None:
+        self.stop_server()
+        self.server = install.serve(self.cp, self.tmp, self.objs, policy=self.policy,
+                                    extra=["--routing-mode", mode])
+
+    def stop_server(self) -> None:
+        if self.server is not None:
+            stop_server(self.server)
+            self.server = None
+
+    def __enter__(self) -> _Installed:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.stop_server()
+        self.cp.stop()
 
 
 @needs_policy
@@ -255,47 +278,34 @@ def test_the_server_keeps_the_policy_current_and_routing_survives_its_outage(
     matches; with every replica stopped and validation set to Ignore (the outage choice
     docs/install.md describes), plain GPU pods are still created and routed; with
     ``--routing-mode webhook`` the server takes it all away again."""
-    tmp = tmp_path_factory.mktemp("kept")
-    cp = ControlPlane(tmp / "cp", k8s_bin).start()
-    server = None
-    try:
-        objs = install.prepare(cp, tmp)
-        cp.kubectl("create", "namespace", "ml")
-        policy = tmp / "policy.yaml"
-        base = (install.ROOT / "manifests/base/policy.yaml").read_text()
-        policy.write_text(base)
-        server = install.serve(cp, tmp, objs, policy=policy,
-                               extra=["--routing-mode", "auto"])
+    with _Installed(k8s_bin, tmp_path_factory.mktemp("kept")) as g:
+        cp, policy, base = g.cp, g.policy, g.base
+        g.serve("auto")
         want = _compiled_digest(cp, policy)
-        install.wait_until(lambda: _installed(cp) == (want, "not-routed-by-policy"),
+        install.wait_until(lambda: install.routing_installed(cp) == (want, True),
                            "the server to install the compiled policy")
         code, doc = _doctor(cp, policy)
         assert doc["routing"]["mode"] == "api-server" and doc["routing"]["matches"] is True
         assert doc["routing"]["pools"] == ["hami", "operator"]
 
         # A policy edit: the server recompiles; doctor with the old policy says it differs.
-        old = tmp / "old-policy.yaml"
+        old = g.tmp / "old-policy.yaml"
         old.write_text(base)
         policy.write_text(base.replace("      - hami.io/node-scheduler-policy\n",
                                        "      - hami.io/node-scheduler-policy\n"
                                        "      - example.com/hami-only\n"))
         changed = _compiled_digest(cp, policy)
         assert changed != want
-        install.wait_until(lambda: _installed(cp)[0] == changed, "the recompiled policy", 60)
+        install.wait_until(lambda: install.routing_installed(cp)[0] == changed,
+                           "the recompiled policy", 60)
         assert _doctor(cp, policy)[1]["routing"]["matches"] is True
         code, doc = _doctor(cp, old)
         assert code == 1 and doc["routing"]["matches"] is False
         assert "is not what --policy" in doc["routing"]["message"]
 
         # The outage: every replica gone; validation's failurePolicy set to Ignore.
-        stop_server(server)
-        server = None
-        cfg = json.loads(cp.kubectl("get", "validatingwebhookconfiguration",
-                                    "gpupool-validating", "-o", "json").stdout)
-        ops = [{"op": "replace", "path": f"/webhooks/{i}/failurePolicy", "value": "Ignore"}
-               for i, w in enumerate(cfg["webhooks"]) if w["name"] == "validate-pods.gpupool.io"]
-        cp.kubectl("patch", "validatingwebhookconfiguration", "gpupool-validating",
-                   "--type=json", "-p", json.dumps(ops))
+        g.stop_server()
+        install.validation_fails_open(cp)
         judge = Judge(cp)
         hami = judge.create("ml", _plain("train", {"nvidia.com/gpu": "1",
                                                    "nvidia.com/gpumem": "3000"}))
@@ -313,15 +323,10 @@ def test_the_server_keeps_the_policy_current_and_routing_survives_its_outage(
         assert isinstance(pinned, str) and UNREACHABLE in pinned
 
         # Back to the webhook alone: the server removes what it installed.
-        server = install.serve(cp, tmp, objs, policy=policy,
-                               extra=["--routing-mode", "webhook"])
-        install.wait_until(lambda: _installed(cp) == (None, None),
+        g.serve("webhook")
+        install.wait_until(lambda: install.routing_installed(cp) == (None, False),
                            "the server to remove the policy and the condition", 60)
         assert _doctor(cp, policy)[1]["routing"]["mode"] == "webhook"
-    finally:
-        if server is not None:
-            stop_server(server)
-        cp.stop()
 
 
 @pytest.mark.skipif(SERVED, reason="Kubernetes 1.36 and newer serve the policy: tests above")
@@ -330,26 +335,12 @@ def test_auto_mode_keeps_routing_in_the_webhook_where_the_api_server_has_no_poli
     """Kubernetes 1.35 serves no MutatingAdmissionPolicy v1: ``--routing-mode auto`` (the
     chart's and the kustomize base's) routes in the webhook alone, writes nothing, and
     ``doctor`` says why."""
-    tmp = tmp_path_factory.mktemp("auto")
-    cp = ControlPlane(tmp / "cp", k8s_bin).start()
-    server = None
-    try:
-        objs = install.prepare(cp, tmp)
-        cp.kubectl("create", "namespace", "ml")
-        server = install.serve(cp, tmp, objs, extra=["--routing-mode", "auto"])
-        install.wait_for_webhooks(cp, server, "ml")
-        got = Judge(cp).create("ml", _plain("infer", {"nvidia.com/gpu": "1"}))
+    with _Installed(k8s_bin, tmp_path_factory.mktemp("auto")) as g:
+        g.serve("auto")
+        install.wait_for_webhooks(g.cp, g.server, "ml")
+        got = Judge(g.cp).create("ml", _plain("infer", {"nvidia.com/gpu": "1"}))
         assert isinstance(got, dict) and got["metadata"]["annotations"]["gpupool.io/pool"]
-        policy = tmp / "policy.yaml"
-        policy.write_text((install.ROOT / "manifests/base/policy.yaml").read_text())
-        _, doc = _doctor(cp, policy)
+        _, doc = _doctor(g.cp, g.policy)
         assert doc["routing"]["mode"] == "webhook", doc["routing"]
         assert "does not serve MutatingAdmissionPolicy v1" in doc["routing"]["message"]
-        cfg = json.loads(cp.kubectl("get", "mutatingwebhookconfiguration", MUTATING, "-o",
-                                    "json").stdout)
-        assert not any(c["name"] == "not-routed-by-policy" for w in cfg["webhooks"]
-                       for c in w.get("matchConditions") or [])
-    finally:
-        if server is not None:
-            stop_server(server)
-        cp.stop()
+        assert install.routing_installed(g.cp) == (None, False)

@@ -361,6 +361,10 @@ class RoutingReport:
     def ok(self) -> bool:
         return self.matches is not False
 
+    def to_document(self) -> dict[str, Any]:
+        return {"mode": self.mode, "matches": self.matches, "pools": self.pools,
+                "message": self.text}
+
 
 def routing_report(api: Any, view: ClusterView, policy: Policy, policy_source: str
                    ) -> RoutingReport:

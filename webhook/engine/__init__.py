@@ -70,7 +70,7 @@ _SURFACE = {
     "advertised_twice": "aftercare.nodehazards",
     # a pod read as the engine reads it, for judges that compare it with the real stack
     "annotation_requests": "stacks.nri", "without_steering": "pod.affinity",
-    "selector_verdict": "stacks.cel",
+    "selector_verdict": "stacks.cel", "glob_regex": "admission.nativerouting",
 }
 
 __all__ = sorted(_SURFACE)
@@ -101,6 +101,7 @@ if TYPE_CHECKING:  # written by python -m tests.engine_surface from _SURFACE
     from webhook.engine.admission.nativerouting import RoutingFacts as RoutingFacts
     from webhook.engine.admission.nativerouting import claimable_pools as claimable_pools
     from webhook.engine.admission.nativerouting import compile_policy as compile_policy
+    from webhook.engine.admission.nativerouting import glob_regex as glob_regex
     from webhook.engine.admission.nativerouting import routing_facts as routing_facts
     from webhook.engine.admission.nativerouting import webhook_condition as webhook_condition
     from webhook.engine.admission.nativerouting import why_left as why_left

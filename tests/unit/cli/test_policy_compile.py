@@ -60,3 +60,20 @@ def test_two_cluster_sources_are_a_usage_error(capsys):
     assert main(["policy", "compile", "--cluster", "x.yaml", "--context", "c"]) == 2
     err = capsys.readouterr().err
     assert "--cluster and --kubeconfig/--context" in err and len(err.splitlines()) == 1
+
+
+def test_gpu_resource_patterns_match_in_cel_as_fnmatch_matches_them():
+    """The policy's ``gpuResources`` patterns are fnmatch's (``Policy.is_gpu_resource``);
+    the compiled policy matches them with RE2 regular expressions. fnmatch judges."""
+    import fnmatch
+    import re
+
+    from webhook.engine import glob_regex
+
+    cases = {"nvidia.com/mig-*": ["nvidia.com/mig-1g.10gb", "nvidia.com/mig-", "nvidia.com/gpu"],
+             "vendor.io/gpu-[ab]?": ["vendor.io/gpu-a1", "vendor.io/gpu-c1", "vendor.io/gpu-b"],
+             "x.io/[!0-9]*": ["x.io/a", "x.io/1", "x.io/"], "a.io/b[": ["a.io/b[", "a.io/b"]}
+    for pattern, names in cases.items():
+        for name in names:
+            got = bool(re.match(glob_regex(pattern), name))
+            assert got == fnmatch.fnmatchcase(name, pattern), (pattern, name)

@@ -83,9 +83,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.output in ("json", "yaml"):
         doc = to_document(rows, cert, at_risk,
                           installation.to_document() if installation else None, release)
-        doc["routing"] = None if routing is None else {
-            "mode": routing.mode, "matches": routing.matches, "pools": routing.pools,
-            "message": routing.text}
+        doc["routing"] = None if routing is None else routing.to_document()
         print_doc(doc, args.output)
     else:
         described = None

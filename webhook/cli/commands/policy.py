@@ -32,20 +32,26 @@ def cmd_compile(args: argparse.Namespace) -> int:
     )
 
     policy = load_policy(args.policy)
-    view = None if args.no_cluster else view_of(_snapshot(args), policy, {})
+    live = None
+    view = None
+    if args.cluster and (args.kubeconfig or args.context):
+        raise UsageError("--cluster and --kubeconfig/--context: pass one of them")
+    if args.cluster:
+        view = view_of(load_nodes(args.cluster), policy, {})
+    elif not args.no_cluster:
+        from webhook.cli.live import Live, cluster_objects
+
+        live = Live(args.kubeconfig, args.context, budget=args.request_timeout)
+        view = view_of(cluster_objects(live), policy, {})
     facts = routing_facts(view, policy)
     if args.webhook_condition:
         print_doc(webhook_condition(policy, facts), args.output or "json")
         return EXIT_OK
-    live = view is not None and not args.cluster and not args.exclude_namespace
-    if live:
+    if live is not None and view is not None and not args.exclude_namespace:
         # As the server compiles it: the pods gpupool's own webhook sees (its selectors).
-        from webhook.cli.live import Live
         from webhook.routingpolicy import Cluster, read, target
 
-        api = Live(args.kubeconfig, args.context, budget=args.request_timeout).api
-        assert view is not None
-        objs = target(policy, view, read(Cluster(api))[1]).objects
+        objs = target(policy, view, read(Cluster(live.api))[1]).objects
     else:
         objs = compile_policy(policy, facts, args.exclude_namespace or
                               list(EXCLUDED_NAMESPACES))
@@ -61,16 +67,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(f"note: pools {', '.join(left)} are routed by the webhook alone: "
               f"{why_left(policy, facts, left)}", file=sys.stderr)
     return EXIT_OK
-
-
-def _snapshot(args: argparse.Namespace) -> Any:
-    if args.cluster and (args.kubeconfig or args.context):
-        raise UsageError("--cluster and --kubeconfig/--context: pass one of them")
-    if args.cluster:
-        return load_nodes(args.cluster)
-    from webhook.cli.live import Live, cluster_objects
-
-    return cluster_objects(Live(args.kubeconfig, args.context, budget=args.request_timeout))
 
 
 def register(sub: Any, prog: str) -> None:

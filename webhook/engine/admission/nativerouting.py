@@ -44,7 +44,11 @@ from webhook.engine.core.policy import (
     Ungranted,
 )
 from webhook.engine.pod.affinity import pool_expression
-from webhook.engine.pod.podfacts import DEFAULT_SCHEDULER, NARROWING_ANNOTATIONS
+from webhook.engine.pod.podfacts import (
+    DEFAULT_SCHEDULER,
+    NARROWING_ANNOTATIONS,
+    PRIVILEGED_CAPABILITIES,
+)
 from webhook.engine.stacks import nri
 from webhook.engine.stacks.dra import IMPLICIT_EXTENDED_PREFIX
 from webhook.engine.view.cluster import ClusterView
@@ -117,19 +121,28 @@ def _any(parts: Sequence[str]) -> str:
     return "(" + " || ".join(parts) + ")" if parts else "false"
 
 
-def _glob(pattern: str) -> str:
-    """fnmatch's pattern as an RE2 regular expression (``policy.is_gpu_resource``)."""
-    out = []
-    for ch in pattern:
+def glob_regex(pattern: str) -> str:
+    """fnmatch's pattern as an RE2 regular expression (``policy.is_gpu_resource`` matches
+    with ``fnmatch.fnmatchcase``): ``*``, ``?`` and ``[...]`` classes (``[!...]`` negated)."""
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        end = pattern.find("]", i + 2) if ch == "[" else -1
+        if end > 0:
+            body = pattern[i + 1:end]
+            body = "^" + body[1:] if body.startswith("!") else body
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            i = end + 1
+            continue
         out.append(".*" if ch == "*" else "." if ch == "?" else re.escape(ch))
+        i += 1
     return "^" + "".join(out) + "$"
 
 
 def _is_gpu(policy: Policy, k: str) -> str:
-    exact = [r for r in policy.gpu_resources if not any(c in r for c in "*?[")]
-    patterns = [r for r in policy.gpu_resources if any(c in r for c in "*?[")]
-    return _any([f"{k} in {_list(exact)}"] * bool(exact)
-                + [f"{k}.matches({_s(_glob(p))})" for p in patterns])
+    exact, patterns = policy.exact_gpu_resources, policy.gpu_resource_patterns
+    return _any([f"{k} in {_list(sorted(exact))}"] * bool(exact)
+                + [f"{k}.matches({_s(glob_regex(p))})" for p in patterns])
 
 
 def _maps(c: str) -> list[str]:
@@ -193,9 +206,10 @@ def _variables(policy: Policy, facts: RoutingFacts) -> list[tuple[str, str]]:
                      f"k.startsWith({_s(MIG_RESOURCE_PREFIX)})"]
                     + ([f"k in {_list(sorted(facts.dra_extended))}"]
                        if facts.dra_extended else []))
+    caps = [p + c for c in PRIVILEGED_CAPABILITIES for p in ("", "CAP_")]
     privileged = ("c.?securityContext.?privileged.orValue(false) || "
                   "c.?securityContext.?capabilities.?add.orValue([]).exists(a, "
-                  "a.upperAscii() in ['SYS_ADMIN', 'CAP_SYS_ADMIN', 'ALL', 'CAP_ALL'])")
+                  f"a.upperAscii() in {_list(caps)})")
     annotations = "object.metadata.?annotations.orValue({})"
     # (one pass over the containers: this runs in the API server on every pod create)
     out.append(("plain", " && ".join([
@@ -404,12 +418,12 @@ def webhook_condition(policy: Policy, facts: RoutingFacts) -> dict[str, str]:
     if not claimable:
         return {"name": CONDITION, "expression": "true"}
     variables = dict(_variables(policy, facts))
-    inline = {k: f"({variables[k]})" for k in ("containers", "gpuPod", "plain", "terms")}
 
     def expand(text: str) -> str:
-        for _ in range(3):
-            for k, v in inline.items():
-                text = text.replace(f"variables.{k}", v)
+        """The policy's variables this reads, written out (those that use ``containers``
+        first, so it is written out in them too)."""
+        for k in ("gpuPod", "plain", "terms", "containers"):
+            text = text.replace(f"variables.{k}", f"({variables[k]})")
         return text
 
     labels = "object.metadata.?labels.orValue({})"

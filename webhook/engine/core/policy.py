@@ -206,11 +206,11 @@ class Policy:
         return frozenset(p.scheduler_name for p in self.pools)
 
     @cached_property
-    def _exact_gpu_resources(self) -> frozenset[str]:
+    def exact_gpu_resources(self) -> frozenset[str]:
         return frozenset(r for r in self.gpu_resources if not _is_pattern(r))
 
     @cached_property
-    def _gpu_resource_patterns(self) -> tuple[str, ...]:
+    def gpu_resource_patterns(self) -> tuple[str, ...]:
         return tuple(r for r in self.gpu_resources if _is_pattern(r))
 
     @cached_property
@@ -218,7 +218,7 @@ class Policy:
         return {}  # memo of is_gpu_resource: every pod names cpu, memory, ... again
 
     def is_gpu_resource(self, name: str) -> bool:
-        if name in self._exact_gpu_resources:
+        if name in self.exact_gpu_resources:
             return True
         memo = self._gpu_resource_memo
         hit = memo.get(name)
@@ -226,7 +226,7 @@ class Policy:
             if len(memo) > 1024:  # (names come from pods: bounded)
                 memo.clear()
             hit = memo[name] = any(fnmatch.fnmatchcase(name, p)
-                                   for p in self._gpu_resource_patterns)
+                                   for p in self.gpu_resource_patterns)
         return hit
 
     def pool_for_label_value(self, value: str | None) -> str:

@@ -34,6 +34,9 @@ NARROWING_ANNOTATIONS = (hami.USE_UUID_ANNOTATION, hami.NOUSE_UUID_ANNOTATION,
                          hami.USE_TYPE_ANNOTATION, hami.NOUSE_TYPE_ANNOTATION)
 _USE_UUID, _NOUSE_UUID, _USE_TYPE, _NOUSE_TYPE = NARROWING_ANNOTATIONS
 _VISIBLE = "NVIDIA_VISIBLE_DEVICES"
+#: Added capabilities that make a container privileged as the NVIDIA toolkit counts it
+#: (``internal/config/image/privileged.go``: CAP_SYS_ADMIN), with or without ``CAP_``.
+PRIVILEGED_CAPABILITIES = ("SYS_ADMIN", "ALL")
 T = TypeVar("T")
 
 #: The pod's labels a decision reads: the pool it names, HAMi's opt-out (the patch sets it),
@@ -315,5 +318,5 @@ def _privileged(container: Mapping[str, Any]) -> bool:
     caps = ctx.get("capabilities")
     added = caps.get("add") if isinstance(caps, Mapping) else None
     return isinstance(added, list) and any(
-        isinstance(c, str) and c.upper().removeprefix("CAP_") in ("SYS_ADMIN", "ALL")
+        isinstance(c, str) and c.upper().removeprefix("CAP_") in PRIVILEGED_CAPABILITIES
         for c in added)
