@@ -154,7 +154,7 @@ def test_cdi_repair_sets_a_class_under_which_the_real_runtime_creates_the_contai
     assert any("runtimeClassName nvidia-legacy set" in w for w in final.warnings)
     repaired = jsonpatch.apply_patch(hami_pod(), final.patch)
     again = decide_pod(Stage.MUTATE, repaired, "default", view, policy)
-    assert again.allowed and again.patch == [] and again.reason == Reason.ROUTED
+    assert again.allowed and again.patch == () and again.reason == Reason.ROUTED
     # the real runtime: the default handler fails the pod, the class's handler does not
     oracle, _ = oracle_for(tmp_path / "default", "operator-management")
     assert SEED_ERROR in oracle.create(UUIDS[0]).error

@@ -74,8 +74,9 @@ class Handler:
                                      self.policies.policy)
         except Exception:  # the engine failed: log it, never block the pod
             log.exception("internal error deciding on /%s", self.stage.value)
-            decision = allow(Reason.INTERNAL_ERROR, message="internal error; object not checked")
-            decision.warn("gpupool: internal error, object admitted without checks")
+            decision = allow(Reason.INTERNAL_ERROR, message="internal error; object not checked",
+                             warnings=("gpupool: internal error, object admitted without "
+                                       "checks",))
         if decision.reason == Reason.KIND_NOT_HANDLED:
             log.warning("/%s got a review for %s: %s", self.stage.value, req.kind,
                         decision.message)

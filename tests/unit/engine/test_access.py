@@ -82,7 +82,7 @@ def test_a_pod_that_asks_for_no_gpu_gets_void_in_every_container(node):
     # idempotent: reinvoked on its own output, nothing more
     again = decide(Stage.MUTATE, Subject(kind="Pod", object=out, namespace="ml"), view,
                    _policy())
-    assert again.patch == [] and again.reason == Reason.NOT_GPU_POD
+    assert again.patch == () and again.reason == Reason.NOT_GPU_POD
 
 
 def test_its_own_value_is_overridden_not_trusted(node):
@@ -111,7 +111,7 @@ def test_pods_that_cannot_be_handed_a_gpu_are_untouched(tmp_path, why):
     namespace = "gpu-operator" if why == "exempt" else "ml"
     policy = _policy(ungranted="off") if why == "off" else None
     d = _review([node], _web(), namespace, policy)[0].final
-    assert d.allowed and d.reason == Reason.NOT_GPU_POD and d.patch == [], d.to_json()
+    assert d.allowed and d.reason == Reason.NOT_GPU_POD and d.patch == (), d.to_json()
     assert not d.warnings
 
 
@@ -149,7 +149,7 @@ def test_the_policy_picks_deny_or_warn(node, mode):
         assert not d.allowed and d.reason == Reason.GPU_NOT_GRANTED
         assert "op-1" in d.message and "access.exemptNamespaces" in d.message
     else:
-        assert d.allowed and d.patch == [] and d.warnings
+        assert d.allowed and d.patch == () and d.warnings
 
 
 def test_an_nri_annotation_for_a_container_without_a_grant_is_refused(tmp_path):

@@ -52,7 +52,7 @@ def test_patch_applies_validates_and_is_idempotent(pod_id, pod, policy):
     out = jsonpatch.apply_patch(pod, d.patch)
     assert pod == original
     kubernetes_validate.validate(out, K8S_VERSION, strict=True)
-    assert mutate(out, "default", None, policy).patch == []
+    assert mutate(out, "default", None, policy).patch == ()
     # Preferred terms and everything we do not own survive untouched.
     before_aff = (original["spec"].get("affinity") or {})
     after_aff = out["spec"]["affinity"]

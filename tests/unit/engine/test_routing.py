@@ -80,7 +80,7 @@ def test_upstream_deployment_template_routes_to_hami(policy):
 def test_non_gpu_pod_untouched(policy):
     pod = gpu_pod(limits={"cpu": "1", "memory": "1Gi"})
     d = mutate(pod, "default", None, policy)
-    assert d.allowed and not d.gpu and d.patch == [] and d.reason == Reason.NOT_GPU_POD
+    assert d.allowed and not d.gpu and d.patch == () and d.reason == Reason.NOT_GPU_POD
 
 
 #: quantities that ask for nothing, and some that ask for something (or cannot be read, and
@@ -92,7 +92,7 @@ OTHER_QUANTITIES = ["1", "8000", "1Gi", "0.5", "1e-3", "500m", "+1", "01", "junk
 @pytest.mark.parametrize("quantity", ZERO_QUANTITIES)
 def test_zero_quantity_is_not_a_gpu_request(policy, quantity):
     d = mutate(gpu_pod(limits={"nvidia.com/gpu": quantity}), "default", None, policy)
-    assert not d.gpu and d.patch == []
+    assert not d.gpu and d.patch == ()
 
 
 @pytest.mark.parametrize("quantity", OTHER_QUANTITIES)
@@ -281,7 +281,7 @@ def test_default_pool_when_no_evidence(policy, view):
 
 def test_custom_scheduler_left_alone_with_warning(policy):
     d = mutate(gpu_pod(schedulerName="volcano"), "default", None, policy)
-    assert d.allowed and d.patch == [] and d.reason == Reason.CUSTOM_SCHEDULER
+    assert d.allowed and d.patch == () and d.reason == Reason.CUSTOM_SCHEDULER
     assert any("volcano" in w for w in d.warnings)
     assert validate(gpu_pod(schedulerName="volcano"), "default", None, policy).allowed
 

@@ -7,6 +7,7 @@ which keeps nothing; how often the kept one is used is bench's to measure
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import jsonpatch
 import pytest
@@ -43,7 +44,9 @@ def test_replicas_are_each_named_in_the_decision_they_share(tmp_path):
     fresh = admit.review_pod(replica("train-bb"), "default", view_from_objects([bad], policy),
                              policy)
     assert second.to_json() == fresh.to_json()
-    second.warnings.append("a shell's own")  # a kept decision is never handed out itself
+    with pytest.raises(dataclasses.FrozenInstanceError):  # shared: no shell may change it
+        second.warnings = ("a shell's own",)  # type: ignore[misc]  # (the error is the test)
+    assert second.warned("a shell's own").warnings[-1] == "a shell's own"
     assert "a shell's own" not in admit.review_pod(replica("c"), "default", view,
                                                    policy).warnings
 
@@ -171,10 +174,12 @@ def test_replicas_share_one_encoded_patch_and_a_new_patch_is_encoded_anew(tmp_pa
     second = admit.decide_pod(admit.Stage.MUTATE, replica("train-bb"), "default", view, policy)
     assert first.patch and first.patch is second.patch  # one kept patch, shared
     assert first.encoded_patch() is second.encoded_patch()
-    assert json.loads(base64.b64decode(first.encoded_patch())) == first.patch
-    second.patch = [{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]
-    assert json.loads(base64.b64decode(second.encoded_patch())) == second.patch
-    assert json.loads(base64.b64decode(first.encoded_patch())) == first.patch != second.patch
+    assert json.loads(base64.b64decode(first.encoded_patch())) == list(first.patch)
+    second = dataclasses.replace(
+        second, patch=({"op": "add", "path": "/metadata/labels", "value": {"a": "b"}},))
+    assert json.loads(base64.b64decode(second.encoded_patch())) == list(second.patch)
+    assert json.loads(base64.b64decode(first.encoded_patch())) == list(first.patch) \
+        != list(second.patch)
 
 
 def test_kept_decisions_under_threads_end_as_a_fresh_view_decides(tmp_path):

@@ -30,6 +30,7 @@ Pods that cannot reach a node that would hand them GPUs are untouched, and so ar
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from webhook.api import delivery
@@ -253,7 +254,6 @@ def decision(facts: PodFacts, e: Exposure, policy: Policy, stage_mutates: bool,
     mutating stage), ``deny``'s denial, ``warn``'s warning. ``base``: the decision so far
     (a routed GPU pod's, or one that asks for no GPU), which the answer joins."""
     mode = policy.access.ungranted
-    who = facts.who
     parts = []
     if e.containers:
         parts.append(f"container(s) {_names(e.containers)} ask for no GPU, yet on node(s) "
@@ -268,26 +268,24 @@ def decision(facts: PodFacts, e: Exposure, policy: Policy, stage_mutates: bool,
            f"{nri.DOMAIN} annotation, or run the pod in a namespace of "
            "access.exemptNamespaces (docs/security.md)")
     if mode is Ungranted.DENY or (mode is Ungranted.VOID and e.annotated):
-        return deny(Reason.GPU_NOT_GRANTED, f"{who}: {what}. Fix: {fix}", gpu=base.gpu,
-                    pool=base.pool, scheduler_name=base.scheduler_name)
+        return deny(Reason.GPU_NOT_GRANTED, f": {what}. Fix: {fix}", of_subject=True,
+                    gpu=base.gpu, pool=base.pool, scheduler_name=base.scheduler_name)
     if mode is Ungranted.WARN:
-        base.warn(f"gpupool: {len(e.containers) + len(e.annotated)} container(s) without a "
-                  "GPU grant could get GPUs here; see docs/security.md")
-        base.message = f"{base.message}; {what}" if base.message else f"{who}: {what}"
-        return base
+        said = base.saying(f"{base.statement}; {what}") if base.statement else \
+            base.saying(f": {what}", of_subject=True)
+        return said.warned(f"gpupool: {len(e.containers) + len(e.annotated)} container(s) "
+                           "without a GPU grant could get GPUs here; see docs/security.md")
     if not stage_mutates:
         # validation sees the pod after every mutating webhook: a variable left unvoided
         # there was undone after gpupool set it
         return deny(Reason.GPU_NOT_GRANTED,
-                    f"{who}: {what}, and {VARIABLE}=void, which gpupool set, is not the "
+                    f": {what}, and {VARIABLE}=void, which gpupool set, is not the "
                     "value it ends with: a later mutating webhook changed it. Fix: " + fix,
-                    gpu=base.gpu, pool=base.pool, scheduler_name=base.scheduler_name)
-    base.patch = [*base.patch, *void_ops(facts, e)]
-    if base.gpu:
-        base.message += f"; {VARIABLE}=void set: {what}"
-    else:
-        base.reason = Reason.ACCESS_VOIDED
-        base.message = f"{who}: {VARIABLE}=void set: {what}"
-    base.warn(f"gpupool: {VARIABLE}=void set in {len(e.containers)} container(s) that ask "
-              "for no GPU; see docs/security.md")
-    return base
+                    of_subject=True, gpu=base.gpu, pool=base.pool,
+                    scheduler_name=base.scheduler_name)
+    voided = replace(base, patch=(*base.patch, *void_ops(facts, e)))
+    voided = voided.saying(f"{base.statement}; {VARIABLE}=void set: {what}") if base.gpu \
+        else replace(voided.saying(f": {VARIABLE}=void set: {what}", of_subject=True),
+                     reason=Reason.ACCESS_VOIDED)
+    return voided.warned(f"gpupool: {VARIABLE}=void set in {len(e.containers)} container(s) "
+                         "that ask for no GPU; see docs/security.md")

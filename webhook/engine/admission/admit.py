@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from webhook.engine.access import schedulerstate
 from webhook.engine.admission import pods, workloads
 from webhook.engine.core import objects, patch
-from webhook.engine.core.decision import Decision, Reason, allow, deny
+from webhook.engine.core.decision import Decision, Reason, allow, deny, with_warnings
 from webhook.engine.core.policy import Policy, WorkloadTemplates
 from webhook.engine.pod import podclaims
 from webhook.engine.pod.podfacts import PodFacts, decision_metadata, who_of
@@ -82,12 +82,11 @@ def decide(stage: Stage, subject: Subject, view: ClusterView | None, policy: Pol
     if not handles(stage, subject):
         # A webhook rule that sends us other kinds is a configuration slip: blocking
         # unrelated objects over it would be worse than letting them through, loudly.
-        d = allow(Reason.KIND_NOT_HANDLED,
-                  message=f"/{stage.value} does not handle {subject.type_name}; "
-                          "check the webhook configuration's rules")
-        d.warn(f"gpupool: /{stage.value} does not handle {subject.type_name}; "
-               "allowed unchecked")
-        return d
+        return allow(Reason.KIND_NOT_HANDLED,
+                     message=f"/{stage.value} does not handle {subject.type_name}; "
+                             "check the webhook configuration's rules",
+                     warnings=(f"gpupool: /{stage.value} does not handle "
+                               f"{subject.type_name}; allowed unchecked",))
     if subject.operation not in ("CREATE", "UPDATE"):
         return allow(Reason.NOT_A_POD, message=f"{subject.operation} is not checked")
     obj = subject.object if isinstance(subject.object, Mapping) else {}
@@ -112,20 +111,16 @@ def decide(stage: Stage, subject: Subject, view: ClusterView | None, policy: Pol
 def _forged(keys: tuple[str, ...], obj: Mapping[str, Any], subject: Subject, policy: Policy
             ) -> Decision:
     """HAMi's scheduler-owned annotations set by someone else (``schedulerstate``)."""
-    who = who_of(obj, subject.namespace)
     sender = subject.user or "an unknown sender"
     how = "carries" if subject.operation == "CREATE" else "would set"
     return deny(Reason.FORGED_ALLOCATION,
-                f"{who} {how} {', '.join(keys)}, which only HAMi's scheduler and device plugin "
+                f" {how} {', '.join(keys)}, which only HAMi's scheduler and device plugin "
                 f"write ({', '.join(policy.access.scheduler_identities)}): HAMi's device "
                 f"plugin hands a container the devices they name, whoever wrote them; "
                 f"{sender} may not. Fix: remove those annotations (HAMi's scheduler writes "
                 "them when it binds the pod), or add the writer's identity to "
-                "access.schedulerIdentities if it is HAMi's")
-
-
-#: Stands for the pod in a decision kept for its shape (private use: no message has it).
-_WHO = "\ue000pod\ue000"
+                "access.schedulerIdentities if it is HAMi's",
+                of_subject=True).about(who_of(obj, subject.namespace))
 
 
 def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
@@ -134,7 +129,7 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
 
     The replicas of a workload differ in their names and in labels no rule reads (as do
     the pods of a CronJob's Jobs): the first is decided in full and the rest are told its
-    decision, naming them. The decision is kept in the view
+    decision, which names no pod (``Decision.about`` names each). The decision is kept in the view
     (``ClusterView.until_any_change``) under the view's version and its ResourceSlices': any change
     a decision reads starts it over. Claims change without the view's version (one per pod
     made from a template), so a pod with resourceClaims is kept under what the claims it
@@ -142,7 +137,8 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     shape."""
     decide_facts = pods.mutate if stage.mutating else pods.validate
     if view is None:
-        return decide_facts(PodFacts.parse(obj, namespace, policy), view, policy)
+        return decide_facts(PodFacts.parse(obj, namespace, policy), view, policy).about(
+            who_of(obj, namespace))
     spec = obj.get("spec")
     claims = podclaims.claims_key(spec, namespace, view).encode() \
         if isinstance(spec, dict) and spec.get("resourceClaims") else b""
@@ -160,8 +156,8 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     # without a lock is one step under the GIL; an enum hashes in Python)
     key = ("pod", stage.value, policy.cache_key, namespace, digest)
     kept = view.until_any_change(key, lambda: decide_facts(
-        PodFacts.parse(shape, namespace, policy, who=_WHO), view, policy))
-    return kept.naming(_WHO, who_of(obj, namespace))
+        PodFacts.parse(shape, namespace, policy), view, policy))
+    return kept.about(who_of(obj, namespace))
 
 
 def decide_pod(stage: Stage, pod: Mapping[str, Any], namespace: str | None,
@@ -190,13 +186,11 @@ class Review:
             return m
         if m is None:
             return v
+        said = m if v.allowed else v
         # (built directly: ``dataclasses.replace`` costs more than the rest of this)
-        out = Decision(v.allowed, m.reason if v.allowed else v.reason,
-                       m.message if v.allowed else v.message, v.gpu, m.pool,
-                       m.scheduler_name, m.patch, [], v.nodes, v.unchecked)
-        for w in m.warnings + v.warnings:
-            out.warn(w)
-        return out
+        return Decision(v.allowed, said.reason, said.statement, v.gpu, m.pool,
+                        m.scheduler_name, m.patch, with_warnings(m.warnings, v.warnings),
+                        v.nodes, v.unchecked, said.of_subject, said.subject, m.encoded)
 
 
 def review(subject: Subject, view: ClusterView | None, policy: Policy) -> Review:
@@ -234,18 +228,15 @@ def _validate_workload(obj: Mapping[str, Any], subject: Subject, view: ClusterVi
     who = objects.describe(obj, namespace, kind)
     template_patch = workloads.template_patch(obj, kind, inner.patch)
     if inner.allowed:
-        out = allow(inner.reason, gpu=inner.gpu, pool=inner.pool,
-                    scheduler_name=inner.scheduler_name, nodes=inner.nodes,
-                    patch=template_patch, message=f"{who}: pods would be admitted")
-        for w in inner.warnings:
-            out.warn(w)
-        return out
-    message = f"{who}: its pods would be denied: {inner.message}"
+        return allow(inner.reason, gpu=inner.gpu, pool=inner.pool,
+                     scheduler_name=inner.scheduler_name, nodes=inner.nodes,
+                     patch=template_patch, message=": pods would be admitted", of_subject=True,
+                     warnings=inner.warnings).about(who)
+    message = f": its pods would be denied: {inner.message}"
     if policy.workload_templates is WorkloadTemplates.WARN:
-        out = allow(inner.reason, gpu=True, pool=inner.pool, message=message, nodes=inner.nodes,
-                    scheduler_name=inner.scheduler_name)
-        out.warn(f"gpupool: pods of this {kind} would be denied ({inner.reason}); "
-                 "see gpupool check")
-        return out
-    return deny(inner.reason, message, gpu=True, pool=inner.pool, nodes=inner.nodes,
-                scheduler_name=inner.scheduler_name)
+        return allow(inner.reason, gpu=True, pool=inner.pool, message=message,
+                     of_subject=True, nodes=inner.nodes, scheduler_name=inner.scheduler_name,
+                     warnings=(f"gpupool: pods of this {kind} would be denied "
+                               f"({inner.reason}); see gpupool check",)).about(who)
+    return deny(inner.reason, message, of_subject=True, gpu=True, pool=inner.pool,
+                nodes=inner.nodes, scheduler_name=inner.scheduler_name).about(who)

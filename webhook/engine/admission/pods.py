@@ -42,25 +42,23 @@ def _prelude(facts: PodFacts, view: ClusterView | None, policy: Policy
     """Shared first steps: GPU pod? custom scheduler? which pool? Returns an early decision,
     or the route for the caller to act on."""
     if not facts.is_gpu_pod and not routing.routed_classes(facts, view, policy):
-        d = allow(Reason.NOT_GPU_POD)
-        if policy.serves_dra:
-            for ref in podclaims.demand(facts, view).unresolved:
-                d.warn(f"gpupool: {ref} not found; if it asks for GPUs, the pod is not "
-                       "routed to a GPU pool")
-        return d, None
+        unresolved = podclaims.demand(facts, view).unresolved if policy.serves_dra else ()
+        return allow(Reason.NOT_GPU_POD, warnings=(
+            f"gpupool: {ref} not found; if it asks for GPUs, the pod is not routed to a GPU "
+            "pool" for ref in unresolved)), None
     scheduler = facts.scheduler
     if scheduler != DEFAULT_SCHEDULER and scheduler not in policy.schedulers:
-        d = allow(Reason.CUSTOM_SCHEDULER, gpu=True, scheduler_name=scheduler,
-                  message=f"{facts.who} uses scheduler {objects.clip(scheduler)}; gpupool "
-                          "leaves it alone")
-        d.warn(f"gpupool: scheduler {scheduler} is not a pool's; pod not routed to a GPU pool")
-        return d, None
+        return allow(Reason.CUSTOM_SCHEDULER, gpu=True, scheduler_name=scheduler,
+                     message=f" uses scheduler {objects.clip(scheduler)}; gpupool leaves it "
+                             "alone", of_subject=True,
+                     warnings=(f"gpupool: scheduler {scheduler} is not a pool's; pod not "
+                               "routed to a GPU pool",)), None
     r = routing.route(facts, view, policy)
     if r.denial is not None:
         reason, message = r.denial
         if facts.labels.get(HAMI_DRA_LABEL) == "true":
             message += HAMI_DRA_REWRITE
-        return deny(reason, f"{facts.who}: {message}", gpu=True, pool=r.pool), r
+        return deny(reason, f": {message}", of_subject=True, gpu=True, pool=r.pool), r
     return None, _first_allocatable_alternative(facts, view, policy, r)
 
 
@@ -109,10 +107,8 @@ def mutate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decisio
     assert r is not None and r.pool is not None
     pool = policy.by_name[r.pool]
     spec = facts.spec
-    d = allow(Reason.ROUTED, gpu=True, pool=pool.name, scheduler_name=pool.scheduler_name,
-              message=f"{facts.who} routed to pool {pool.name} (by {r.source})")
-    for w in r.warnings:
-        d.warn(w)
+    reason, message = Reason.ROUTED, f" routed to pool {pool.name} (by {r.source})"
+    warnings = list(r.warnings)
     obj = dict(facts.obj)
     ops: list[patch.Op] = []
     if not facts.has_metadata:
@@ -125,14 +121,14 @@ def mutate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decisio
         # gpupool owns this label on the pods it routes: set by the user on a pod of HAMi's
         # pool, it would turn HAMi's webhook off for it (HAMi #3041)
         ops.append(patch.remove(patch.pointer("metadata", "labels", HAMI_IGNORE_LABEL)))
-        d.warn(f"gpupool: label {HAMI_IGNORE_LABEL} removed: pool {pool.name} is HAMi's, "
-               "whose webhook must see the pod")
+        warnings.append(f"gpupool: label {HAMI_IGNORE_LABEL} removed: pool {pool.name} is "
+                        "HAMi's, whose webhook must see the pod")
     ops += patch.set_map_entry(obj, ("metadata", "annotations"), POOL_ANNOTATION, pool.name)
     current = facts.scheduler_field
     if current != pool.scheduler_name:
         if isinstance(current, str) and current not in ("", DEFAULT_SCHEDULER):
-            d.warn(f"gpupool: schedulerName {current} replaced by {pool.scheduler_name} "
-                   f"for pool {pool.name}")
+            warnings.append(f"gpupool: schedulerName {current} replaced by "
+                            f"{pool.scheduler_name} for pool {pool.name}")
         op = patch.replace if "schedulerName" in spec else patch.add
         ops.append(op("/spec/schedulerName", pool.scheduler_name))
     repair = cdi_needs.repair_class(facts, pool.name, view, policy) \
@@ -141,19 +137,19 @@ def mutate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decisio
         # Under that class no CDI device is used: nothing to steer the pod off.
         steer: list[affinity.Requirement] = []
         ops.append(patch.add("/spec/runtimeClassName", repair))
-        d.reason = Reason.REPAIRED
-        d.message = (f"{facts.who} routed to pool {pool.name} (by {r.source}); "
-                     f"runtimeClassName {repair} set: without it every candidate node would "
-                     "fail it with 'unresolvable CDI devices' (cdi.repair)")
-        d.warn(f"gpupool: runtimeClassName {repair} set: its GPUs' CDI devices are missing "
-               "on every candidate node (cdi.repair)")
+        reason = Reason.REPAIRED
+        message = (f" routed to pool {pool.name} (by {r.source}); "
+                   f"runtimeClassName {repair} set: without it every candidate node would "
+                   "fail it with 'unresolvable CDI devices' (cdi.repair)")
+        warnings.append(f"gpupool: runtimeClassName {repair} set: its GPUs' CDI devices are "
+                        "missing on every candidate node (cdi.repair)")
     else:
-        steer, warnings = steering.requirements(facts, pool.name, view, policy)
-        for w in warnings:
-            d.warn(w)
+        steer, steering_warnings = steering.requirements(facts, pool.name, view, policy)
+        warnings += steering_warnings
     ops += affinity.affinity_patch({"spec": spec}, affinity.pool_expression(policy, pool.name),
                                    steer)
-    d.patch = ops
+    d = allow(reason, gpu=True, pool=pool.name, scheduler_name=pool.scheduler_name,
+              message=message, of_subject=True, patch=ops, warnings=warnings)
     return _with_access(d, facts, view, policy, True)
 
 
@@ -165,27 +161,24 @@ def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decis
         return early
     assert r is not None and r.pool is not None
     pool = policy.by_name[r.pool]
-    who = facts.who
     scheduler = facts.scheduler
     if scheduler != pool.scheduler_name:
         return deny(Reason.SCHEDULER_MISMATCH,
-                    f"{who} is in pool {pool.name} (by {r.source}) but "
+                    f" is in pool {pool.name} (by {r.source}) but "
                     f"{_scheduler_cause(facts.scheduler_field, pool.scheduler_name)}",
-                    gpu=True, pool=pool.name, scheduler_name=scheduler)
+                    of_subject=True, gpu=True, pool=pool.name, scheduler_name=scheduler)
     admitted = r.admitted
     node = view.node(facts.node_name) if view is not None and facts.node_name else None
     on_pool_node = node is not None and node.pool(policy) == pool.name
     if admitted != frozenset({pool.name}) and not on_pool_node:
         return deny(Reason.AFFINITY_MISMATCH,
-                    f"{who} is in pool {pool.name} but its node affinity also allows pools "
+                    f" is in pool {pool.name} but its node affinity also allows pools "
                     f"{', '.join(sorted(admitted - {pool.name})) or 'none'}: the gpupool "
                     f"mutating webhook did not run on it; check its webhook configuration "
                     f"(objectSelector, matchConditions, failurePolicy)",
-                    gpu=True, pool=pool.name, scheduler_name=scheduler)
+                    of_subject=True, gpu=True, pool=pool.name, scheduler_name=scheduler)
     d = allow(Reason.ROUTED, gpu=True, pool=pool.name, scheduler_name=scheduler,
-              message=f"{who} stays in pool {pool.name}")
-    for w in r.warnings:
-        d.warn(w)
+              message=f" stays in pool {pool.name}", of_subject=True, warnings=r.warnings)
     for check in registry.POD_CHECKS:
         if check.needs_view and view is None:
             continue
@@ -193,9 +186,8 @@ def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decis
         if found is None:
             continue
         if not found.allowed:  # a denial ends validation
-            found.scheduler_name = scheduler
-            return found
-        check.merge(d, found)
+            return replace(found, scheduler_name=scheduler)
+        d = check.merge(d, found)
     return _with_access(d, facts, view, policy, False)
 
 
@@ -224,11 +216,11 @@ def _hami_resource_outside_pool(early: Decision, facts: PodFacts, policy: Policy
         hits = sorted(set(hp.exclusive_resources) & facts.gpus)
         if hits and r.pool is not None and r.pool != hp.name:
             return deny(Reason.HAMI_RESOURCE_OUTSIDE_POOL,
-                        f"{facts.who} is in pool {r.pool} (by {r.source}) but "
+                        f" is in pool {r.pool} (by {r.source}) but "
                         f"carries {', '.join(hits)}, which only HAMi's pool {hp.name} serves. "
                         f"If the pod did not ask for it, HAMi's webhook added it before "
                         f"gpupool labelled the pod {HAMI_IGNORE_LABEL}={HAMI_IGNORE_VALUE}: "
                         f"{WEBHOOK_ORDER_FIX}; otherwise drop it or label the pod "
                         f"gpupool.io/pool={hp.name}",
-                        gpu=True, pool=r.pool)
+                        of_subject=True, gpu=True, pool=r.pool)
     return early

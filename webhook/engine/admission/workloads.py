@@ -7,7 +7,7 @@ ReplicaSet nobody watches. Checking the pod template when the workload is create
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.engine.core import objects, patch
@@ -59,7 +59,7 @@ def template_pod(obj: Mapping[str, Any], kind: str, namespace: str | None
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": dict(cur["spec"])}
 
 
-def template_patch(obj: Mapping[str, Any], kind: str, pod_ops: list[Op]) -> list[Op]:
+def template_patch(obj: Mapping[str, Any], kind: str, pod_ops: Sequence[Op]) -> list[Op]:
     """A pod's patch placed at the workload's pod template, so it applies to the workload."""
     if not pod_ops:
         return []

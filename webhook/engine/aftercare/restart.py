@@ -38,7 +38,7 @@ from webhook.engine.core.objects import as_mapping, meta_of
 from webhook.engine.core.policy import Policy
 from webhook.engine.placement import candidates as cand
 from webhook.engine.pod import podclaims
-from webhook.engine.pod.podfacts import PodFacts
+from webhook.engine.pod.podfacts import PodFacts, who_of
 from webhook.engine.stacks import hami
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
@@ -259,7 +259,7 @@ def restart_answer(pod: Mapping[str, Any], facts: PodFacts, pool: str, node: Nod
     cached = cached_answer(pod, node)
     if cached is None:
         return None
-    who = facts.who
+    who = who_of(facts.obj, facts.namespace)
     if isinstance(cached, str):
         return RestartAnswer(
             NodeState.UNKNOWN, Reason.DEVICES_UNVERIFIED,

@@ -304,24 +304,27 @@ def dra_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     d = podclaims.demand(facts, view)
     if not d.any:
         return None
-    who = facts.who
-    out = allow(Reason.ROUTED, gpu=True, pool=pool_name)
-    for ref in d.unresolved:
-        out.warn(f"gpupool: {ref} not found yet; its devices were not checked")
+    warnings = [f"gpupool: {ref} not found yet; its devices were not checked"
+                for ref in d.unresolved]
+
+    def routed(message: str = "", nodes: Iterable[NodeFinding] = ()) -> Decision:
+        return allow(Reason.ROUTED, gpu=True, pool=pool_name, message=message,
+                     of_subject=bool(message), nodes=nodes, warnings=warnings)
+
     forbidden = _admin_access(facts, d, view)
     if forbidden is not None:
         return deny(Reason.DRA_ADMIN_ACCESS_FORBIDDEN,
-                    f"{who}: {forbidden} asks for adminAccess, but namespace "
+                    f": {forbidden} asks for adminAccess, but namespace "
                     f"{facts.namespace} is not labelled {dra.ADMIN_ACCESS_LABEL}=true, so "
                     "the claim cannot be allocated (the API server refuses such claims). Fix: "
                     f"label the namespace {dra.ADMIN_ACCESS_LABEL}=true if it may, or drop "
-                    "adminAccess", gpu=True, pool=pool_name)
+                    "adminAccess", of_subject=True, gpu=True, pool=pool_name)
     classes = view.device_classes()
     if classes is None:
         if d.claims:
-            out.warn("gpupool: DeviceClasses unknown to gpupool; DRA claims not checked")
-            out.message = f"{who}: DRA claims not checked (DeviceClasses not listed)"
-            return out
+            warnings.append("gpupool: DeviceClasses unknown to gpupool; DRA claims not "
+                            "checked")
+            return routed(": DRA claims not checked (DeviceClasses not listed)")
         return None
     # The allocator looks up the class of every request, and of every firstAvailable
     # alternative before it tries any (k8s.io/dynamic-resource-allocation v0.35.4,
@@ -330,7 +333,7 @@ def dra_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     missing = sorted(c for c in d.classes if c not in classes)
     if missing:
         return _no_devices(facts, pool_name, policy, Reason.DEVICE_CLASS_MISSING,
-                           f"{who} asks for devices of DeviceClass {', '.join(missing)}, "
+                           f" asks for devices of DeviceClass {', '.join(missing)}, "
                            "which does not exist: its claims cannot be allocated until it is "
                            "created. Fix: install the DRA driver that provides it, or name a "
                            f"class that exists ({', '.join(sorted(classes)[:5]) or 'none'})",
@@ -339,12 +342,12 @@ def dra_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     s = _summary(facts, d, pool_name, view, policy)
     if s.mixed is not None:
         node, resource, cls = s.mixed
-        out.warn(f"gpupool: node {node} serves {resource} by device plugin and by DeviceClass "
-                 f"{cls}; see gpupool doctor")
+        warnings.append(f"gpupool: node {node} serves {resource} by device plugin and by "
+                        f"DeviceClass {cls}; see gpupool doctor")
     if s.fatal is not None:
         node, failure = s.fatal
         return _no_devices(facts, pool_name, policy, Reason.NO_MATCHING_DEVICES,
-                           f"{who}: on node {node}, {failure}. The scheduler's DRA plugin "
+                           f": on node {node}, {failure}. The scheduler's DRA plugin "
                            "ends the pod's whole scheduling attempt at such an error, "
                            "whichever other node could serve it, so the pod is placed "
                            "nowhere while that device is there. Fix: guard the selector "
@@ -353,48 +356,48 @@ def dra_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
                            "pod stays pending", [NodeFinding(node, note=failure)])
     if not s.total:
         return _no_devices(facts, pool_name, policy, Reason.NO_MATCHING_DEVICES,
-                           f"{who}: no node of pool {pool_name} that its placement allows "
+                           f": no node of pool {pool_name} that its placement allows "
                            "publishes DRA devices; its claims cannot be allocated there",
                            f"gpupool: no node of pool {pool_name} publishes DRA devices for "
                            "this pod")
     if s.able or s.served:
-        out.nodes = list(s.able_findings)
+        message = ""
         if s.able:
-            out.message = (f"{who}: {s.able} of {s.total} candidate node(s) of pool "
-                           f"{pool_name} can allocate its DRA claims")
+            message = (f": {s.able} of {s.total} candidate node(s) of pool "
+                       f"{pool_name} can allocate its DRA claims")
             waits = _waits(facts, d, s.able_findings, view) if not s.served and \
                 s.able <= len(s.able_findings) else 0
             if waits:
-                out.warn(f"gpupool: this pod waits for devices in use on {waits} node(s) "
-                         f"of pool {pool_name}: allocated claims hold what it needs")
-                out.message += "; it waits for devices allocated claims hold"
+                warnings.append(f"gpupool: this pod waits for devices in use on {waits} "
+                                f"node(s) of pool {pool_name}: allocated claims hold what "
+                                "it needs")
+                message += "; it waits for devices allocated claims hold"
+        out = routed(message, s.able_findings)
         return out if out.warnings or out.nodes else None
     findings = [NodeFinding(c.node, note=c.why) for c in s.failing_first]
     shown = "; ".join(f"{c.node}: {c.why}" for c in s.failing_first[:SHOW_NODES]) + \
         (f" (and {s.failing - SHOW_NODES} more)" if s.failing > SHOW_NODES else "")
     if s.doubt:
         release = view.release()
-        out.warn("gpupool: DRA selectors could not be evaluated; claims not fully checked"
-                 if release.supported else
-                 f"gpupool: DRA claims not checked: Kubernetes {release}'s allocator is not "
-                 f"one gpupool decides as")
-        out.message = f"{who}: DRA claims not verified: {s.doubt}; {shown}"
-        out.nodes = findings
-        return out
+        warnings.append("gpupool: DRA selectors could not be evaluated; claims not fully "
+                        "checked" if release.supported else
+                        f"gpupool: DRA claims not checked: Kubernetes {release}'s allocator "
+                        "is not one gpupool decides as")
+        return routed(f": DRA claims not verified: {s.doubt}; {shown}", findings)
     pinned = _pinned_elsewhere(d, s, view)
     if pinned:
         return _no_devices(facts, pool_name, policy, Reason.NO_MATCHING_DEVICES,
-                           f"{who}: {pinned}",
+                           f": {pinned}",
                            "gpupool: an allocated claim pins this pod to nodes outside its "
                            "reach; it stays pending while that stands", findings)
     if s.all_undelivered:
         return deny(Reason.GPU_NOT_DELIVERED,
-                    f"{who} would start without its DRA devices on every candidate node of "
+                    f" would start without its DRA devices on every candidate node of "
                     f"pool {pool_name}: {shown}. Fix: enable CDI in containerd on those "
                     "nodes (enable_cdi = true; the default from containerd 2.0)",
-                    gpu=True, pool=pool_name, nodes=findings)
+                    of_subject=True, gpu=True, pool=pool_name, nodes=findings)
     return _no_devices(facts, pool_name, policy, Reason.NO_MATCHING_DEVICES,
-                       f"{who}: no candidate node of pool {pool_name} publishes the devices "
+                       f": no candidate node of pool {pool_name} publishes the devices "
                        f"its claims ask for: {shown}",
                        f"gpupool: no node in pool {pool_name} has the DRA devices this pod "
                        "asks for; it stays pending", findings)
@@ -432,12 +435,13 @@ def _pinned_elsewhere(d: dra.ClaimDemand, s: _Summary, view: ClusterView) -> str
 
 def _no_devices(facts: PodFacts, pool: str, policy: Policy, reason: Reason, message: str,
                 warning: str, findings: list[NodeFinding] | None = None) -> Decision:
-    """A pod no node can take yet: pending, not a late failure, so ``onNoCandidates``."""
+    """A pod no node can take yet: pending, not a late failure, so ``onNoCandidates``.
+    ``message`` follows the pod's name."""
     if policy.on_no_candidates is OnFinding.DENY:
-        return deny(reason, message, gpu=True, pool=pool, nodes=findings or ())
-    out = allow(Reason.ROUTED, gpu=True, pool=pool, message=message, nodes=findings or ())
-    out.warn(warning)
-    return out
+        return deny(reason, message, of_subject=True, gpu=True, pool=pool,
+                    nodes=findings or ())
+    return allow(Reason.ROUTED, gpu=True, pool=pool, message=message, of_subject=True,
+                 nodes=findings or (), warnings=(warning,))
 
 
 def mixed_resources(node: NodeInfo, classes: Mapping[str, dra.DeviceClass] | None,

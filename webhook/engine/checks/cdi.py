@@ -14,7 +14,7 @@ count as "unknown", which the policy turns into a warning by default.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
@@ -409,63 +409,64 @@ def _finding(s: Verdicts, facts: PodFacts, hami_pool: bool, policy: Policy) -> F
     return Finding.MISSING
 
 
-def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy,
+def _texts(finding: Finding, s: Verdicts, pool: Pool, policy: Policy,
            view: ClusterView) -> tuple[str, str]:
-    """The decision's message, and the warning an allowed pod gets."""
+    """The decision's message (it follows the pod's name), and the warning an allowed pod
+    gets."""
     name, failing = pool.name, len(s.missing) + len(s.unknown)
     unfit = "; ".join(f"{n}: {why}" for n, why in s.unfit[:SHOW_NODES])
     match finding:
         case Finding.NO_CANDIDATES:
-            return (f"{who}: no node of pool {name} matches its nodeName, nodeSelector, "
+            return (f": no node of pool {name} matches its nodeName, nodeSelector, "
                     f"affinity and tolerations; its CDI devices were not checked",
                     f"gpupool: no candidate node in pool {name} yet; CDI devices not checked")
         case Finding.NO_ALLOWED_GPU:
-            return (f"{who} asks for GPUs its HAMi annotations allow, but no candidate node in "
+            return (f" asks for GPUs its HAMi annotations allow, but no candidate node in "
                     f"pool {name} has them: {unfit}", "")
         case Finding.NO_GPU_FIT:
-            return (f"{who}: no node of pool {name} has the GPUs it asks for: {unfit}",
+            return (f": no node of pool {name} has the GPUs it asks for: {unfit}",
                     f"gpupool: no node in pool {name} has the GPUs this pod asks for yet")
         case Finding.STEERED_OUT:
-            return (f"{who}: its node affinity leaves it no node of pool {name}: the nodes "
+            return (f": its node affinity leaves it no node of pool {name}: the nodes "
                     f"where its GPUs resolve are excluded, and {failing} are steered off "
                     f"because they would fail it: {s.failing_text}",
                     f"gpupool: no node of pool {name} is left to this pod; it stays pending")
         case Finding.SOME_FAIL:
-            return (f"{who}: {failing} of {s.checked} candidate nodes may fail it: "
+            return (f": {failing} of {s.checked} candidate nodes may fail it: "
                     f"{s.failing_text}",
                     f"gpupool: {failing} of {s.checked} candidate nodes lack CDI devices this "
                     f"pod needs; see gpupool doctor")
         case Finding.UNKNOWN:
             if OUTCOMES[finding].denies(policy):
-                return (f"{who}: CDI inventory unknown on every candidate node of pool "
+                return (f": CDI inventory unknown on every candidate node of pool "
                         f"{name}: {_summary(s.unknown)}", "")
             names = ", ".join(c.node for c in s.unknown[:2]) + \
                 (", ..." if len(s.unknown) > 2 else "")
-            return (f"{who}: CDI devices not verified: {s.failing_text}",
+            return (f": CDI devices not verified: {s.failing_text}",
                     f"gpupool: devices not verified on {len(s.unknown)} candidate node(s) "
                     f"({names}); see gpupool doctor")
         case Finding.NOT_DELIVERED if all(c.way == nri.WAY for c in s.missing):
             # Only what its annotations name is lost: its device plugin's GPUs still arrive
             # (a plugin finding that says more would have won on the node).
-            return (f"{who}: on every candidate node of pool {name}, the devices its "
+            return (f": on every candidate node of pool {name}, the devices its "
                     f"{nri.DOMAIN} annotations name would not reach its containers (the "
                     f"GPUs its device plugin hands would): {s.failing_text}. "
                     f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
         case Finding.NOT_DELIVERED if not all(c.undelivered for c in s.missing):
-            return (f"{who} would not get the GPUs its device plugin accounted for on any "
+            return (f" would not get the GPUs its device plugin accounted for on any "
                     f"candidate node of pool {name}: {s.failing_text}. "
                     f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
         case Finding.NOT_DELIVERED:
-            return (f"{who} would start without its GPUs on every candidate node of pool "
+            return (f" would start without its GPUs on every candidate node of pool "
                     f"{name}: {s.failing_text}. "
                     f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
         case Finding.NOT_ACCOUNTED:
-            return (f"{who} would get a GPU, but not the one its device plugin accounted for, "
+            return (f" would get a GPU, but not the one its device plugin accounted for, "
                     f"on every candidate node of pool {name}: {s.failing_text}. "
                     f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
         case Finding.UNKNOWN_DEVICE:
             device = next((m for c in s.missing for m in c.missing), "")
-            return (f"{who} would fail on its node with '{device}: unknown device': the "
+            return (f" would fail on its node with '{device}: unknown device': the "
                     "legacy hook hands the names in its own NVIDIA_VISIBLE_DEVICES to "
                     "nvidia-container-cli, which knows no such GPU or MIG device there "
                     f"(UUID or index): {s.failing_text}. Fix: name the node's GPUs by UUID "
@@ -473,7 +474,7 @@ def _texts(finding: Finding, s: Verdicts, who: str, pool: Pool, policy: Policy,
                     "containers so the device plugin's GPUs are used", "")
         case Finding.MISSING:
             why = _why(pool, s.missing)
-            return (f"{who} would fail on its node with 'unresolvable CDI devices': no "
+            return (f" would fail on its node with 'unresolvable CDI devices': no "
                     f"candidate node of pool {name} defines the CDI devices it needs: "
                     f"{s.failing_text}. {why + '. ' if why else ''}"
                     f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
@@ -523,17 +524,17 @@ def cdi_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
         # every GPU pod rather than let an unchecked pod read as a checked one, or deny it
         # when the policy asks (``onNoNodeView``).
         why = NO_NODES if view.synced else NOT_SYNCED
+        unchecked = "no-nodes" if view.synced else "not-synced"
         if policy.on_no_node_view is OnFinding.DENY:
-            d = deny(Reason.NODE_VIEW_MISSING,
-                     f"{facts.who}: CDI devices cannot be checked: {why} (onNoNodeView: "
-                     "deny); retry in a moment, or see the webhook's /readyz?verbose",
-                     gpu=True, pool=pool_name)
-        else:
-            d = allow(Reason.ROUTED, gpu=True, pool=pool_name,
-                      message=f"{facts.who}: CDI devices not checked: {why}")
-            d.warn(f"gpupool: CDI devices not checked: {why}")
-        d.unchecked = "no-nodes" if view.synced else "not-synced"
-        return d
+            return replace(deny(Reason.NODE_VIEW_MISSING,
+                                f": CDI devices cannot be checked: {why} (onNoNodeView: "
+                                "deny); retry in a moment, or see the webhook's "
+                                "/readyz?verbose", of_subject=True, gpu=True, pool=pool_name),
+                           unchecked=unchecked)
+        return allow(Reason.ROUTED, gpu=True, pool=pool_name,
+                     message=f": CDI devices not checked: {why}", of_subject=True,
+                     warnings=(f"gpupool: CDI devices not checked: {why}",),
+                     unchecked=unchecked)
     s = verdicts(facts, pool_name, view, policy)
     if not s.total and podclaims.demand(facts, view).extended:
         return None  # DRA serves it on every node it could reach: ``allocation`` judges
@@ -541,12 +542,12 @@ def cdi_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     if finding is None:
         return None
     outcome = OUTCOMES[finding]
-    message, warning = _texts(finding, s, facts.who, pool, policy, view)
+    message, warning = _texts(finding, s, pool, policy, view)
     if outcome.denies(policy):
-        return deny(outcome.reason, message, gpu=True, pool=pool_name, nodes=s.findings)
-    d = allow(Reason.ROUTED, gpu=True, pool=pool_name, nodes=s.findings, message=message)
-    d.warn(warning)
-    return d
+        return deny(outcome.reason, message, of_subject=True, gpu=True, pool=pool_name,
+                    nodes=s.findings)
+    return allow(Reason.ROUTED, gpu=True, pool=pool_name, nodes=s.findings, message=message,
+                 of_subject=True, warnings=(warning,))
 
 
 def node_verdict(node: NodeInfo, view: ClusterView, policy: Policy,

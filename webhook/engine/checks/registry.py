@@ -9,27 +9,26 @@ line here; what each check asks of every node is ``nodechecks``' list.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from webhook.engine.checks import allocation, cdi, usernamespace
-from webhook.engine.core.decision import Decision
+from webhook.engine.core.decision import Decision, with_warnings
 from webhook.engine.core.policy import Policy
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.view.cluster import ClusterView
 
 
-def warnings_only(d: Decision, found: Decision) -> None:
+def warnings_only(d: Decision, found: Decision) -> Decision:
     """An allowed answer lends the pod's decision its warnings, nothing else."""
-    for w in found.warnings:
-        d.warn(w)
+    return d.warned(*found.warnings)
 
 
-def findings(d: Decision, found: Decision) -> None:
+def findings(d: Decision, found: Decision) -> Decision:
     """An allowed answer lends its nodes, its message, why it went unchecked, and warnings."""
-    d.nodes += found.nodes
-    d.message = found.message or d.message
-    d.unchecked = found.unchecked or d.unchecked
-    warnings_only(d, found)
+    said = found if found.statement else d
+    return replace(d, nodes=d.nodes + found.nodes, statement=said.statement,
+                   of_subject=said.of_subject, unchecked=found.unchecked or d.unchecked,
+                   warnings=with_warnings(d.warnings, found.warnings))
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,8 @@ class PodCheck:
     name: str
     #: (facts, pool, view, policy) -> a denial, an allowed answer to merge, or None
     decide: Callable[[PodFacts, str, ClusterView | None, Policy], Decision | None]
-    merge: Callable[[Decision, Decision], None]
+    #: (the pod's decision so far, the allowed answer) -> the pod's decision
+    merge: Callable[[Decision, Decision], Decision]
     #: it judges nodes, so it has nothing to say without a cluster view
     needs_view: bool = True
 

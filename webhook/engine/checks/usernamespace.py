@@ -19,13 +19,14 @@ def decide(facts: PodFacts, pool: str, view: ClusterView | None, policy: Policy
     toolkit that has lifted this."""
     if facts.spec.get("hostUsers") is not False:
         return None
-    message = (f"{facts.who} sets hostUsers: false (a user namespace): the NVIDIA Container "
+    message = (" sets hostUsers: false (a user namespace): the NVIDIA Container "
                "Toolkit's hooks (nvidia-cdi-hook) run as the remapped user and fail, so its "
                "containers would not start on any GPU node (NVIDIA/nvidia-container-toolkit#648). "
                "Fix: drop hostUsers: false from GPU pods; set the policy's onUserNamespace: warn "
                "once your toolkit supports user namespaces")
     if policy.on_user_namespace is OnFinding.DENY:
-        return deny(Reason.USER_NAMESPACE_UNSUPPORTED, message, gpu=True, pool=pool)
-    d = allow(Reason.ROUTED, gpu=True, pool=pool, message=message)
-    d.warn("gpupool: hostUsers: false GPU pods fail under the NVIDIA toolkit's hooks (#648)")
-    return d
+        return deny(Reason.USER_NAMESPACE_UNSUPPORTED, message, of_subject=True, gpu=True,
+                    pool=pool)
+    return allow(Reason.ROUTED, gpu=True, pool=pool, message=message, of_subject=True,
+                 warnings=("gpupool: hostUsers: false GPU pods fail under the NVIDIA "
+                           "toolkit's hooks (#648)",))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -89,53 +89,70 @@ class NodeFinding:
         return out
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Decision:
+    """What the engine decided, frozen: a decision kept for a pod shape is handed to every
+    pod of that shape (``about``), so nothing may change it after it is made; a later stage
+    that adds to it makes a new one (``replace``, ``warned``).
+
+    The message is rendered here, once, from what was said: a statement either stands alone
+    or continues a sentence whose subject is the object decided on (``of_subject``). The
+    engine decides for a pod shape and names no pod; ``about`` names the pod at hand, so the
+    replicas of a workload share one decision and each reads its own name."""
+
     allowed: bool
     reason: Reason
-    message: str = ""
+    #: what is said; when ``of_subject``, what follows the subject (": ...", " is in ...")
+    statement: str = ""
     gpu: bool = False
     pool: str | None = None
     scheduler_name: str | None = None
-    patch: list[Op] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    nodes: list[NodeFinding] = field(default_factory=list)
+    patch: tuple[Op, ...] = ()
+    warnings: tuple[str, ...] = ()
+    nodes: tuple[NodeFinding, ...] = ()
     #: why the CDI check did not run ("" when it did, or had nothing to check): "no-nodes"
     #: (no node view at all) or "not-synced" (a watch still filling it); the server counts it
     unchecked: str = ""
-    #: the patch as encoded, with the list it was encoded from (``encoded_patch``); one
-    #: holder shared by a kept decision and every copy ``naming`` makes of it
-    _encoded: list[tuple[list[Op], str]] = field(default_factory=list, repr=False,
-                                                 compare=False)
+    #: the statement continues a sentence about the object (``subject``)
+    of_subject: bool = False
+    #: how the message names the object ("pod ns/name"), once ``about`` told it
+    subject: str = ""
+    #: (the patch, its encoding): made with the decision, so the replicas sharing a kept
+    #: decision share one encoding; a decision given another patch encodes that one
+    encoded: tuple[tuple[Op, ...], str] | None = field(default=None, repr=False,
+                                                        compare=False)
+
+    def __post_init__(self) -> None:
+        enc = self.encoded
+        if self.patch and (enc is None or enc[0] is not self.patch):
+            object.__setattr__(self, "encoded", (self.patch, encode_patch(self.patch)))
+
+    @property
+    def message(self) -> str:
+        """The statement, after its subject where it continues one."""
+        return self.subject + self.statement if self.of_subject else self.statement
 
     def encoded_patch(self) -> str:
-        """The base64 text a response carries for ``patch``. The replicas of a workload share
-        their decision's patch (``naming``), so it is encoded for the first that answers
-        and kept for the rest; a patch assigned anew is another list, and encoded again."""
-        held = self._encoded
-        got = held[0] if held else None
-        if got is not None and got[0] is self.patch:
-            return got[1]
-        text = encode_patch(self.patch)
-        if got is None:
-            held.append((self.patch, text))
-        return text
+        """The base64 text a response carries for ``patch``."""
+        return self.encoded[1] if self.encoded is not None else encode_patch(self.patch)
 
-    def warn(self, text: str) -> None:
-        text = clean_warning(text)
-        if text and text not in self.warnings:
-            self.warnings.append(text)
+    def about(self, subject: str) -> Decision:
+        """This decision, naming ``subject`` (a decision kept for a pod shape, told of the
+        pod at hand). (Built directly: ``dataclasses.replace`` costs several times more, and
+        every review of a known shape makes one.)"""
+        return Decision(self.allowed, self.reason, self.statement, self.gpu, self.pool,
+                        self.scheduler_name, self.patch, self.warnings, self.nodes,
+                        self.unchecked, self.of_subject, subject, self.encoded)
 
-    def naming(self, placeholder: str, who: str) -> Decision:
-        """A copy of this decision with ``who`` where it said ``placeholder``: a decision
-        kept for a pod shape, told of the pod at hand."""
-        # The patch is shared, not copied (no decision's patch is changed in place), and so
-        # is its encoding, made when one of them first answers.
-        return Decision(self.allowed, self.reason, self.message.replace(placeholder, who),
-                        self.gpu, self.pool, self.scheduler_name, self.patch,
-                        [w.replace(placeholder, who) for w in self.warnings]
-                        if self.warnings else [], list(self.nodes), self.unchecked,
-                        self._encoded)
+    def warned(self, *texts: str) -> Decision:
+        """This decision with ``texts`` among its warnings (each fitted, none twice)."""
+        warnings = with_warnings(self.warnings, texts)
+        return self if warnings is self.warnings else replace(self, warnings=warnings)
+
+    def saying(self, statement: str, *, of_subject: bool | None = None) -> Decision:
+        """This decision with another statement (about the subject as before, unless told)."""
+        return replace(self, statement=statement,
+                       of_subject=self.of_subject if of_subject is None else of_subject)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -143,26 +160,43 @@ class Decision:
             "gpu": self.gpu,
             "pool": self.pool,
             "schedulerName": self.scheduler_name,
-            "patch": self.patch,
-            "warnings": self.warnings,
+            "patch": list(self.patch),
+            "warnings": list(self.warnings),
             "reason": self.reason,
             "message": self.message,
             "nodes": [n.to_json() for n in self.nodes],
         }
 
 
-def allow(reason: Reason, *, message: str = "", gpu: bool = False, pool: str | None = None,
-          scheduler_name: str | None = None, patch: list[Op] | None = None,
-          nodes: Iterable[NodeFinding] = ()) -> Decision:
-    return Decision(allowed=True, reason=reason, message=message, gpu=gpu, pool=pool,
-                    scheduler_name=scheduler_name, patch=list(patch or ()), nodes=list(nodes))
+def with_warnings(held: tuple[str, ...], texts: Iterable[str]) -> tuple[str, ...]:
+    """``held`` and then ``texts``, each fitted to what the API server passes on
+    (``clean_warning``), none twice, none empty; ``held`` itself when nothing is added."""
+    out: list[str] | None = None
+    for text in texts:
+        text = clean_warning(text)
+        if not text or text in (held if out is None else out):
+            continue
+        if out is None:
+            out = list(held)
+        out.append(text)
+    return held if out is None else tuple(out)
 
 
-def deny(reason: Reason, message: str, *, gpu: bool = False, pool: str | None = None,
-         scheduler_name: str | None = None, nodes: Iterable[NodeFinding] = ()) -> Decision:
+def allow(reason: Reason, *, message: str = "", of_subject: bool = False, gpu: bool = False,
+          pool: str | None = None, scheduler_name: str | None = None,
+          patch: Iterable[Op] = (), nodes: Iterable[NodeFinding] = (),
+          warnings: Iterable[str] = (), unchecked: str = "") -> Decision:
+    """``message`` stands alone, or with ``of_subject`` follows the object's name."""
+    return Decision(True, reason, message, gpu, pool, scheduler_name, tuple(patch),
+                    with_warnings((), warnings), tuple(nodes), unchecked, of_subject)
+
+
+def deny(reason: Reason, message: str, *, of_subject: bool = False, gpu: bool = False,
+         pool: str | None = None, scheduler_name: str | None = None,
+         nodes: Iterable[NodeFinding] = (), warnings: Iterable[str] = ()) -> Decision:
     """A denial carries no patch: the API server applies none from a denied review."""
-    return Decision(allowed=False, reason=reason, message=message, gpu=gpu, pool=pool,
-                    scheduler_name=scheduler_name, nodes=list(nodes))
+    return Decision(False, reason, message, gpu, pool, scheduler_name, (),
+                    with_warnings((), warnings), tuple(nodes), "", of_subject)
 
 
 WARNING_LIMIT = 120

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -39,7 +40,7 @@ def remove(path: str) -> Op:
     return {"op": "remove", "path": path}
 
 
-def encode_patch(ops: list[Op]) -> str:
+def encode_patch(ops: Sequence[Op]) -> str:
     """The base64 text an AdmissionResponse carries in ``patch``."""
     return base64.b64encode(orjson.dumps(ops)).decode()
 
@@ -64,7 +65,7 @@ def unescape(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
 
 
-def apply(obj: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
+def apply(obj: dict[str, Any], ops: Sequence[Op]) -> dict[str, Any]:
     """Apply our own add/replace/remove operations without touching ``obj``.
 
     Only the containers on each operation's path are copied (path copying), so applying a

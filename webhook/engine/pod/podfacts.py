@@ -88,7 +88,6 @@ class PodFacts(NamedTuple):
 
     obj: Mapping[str, Any]
     namespace: str | None
-    who: str  # "pod ns/name", as every message names it
     has_metadata: bool
     labels: Mapping[str, Any]  # those a decision reads (``READ_LABELS``)
     annotations: Mapping[str, Any]  # likewise (``reads_annotation``)
@@ -105,10 +104,7 @@ class PodFacts(NamedTuple):
     memo: dict[str, Any]
 
     @classmethod
-    def parse(cls, obj: Mapping[str, Any], namespace: str | None, policy: Policy,
-              who: str | None = None) -> PodFacts:
-        """``who``: how messages name the pod, when not as ``who_of`` names it (a decision
-        kept for a pod shape names a stand-in, replaced per pod)."""
+    def parse(cls, obj: Mapping[str, Any], namespace: str | None, policy: Policy) -> PodFacts:
         meta = objects.meta_of(obj)
         spec = obj.get("spec")
         if not isinstance(spec, dict):
@@ -119,7 +115,7 @@ class PodFacts(NamedTuple):
         items = container_list(spec)
         names = frozenset(requested_names(items))
         return cls(
-            obj, namespace, who_of(obj, namespace) if who is None else who,
+            obj, namespace,
             isinstance(obj.get("metadata"), dict),
             _read_labels(labels) if isinstance(labels, dict) else {},
             _read_annotations(annotations, policy) if isinstance(annotations, dict) else {},
