@@ -10,6 +10,12 @@ from typing import Any
 
 import pytest
 
+from webhook import engine
+
+# Every check the suite runs is handed only the facts it declared: one that reads another
+# fails the test that reached it (``webhook.engine.checks.assessment.declared``).
+engine.enforce_declarations()
+
 _REPORTS: list[tuple[str, str]] = []
 
 

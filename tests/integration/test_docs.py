@@ -41,6 +41,10 @@ def test_every_block_has_a_way_to_be_checked():
         if b.lang == "mermaid":  # docs/layers.md, drawn from the code (tests/unit/test_layers.py)
             assert b.doc.name == "layers.md", f"{b.where}: a diagram nothing checks"
             continue
+        if b.lang == "python":  # run as written by tests/unit/engine/test_worked_example.py
+            assert b.mode == "python" and b.doc.name == "checks.md", (
+                f"{b.where}: a python block nothing runs")
+            continue
         assert b.lang in ("sh", "bash"), f"{b.where}: a ```{b.lang} block nothing checks"
         assert b.mode.partition(":")[0] in MODES, (
             f"{b.where}: shell block without a <!-- doc-test: MODE --> directive")

@@ -54,6 +54,7 @@ _SURFACE = {
     "parse_policy": "core.policy",
     # per node, for doctor
     "NodeState": "checks.assessment", "NodeAssessment": "checks.assessment",
+    "enforce_declarations": "checks.assessment",
     "node_verdict": "checks.cdi", "fix_text": "checks.cdi",
     # naming objects in messages and records
     "clip": "core.objects", "describe": "core.objects", "meta_of": "core.objects",
@@ -117,6 +118,7 @@ if TYPE_CHECKING:  # written by python -m tests.engine_surface from _SURFACE
     from webhook.engine.checks.allocation import mixed_resources as mixed_resources
     from webhook.engine.checks.assessment import NodeAssessment as NodeAssessment
     from webhook.engine.checks.assessment import NodeState as NodeState
+    from webhook.engine.checks.assessment import enforce_declarations as enforce_declarations
     from webhook.engine.checks.cdi import fix_text as fix_text
     from webhook.engine.checks.cdi import node_verdict as node_verdict
     from webhook.engine.core.decision import MESSAGE_LIMIT as MESSAGE_LIMIT

@@ -24,7 +24,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -309,21 +309,15 @@ def _with_pod_checks(node: NodeInfo, entries: tuple[Held, ...], facts: PodFacts,
     """The cached answer in place of the device plugin's, refined by what the pod itself
     asks of the node as admission would (its own NVIDIA_VISIBLE_DEVICES, its NRI
     annotations): both are read again from the pod at every start."""
-    handler = view.handler_of(facts.runtime_class)
-
     def assess(n: NodeInfo, ask: Ask, prepared: Any, so_far: NodeAssessment | None
                ) -> NodeAssessment:
-        return judge_held(n, entries, facts.runtime_class, handler,
-                          facts.privileged_gpus)
-
-    def node_key(n: NodeInfo, v: ClusterView) -> Hashable:
-        return n.devices
+        return judge_held(n, entries, ask.facts.runtime_class, ask.handler,
+                          ask.facts.privileged_gpus)
 
     check = NodeCheck("held devices", reads=("runtime class", "privileged GPU containers"),
-                      node_reads=("inventory", "held devices"), combine=Combine.FIRST,
-                      prepare=lambda ask: True, assess=assess, node_key=node_key)
+                      node_reads=("devices",), combine=Combine.FIRST, assess=assess)
     hami_pool = policy.is_hami_pool(pool)
-    ask = Ask(facts, policy.by_name[pool], view, policy, handler, hami_pool,
+    ask = Ask(facts, policy.by_name[pool], view, policy, hami_pool,
               lambda: cand.demand_of(facts, hami_pool))
     checks = (check, owndevices.CHECK, nriannotations.CHECK)
     return nodechecks.judge(node, ask, nodechecks.prepared(ask, checks))

@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
+from webhook.api import delivery
 from webhook.engine.core.policy import Policy, Pool
 from webhook.engine.placement.candidates import GPUDemand
 from webhook.engine.pod import podclaims
 from webhook.engine.pod.podfacts import PodFacts
+from webhook.engine.stacks import clusterpolicy, nri
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
@@ -72,43 +74,208 @@ class Combine(StrEnum):
 
 
 class Ask(NamedTuple):
-    """One pod asked of one pool's nodes: what every check may read, worked out once."""
+    """One pod asked of one pool's nodes: what every check may read, worked out once. A
+    check is handed it with ``facts`` and ``demand`` opened only as far as it declared
+    (``declared``)."""
 
     facts: PodFacts
     pool: Pool
     view: ClusterView
     policy: Policy
-    handler: str | None  # the containerd handler its RuntimeClass names
     hami_pool: bool
-    demand: Callable[[], GPUDemand]  # on the first node that needs it
+    demand: Callable[[], GPUDemand]  # on the first node that needs it ("GPU demand")
+
+    @property
+    def handler(self) -> str | None:
+        """The containerd handler the pod's RuntimeClass names ("runtime class")."""
+        return self.view.handler_of(self.facts.runtime_class)
 
 
 @dataclass(frozen=True)
 class NodeCheck:
+    """One question asked of every candidate node: ``assess``, a pure function of the node,
+    the pod (as ``Ask``) and the finding so far, and what it declares it reads. The
+    declarations are the cache keys: the verdicts are kept per pod shape made of the pod
+    facts every check reads (``reads``), and a node stored again keeps its findings while
+    the node facts every check reads (``node_reads``) hold still. Under ``enforce`` a check
+    that reads anything it did not declare fails (``UndeclaredRead``)."""
+
     name: str
-    #: the pod facts (``FACTS``) its answer depends on: the verdict cache key is made of them
+    #: the pod facts (``FACTS``) its answer depends on
     reads: tuple[str, ...]
-    #: the node's facts it reads (documentation, and ``docs/checks.md``)
+    #: the node facts (``NODE_FACTS``) its answer depends on, beyond the node's name
     node_reads: tuple[str, ...]
     combine: Combine
-    #: per pod and pool: what the check needs for every node; None when it has nothing to ask
-    prepare: Callable[[Ask], Any]
     #: (node, ask, prepared, finding so far) -> its finding on the node
     assess: Callable[[NodeInfo, Ask, Any, NodeAssessment | None], NodeAssessment | None]
-    #: everything of the node (and of the view's cluster-wide settings, beyond what a
-    #: setting change clears) that ``assess`` reads, as one value: a node stored again
-    #: with the same key gets the same finding, so it is not asked again
-    #: (``nodechecks.node_key``). It must change whenever a ``node_reads`` fact does.
-    node_key: Callable[[NodeInfo, ClusterView], Hashable]
+    #: per pod and pool: what the check needs for every node; None when it has nothing to
+    #: ask. (None: it always asks, with nothing prepared.)
+    prepare: Callable[[Ask], Any] | None = None
 
 
-#: name -> how the fact is read from a pod (and the view, for what the view resolves); each
-#: is hashable, as the verdicts' cache key holds them
-FACTS: Mapping[str, Callable[[PodFacts, ClusterView], Hashable]] = {
-    "GPU demand": lambda f, v: f.demand_key,
-    "runtime class": lambda f, v: f.runtime_class,
-    "privileged GPU containers": lambda f, v: f.privileged_gpus,
-    "own NVIDIA_VISIBLE_DEVICES": lambda f, v: (f.own_visible_devices, f.own_visible_unknown),
-    "NRI annotations": lambda f, v: (f.nri_requests, f.namespace) if f.nri_requests else (),
-    "DRA-served resources": lambda f, v: podclaims.demand(f, v).extended,
+@dataclass(frozen=True)
+class Fact:
+    """A fact a check may declare it reads: the attributes that hold it (of ``PodFacts``
+    for a pod fact, of ``NodeInfo`` for a node fact), the only ones a check that declares
+    it may read, and its part of the cache key, which must change whenever they do."""
+
+    fields: frozenset[str]
+    key: Callable[[Any, ClusterView], Hashable]
+
+
+def _nri_key(f: PodFacts, v: ClusterView) -> Hashable:
+    if not f.nri_requests:
+        return ()
+    # which containers ask for GPUs, by name: the annotations name containers
+    return f.nri_requests, f.namespace, tuple(c.get("name") for c in f.gpu_containers)
+
+
+#: The pod facts a check may read: name -> the ``PodFacts`` attributes that hold it and
+#: its part of the verdicts' key (each part hashable, so the key is a plain tuple).
+#: "GPU demand" also opens ``Ask.demand``, "runtime class" ``Ask.handler``.
+FACTS: Mapping[str, Fact] = {
+    "GPU demand": Fact(frozenset({"demand_key", "gpus", "asks_mig", "is_gpu_pod"}),
+                       lambda f, v: f.demand_key),
+    "runtime class": Fact(frozenset({"runtime_class"}), lambda f, v: f.runtime_class),
+    "privileged GPU containers": Fact(frozenset({"privileged_gpus"}),
+                                      lambda f, v: f.privileged_gpus),
+    "own NVIDIA_VISIBLE_DEVICES": Fact(
+        frozenset({"own_visible_devices", "own_visible_unknown", "only_own_visible_devices"}),
+        lambda f, v: (f.own_visible_devices, f.own_visible_unknown)),
+    "NRI annotations": Fact(frozenset({"nri_requests", "namespace", "gpu_containers"}),
+                            _nri_key),
+    # (read by the verdicts' fold, not by a check: which nodes DRA serves instead of a
+    # device plugin)
+    "DRA-served resources": Fact(frozenset(), lambda f, v: podclaims.demand(f, v).extended),
 }
+
+#: The node facts a check may read besides the node's name: name -> the ``NodeInfo``
+#: attributes that hold it (none for a fact worked out from the node and the view's
+#: settings, read with ``node_fact``) and its part of a node's key (None: never the same).
+NODE_FACTS: Mapping[str, Fact] = {
+    # the registered and inventoried GPUs, the cordon, the extended resources: one digest
+    "devices": Fact(frozenset({"inventory", "inventory_error", "gpus", "register_error",
+                               "cordoned", "extended_resources", "allocatable",
+                               "gpu_uuids", "gpu_types", "hami_mig_gpus", "runs_hami_mig"}),
+                    lambda n, v: n.devices),
+    # how its device plugin hands GPUs, as the plugin's pod or the cluster's own
+    # configuration says (``declared_way``): the labels the GPU Operator's and HAMi's
+    # DaemonSets select on, read for that alone
+    "device plugin's way": Fact(frozenset(), lambda n, v: declared_way(n, v)),
+    # the GPU Operator's NRI plugin runs there (``nri.runs_on``)
+    "NRI plugin": Fact(frozenset(), lambda n, v: nri.runs_on(n.labels)),
+    # what its pods hold, as the agent publishes it (re-checks of running pods)
+    "held devices": Fact(frozenset({"held"}), lambda n, v: n.held),
+}
+
+
+def declared_way(node: NodeInfo, view: ClusterView) -> delivery.Way | None:
+    """How the node's device plugin hands GPUs: first as the pod that runs it there says,
+    whoever deployed it (the agent reads it: ``delivery.learned_way``); else as the cluster's
+    own configuration says: the GPU Operator's ClusterPolicy on the nodes it runs its plugin
+    on, HAMi's device-plugin DaemonSet on the nodes it schedules to (``hamiplugin``),
+    whatever their pool: a DaemonSet's selector that also lands on another pool's nodes runs
+    HAMi's plugin there. None: nothing says."""
+    learned = delivery.learned_way(node.inventory).way if node.inventory is not None else None
+    if learned is not None:
+        return learned
+    operator = view.operator_way()
+    if operator is not None and clusterpolicy.runs_operator_plugin(node.labels):
+        return operator
+    return view.hami_way(node.labels)
+
+
+class UndeclaredRead(AttributeError):
+    """A check read a fact it did not declare: its verdicts would be kept under a key that
+    does not hold what they depend on."""
+
+
+#: whether checks are handed only what they declared: the test suite turns it on
+#: (tests/conftest.py); serving skips the wrappers, whose reads cost on every node judged
+_ENFORCE = False
+
+
+def enforce_declarations(on: bool = True) -> None:
+    """Hand every check only what it declared (``declared``), from now on."""
+    global _ENFORCE
+    _ENFORCE = on
+
+
+def _open(declared: tuple[str, ...], table: Mapping[str, Fact], check: str) -> frozenset[str]:
+    unknown = [r for r in declared if r not in table]
+    if unknown:
+        raise UndeclaredRead(f"check {check!r} declares {', '.join(unknown)}, which no "
+                             f"fact is (known: {', '.join(table)})")
+    return frozenset().union(*(table[r].fields for r in declared))
+
+
+class _DeclaredFacts:
+    """A pod's facts as one check declared them."""
+
+    __slots__ = ("_check", "_facts", "_fields")
+
+    def __init__(self, facts: PodFacts, fields: frozenset[str], check: str) -> None:
+        self._facts, self._fields, self._check = facts, fields, check
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._fields:
+            return getattr(self._facts, name)
+        raise UndeclaredRead(f"check {self._check!r} reads the pod's {name}, which no pod "
+                             "fact it declares holds: declare it in its reads")
+
+
+class _DeclaredNode:
+    """A node as one check declared it: its name, and the facts it declared."""
+
+    __slots__ = ("_check", "_facts", "_fields", "_node", "_view", "name")
+
+    def __init__(self, node: NodeInfo, fields: frozenset[str], facts: tuple[str, ...],
+                 view: ClusterView, check: str) -> None:
+        self._node, self._fields, self._facts = node, fields, facts
+        self._view, self._check, self.name = view, check, node.name
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._fields:
+            return getattr(self._node, name)
+        raise UndeclaredRead(f"check {self._check!r} reads node {self.name}'s {name}, "
+                             "which no node fact it declares holds: declare it in its "
+                             "node_reads")
+
+    def fact(self, name: str) -> Any:
+        if name not in self._facts:
+            raise UndeclaredRead(f"check {self._check!r} reads node {self.name}'s "
+                                 f"{name!r}, which it does not declare in its node_reads")
+        return NODE_FACTS[name].key(self._node, self._view)
+
+
+def node_fact(node: NodeInfo, name: str, view: ClusterView) -> Any:
+    """A node fact worked out from the node and the view's settings (``NODE_FACTS``), as
+    a check reads it: gated by its declarations when they are enforced."""
+    if isinstance(node, _DeclaredNode):
+        return node.fact(name)
+    return NODE_FACTS[name].key(node, view)
+
+
+def _fail(check: str, fact: str) -> Callable[[], GPUDemand]:
+    def undeclared() -> GPUDemand:
+        raise UndeclaredRead(f"check {check!r} reads the pod's {fact}, which it does not "
+                             "declare in its reads")
+    return undeclared
+
+
+def declared(check: NodeCheck, ask: Ask) -> Ask:
+    """``ask`` as ``check`` may read it: its facts opened only as far as it declared."""
+    if not _ENFORCE:
+        return ask
+    fields = _open(check.reads, FACTS, check.name)
+    demand = ask.demand if "GPU demand" in check.reads else _fail(check.name, "GPU demand")
+    facts = cast(PodFacts, _DeclaredFacts(ask.facts, fields, check.name))
+    return ask._replace(facts=facts, demand=demand)
+
+
+def declared_node(check: NodeCheck, node: NodeInfo, view: ClusterView) -> NodeInfo:
+    """``node`` as ``check`` may read it."""
+    if not _ENFORCE:
+        return node
+    fields = _open(check.node_reads, NODE_FACTS, check.name)
+    return cast(NodeInfo, _DeclaredNode(node, fields, check.node_reads, view, check.name))

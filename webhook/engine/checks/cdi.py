@@ -302,9 +302,8 @@ def _fold(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy,
             demand.append(cand.demand_of(facts, hami_pool))
         return demand[0]
 
-    ask = Ask(facts, policy.by_name[pool_name], view, policy,
-              view.handler_of(facts.runtime_class), hami_pool, demand_of)
-    active: list[tuple[tuple[NodeCheck, Any], ...]] = []  # prepared on the first node judged
+    ask = Ask(facts, policy.by_name[pool_name], view, policy, hami_pool, demand_of)
+    active: list[tuple[tuple[NodeCheck, Ask, Any], ...]] = []  # prepared on the first node judged
     placement, unsteered = facts.placement, facts.unsteered
     extended = podclaims.demand(facts, view).extended
 

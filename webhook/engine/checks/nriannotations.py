@@ -4,7 +4,6 @@ GPU Operator's NRI plugin injects them.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import Any
 
 from webhook.api import delivery
@@ -14,6 +13,7 @@ from webhook.engine.checks.assessment import (
     NodeAssessment,
     NodeCheck,
     NodeState,
+    node_fact,
     worse,
 )
 from webhook.engine.placement import candidates as cand
@@ -23,13 +23,13 @@ from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
 
-def assess_annotations(node: NodeInfo, facts: PodFacts, plugin: nri.NRIPlugin
-                       ) -> NodeAssessment | None:
+def assess_annotations(node: NodeInfo, facts: PodFacts, plugin: nri.NRIPlugin,
+                       view: ClusterView) -> NodeAssessment | None:
     """The CDI devices the pod's own ``nvidia.cdi.k8s.io`` annotations name, on a node where
     the GPU Operator's NRI plugin injects them (``webhook.engine.stacks.nri``); None: nothing
     wrong, or nothing the plugin reads there."""
     inv = node.inventory
-    if inv is None or not facts.nri_requests or not nri.runs_on(node.labels):
+    if inv is None or not facts.nri_requests or not node_fact(node, "NRI plugin", view):
         return None
     s = nri.judge(facts.nri_requests, facts.namespace, plugin, inv.kinds,
                   inv.runtime.containerd_nri)
@@ -52,7 +52,7 @@ def _assess(node: NodeInfo, ask: Ask, plugin: Any, so_far: NodeAssessment | None
     device plugin's GPUs never arrive (``NVIDIA_VISIBLE_DEVICES`` under a default runtime
     that is not NVIDIA's) while the annotations do inject a device, neither "fine" nor
     "starts without its GPUs" is true: a GPU arrives, not the one accounted for."""
-    own = assess_annotations(node, ask.facts, plugin)
+    own = assess_annotations(node, ask.facts, plugin, ask.view)
     if own is not None:
         if so_far is not None and so_far.undelivered and own.missing:
             # containerd fails the container's creation on names it cannot resolve before
@@ -60,7 +60,8 @@ def _assess(node: NodeInfo, ask: Ask, plugin: Any, so_far: NodeAssessment | None
             return own
         return worse(so_far, own) if so_far is not None else own
     if so_far is None or so_far.state is not NodeState.MISSING or not so_far.undelivered \
-            or so_far.way != delivery.VISIBLE_DEVICES or not nri.runs_on(node.labels):
+            or so_far.way != delivery.VISIBLE_DEVICES \
+            or not node_fact(node, "NRI plugin", ask.view):
         return None
     named = sorted({n for _, value in ask.facts.nri_requests for n in value.split(",")})
     covered = _covers_accounted(node, ask)
@@ -112,12 +113,6 @@ def _covers_accounted(node: NodeInfo, ask: Ask) -> str:
     return "; ".join(dict.fromkeys(found))
 
 
-def _node_key(node: NodeInfo, view: ClusterView) -> Hashable:
-    # (the ClusterPolicy is a setting: changing it starts every fold over)
-    return node.devices, nri.runs_on(node.labels)
-
-
-CHECK = NodeCheck("NRI annotations", reads=("NRI annotations",),
-                  node_reads=("inventory", "labels", "the cluster's ClusterPolicy"),
-                  combine=Combine.REFINE, prepare=_prepare, assess=_assess,
-                  node_key=_node_key)
+CHECK = NodeCheck("NRI annotations", reads=("NRI annotations", "GPU demand"),
+                  node_reads=("devices", "NRI plugin"), combine=Combine.REFINE,
+                  assess=_assess, prepare=_prepare)

@@ -4,7 +4,6 @@ their value instead of the device plugin's.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import Any
 
 from webhook.api import delivery
@@ -17,7 +16,6 @@ from webhook.engine.checks.assessment import (
     worse,
 )
 from webhook.engine.pod.podfacts import PodFacts
-from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
 
@@ -78,10 +76,8 @@ def _assess(node: NodeInfo, ask: Ask, prepared: Any, so_far: NodeAssessment | No
     return assess_own_devices(node, ask.facts, ask.handler, so_far)
 
 
-def _node_key(node: NodeInfo, view: ClusterView) -> Hashable:
-    return node.devices
-
-
-CHECK = NodeCheck("own NVIDIA_VISIBLE_DEVICES", reads=("own NVIDIA_VISIBLE_DEVICES",),
-                  node_reads=("inventory", "registered GPUs"), combine=Combine.REFINE,
-                  prepare=_prepare, assess=_assess, node_key=_node_key)
+CHECK = NodeCheck("own NVIDIA_VISIBLE_DEVICES",
+                  reads=("own NVIDIA_VISIBLE_DEVICES", "runtime class",
+                         "privileged GPU containers"),
+                  node_reads=("devices",), combine=Combine.REFINE, assess=_assess,
+                  prepare=_prepare)

@@ -9,7 +9,6 @@ plugin could hand the pod. MIG devices and HAMi's device cordon are judged here 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import Any
 
 from webhook.api import delivery
@@ -20,12 +19,12 @@ from webhook.engine.checks.assessment import (
     NodeAssessment,
     NodeCheck,
     NodeState,
+    node_fact,
 )
 from webhook.engine.core.decision import SHOW_DEVICES
 from webhook.engine.core.policy import Policy, Pool
 from webhook.engine.placement import candidates as cand
-from webhook.engine.stacks import clusterpolicy, hami
-from webhook.engine.view.cluster import ClusterView
+from webhook.engine.stacks import hami
 from webhook.engine.view.nodes import NodeInfo
 
 
@@ -150,22 +149,6 @@ def _not_learned(inv: Inventory) -> str:
             "--no-plugin-pods, cannot reach the API server, or predates the look)")
 
 
-def declared_way(node: NodeInfo, view: ClusterView) -> delivery.Way | None:
-    """How the node's device plugin hands GPUs: first as the pod that runs it there says,
-    whoever deployed it (the agent reads it: ``delivery.learned_way``); else as the cluster's
-    own configuration says: the GPU Operator's ClusterPolicy on the nodes it runs its plugin
-    on, HAMi's device-plugin DaemonSet on the nodes it schedules to (``hamiplugin``),
-    whatever their pool: a DaemonSet's selector that also lands on another pool's nodes runs
-    HAMi's plugin there. None: nothing says."""
-    learned = delivery.learned_way(node.inventory).way if node.inventory is not None else None
-    if learned is not None:
-        return learned
-    operator = view.operator_way()
-    if operator is not None and clusterpolicy.runs_operator_plugin(node.labels):
-        return operator
-    return view.hami_way(node.labels)
-
-
 def _assess_mig(node: NodeInfo, inv: Inventory, resources: list[str], way: delivery.Way,
                 handler: str | None, device_kind: str, privileged: bool) -> NodeAssessment:
     """A pod asking for MIG devices: the device plugin hands it ids of the MIG devices it
@@ -216,25 +199,14 @@ def _mig_name(device: str) -> bool:
     return device.startswith("MIG-") or ":" in device
 
 
-def _prepare(ask: Ask) -> Any:
-    return True
-
-
 def _assess(node: NodeInfo, ask: Ask, prepared: Any, so_far: NodeAssessment | None
             ) -> NodeAssessment:
     return assess_node(node, ask.pool, ask.facts.runtime_class, ask.handler, ask.demand(),
                        ask.policy, ask.facts.privileged_gpus,
-                       declared_way(node, ask.view))
-
-
-def _node_key(node: NodeInfo, view: ClusterView) -> Hashable:
-    # Its labels are read only to tell how the node's device plugin hands GPUs.
-    return node.devices, declared_way(node, view)
+                       node_fact(node, "device plugin's way", ask.view))
 
 
 CHECK = NodeCheck("device plugin's GPUs",
                   reads=("GPU demand", "runtime class", "privileged GPU containers"),
-                  node_reads=("inventory", "registered GPUs", "cordoned GPUs", "labels",
-                              "the cluster's ClusterPolicy and HAMi DaemonSet"),
-                  combine=Combine.FIRST, prepare=_prepare, assess=_assess,
-                  node_key=_node_key)
+                  node_reads=("devices", "device plugin's way"),
+                  combine=Combine.FIRST, assess=_assess)
