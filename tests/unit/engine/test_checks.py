@@ -1,5 +1,5 @@
 """The checks as a registered list: what each reads makes the verdict cache key, so pods that
-differ in it never share a verdict, and the pod-level checks merge as they declare."""
+differ in it never share a verdict, and the pod-level checks join as one."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_pods_differing_in_what_a_check_reads_get_their_own_verdicts(tmp_path):
     assert not second.final.allowed, second.final.to_json()
 
 
-def test_a_denial_ends_validation_and_an_allowed_answer_merges_as_declared(tmp_path):
+def test_a_denial_ends_validation_and_an_allowed_answer_joins(tmp_path):
     """The user-namespace check comes first: its denial is the answer even where the
     delivery check would deny too. Allowed (``onUserNamespace: warn``), it lends only its
     warning, and the delivery check's finding (its message and nodes) still decides."""

@@ -187,7 +187,7 @@ def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decis
             continue
         if not found.allowed:  # a denial ends validation
             return replace(found, scheduler_name=scheduler)
-        d = check.merge(d, found)
+        d = registry.join(d, found)
     return _with_access(d, facts, view, policy, False)
 
 

@@ -27,6 +27,7 @@ def decide(facts: PodFacts, pool: str, view: ClusterView | None, policy: Policy
     if policy.on_user_namespace is OnFinding.DENY:
         return deny(Reason.USER_NAMESPACE_UNSUPPORTED, message, of_subject=True, gpu=True,
                     pool=pool)
-    return allow(Reason.ROUTED, gpu=True, pool=pool, message=message, of_subject=True,
+    # (a warning only: the pod's own finding stays its statement)
+    return allow(Reason.ROUTED, gpu=True, pool=pool,
                  warnings=("gpupool: hostUsers: false GPU pods fail under the NVIDIA "
                            "toolkit's hooks (#648)",))
