@@ -30,7 +30,6 @@ Pods that cannot reach a node that would hand them GPUs are untouched, and so ar
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 from webhook.api import delivery
@@ -283,9 +282,9 @@ def decision(facts: PodFacts, e: Exposure, policy: Policy, stage_mutates: bool,
                     "value it ends with: a later mutating webhook changed it. Fix: " + fix,
                     of_subject=True, gpu=base.gpu, pool=base.pool,
                     scheduler_name=base.scheduler_name)
-    voided = replace(base, patch=(*base.patch, *void_ops(facts, e)))
+    voided = base._replace(patch=(*base.patch, *void_ops(facts, e)))
     voided = voided.saying(f"{base.statement}; {VARIABLE}=void set: {what}") if base.gpu \
-        else replace(voided.saying(f": {VARIABLE}=void set: {what}", of_subject=True),
-                     reason=Reason.ACCESS_VOIDED)
+        else voided.saying(f": {VARIABLE}=void set: {what}",
+                           of_subject=True)._replace(reason=Reason.ACCESS_VOIDED)
     return voided.warned(f"gpupool: {VARIABLE}=void set in {len(e.containers)} container(s) "
                          "that ask for no GPU; see docs/security.md")

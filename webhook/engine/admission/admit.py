@@ -137,7 +137,7 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     shape."""
     decide_facts = pods.mutate if stage.mutating else pods.validate
     if view is None:
-        return decide_facts(PodFacts.parse(obj, namespace, policy), view, policy).about(
+        return decide_facts(PodFacts.parse(obj, namespace, policy, view), view, policy).about(
             who_of(obj, namespace))
     spec = obj.get("spec")
     claims = podclaims.claims_key(spec, namespace, view).encode() \
@@ -156,7 +156,7 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     # without a lock is one step under the GIL; an enum hashes in Python)
     key = ("pod", stage.value, policy.cache_key, namespace, digest)
     kept = view.until_any_change(key, lambda: decide_facts(
-        PodFacts.parse(shape, namespace, policy), view, policy))
+        PodFacts.parse(shape, namespace, policy, view), view, policy))
     return kept.about(who_of(obj, namespace))
 
 
@@ -190,7 +190,7 @@ class Review:
         # (built directly: ``dataclasses.replace`` costs more than the rest of this)
         return Decision(v.allowed, said.reason, said.statement, v.gpu, m.pool,
                         m.scheduler_name, m.patch, with_warnings(m.warnings, v.warnings),
-                        v.nodes, v.unchecked, said.of_subject, said.subject, m.encoded)
+                        v.nodes, v.unchecked, said.of_subject, said.subject)
 
 
 def review(subject: Subject, view: ClusterView | None, policy: Policy) -> Review:

@@ -23,7 +23,7 @@ from webhook.engine.core.policy import (
     Policy,
 )
 from webhook.engine.placement import routing
-from webhook.engine.pod import affinity, podclaims
+from webhook.engine.pod import affinity
 from webhook.engine.pod.podfacts import DEFAULT_SCHEDULER, PodFacts
 from webhook.engine.view.cluster import ClusterView
 
@@ -42,7 +42,7 @@ def _prelude(facts: PodFacts, view: ClusterView | None, policy: Policy
     """Shared first steps: GPU pod? custom scheduler? which pool? Returns an early decision,
     or the route for the caller to act on."""
     if not facts.is_gpu_pod and not routing.routed_classes(facts, view, policy):
-        unresolved = podclaims.demand(facts, view).unresolved if policy.serves_dra else ()
+        unresolved = facts.claims.unresolved if policy.serves_dra else ()
         return allow(Reason.NOT_GPU_POD, warnings=(
             f"gpupool: {ref} not found; if it asks for GPUs, the pod is not routed to a GPU "
             "pool" for ref in unresolved)), None
@@ -186,7 +186,7 @@ def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decis
         if found is None:
             continue
         if not found.allowed:  # a denial ends validation
-            return replace(found, scheduler_name=scheduler)
+            return found._replace(scheduler_name=scheduler)
         d = registry.join(d, found)
     return _with_access(d, facts, view, policy, False)
 

@@ -169,7 +169,7 @@ def recheck(pod: Mapping[str, Any], view: ClusterView, policy: Policy,
         # It holds its devices already (or will, the same, at its first start): what it
         # holds decides, not what the device plugin would hand a new pod.
         rp = restart_policy(policy)
-        facts = PodFacts.parse(as_admitted(pod), namespace or "default", rp)
+        facts = PodFacts.parse(as_admitted(pod), namespace or "default", rp, view)
         restart = restart_answer(pod, facts, d.pool, bound, view, rp)
         if restart is not None:
             outcome = _RESTART_OUTCOMES[restart.state]

@@ -253,7 +253,7 @@ def restart_answer(pod: Mapping[str, Any], facts: PodFacts, pool: str, node: Nod
     checks no devices, DRA serves them, or it asks for none)."""
     if not policy.by_name[pool].cdi.checked or not facts.gpus:
         return None
-    extended = podclaims.demand(facts, view).extended
+    extended = facts.claims.extended
     if extended and all(podclaims.dra_served(node, r, extended) for r in facts.gpus):
         return None
     cached = cached_answer(pod, node)

@@ -277,7 +277,7 @@ def allocation_on_nodes(claims: Iterable[Mapping[str, Any]], view: ClusterView,
 def can_allocate(facts: PodFacts, pool: str, view: ClusterView, policy: Policy) -> bool:
     """Can some candidate node of the pool allocate the pod's claims (once every held
     device is free), or serve it by device plugin?"""
-    d = podclaims.demand(facts, view)
+    d = facts.claims
     if not d.any or view.device_classes() is None:
         return False
     s = _summary(facts, d, pool, view, policy)
@@ -301,7 +301,7 @@ def dra_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
                  ) -> Decision | None:
     """None when the pod asks nothing of DRA or all is well; else a denial, or an allowed
     decision carrying warnings and the nodes that cannot serve it."""
-    d = podclaims.demand(facts, view)
+    d = facts.claims
     if not d.any:
         return None
     warnings = [f"gpupool: {ref} not found yet; its devices were not checked"

@@ -18,7 +18,6 @@ from typing import Any, NamedTuple, cast
 from webhook.api import delivery
 from webhook.engine.core.policy import Policy, Pool
 from webhook.engine.placement.candidates import GPUDemand
-from webhook.engine.pod import podclaims
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import clusterpolicy, nri
 from webhook.engine.view.cluster import ClusterView
@@ -146,7 +145,7 @@ FACTS: Mapping[str, Fact] = {
                             _nri_key),
     # (read by the verdicts' fold, not by a check: which nodes DRA serves instead of a
     # device plugin)
-    "DRA-served resources": Fact(frozenset(), lambda f, v: podclaims.demand(f, v).extended),
+    "DRA-served resources": Fact(frozenset(), lambda f, v: f.claims.extended),
 }
 
 #: The node facts a check may read besides the node's name: name -> the ``NodeInfo``

@@ -14,7 +14,7 @@ count as "unknown", which the policy turns into a warning by default.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
@@ -275,12 +275,7 @@ def verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy)
     decision, steering, ``cdi.repair`` and ``doctor`` share. Kept per pod shape as nodes
     change (``ClusterView.fold``): the pods of one workload pay for the scan of their
     candidates once, and a node change costs that node alone; asked again of the same pod
-    (steering, then repair), it is the same answer."""
-    return facts.once(f"verdicts {pool_name}", _verdicts, facts, pool_name, view, policy)
-
-
-def _verdicts(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
-              ) -> Verdicts:
+    (steering, then repair), the fold answers."""
     shape = nodechecks.shape_key(facts, view)
     key = ("cdi", policy.cache_key, pool_name, shape)
     # (a kept fold, nearly always: what judging a node takes is built only without one)
@@ -305,7 +300,7 @@ def _fold(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy,
     ask = Ask(facts, policy.by_name[pool_name], view, policy, hami_pool, demand_of)
     active: list[tuple[tuple[NodeCheck, Ask, Any], ...]] = []  # prepared on the first node judged
     placement, unsteered = facts.placement, facts.unsteered
-    extended = podclaims.demand(facts, view).extended
+    extended = facts.claims.extended
 
     def per_node(n: NodeInfo, known: NodeAssessment | None = None) -> _NodeVerdict | None:
         """This node's part in the verdicts (None: not a candidate at all, or one where DRA,
@@ -525,17 +520,16 @@ def cdi_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
         why = NO_NODES if view.synced else NOT_SYNCED
         unchecked = "no-nodes" if view.synced else "not-synced"
         if policy.on_no_node_view is OnFinding.DENY:
-            return replace(deny(Reason.NODE_VIEW_MISSING,
-                                f": CDI devices cannot be checked: {why} (onNoNodeView: "
-                                "deny); retry in a moment, or see the webhook's "
-                                "/readyz?verbose", of_subject=True, gpu=True, pool=pool_name),
-                           unchecked=unchecked)
+            return deny(Reason.NODE_VIEW_MISSING,
+                        f": CDI devices cannot be checked: {why} (onNoNodeView: deny); retry "
+                        "in a moment, or see the webhook's /readyz?verbose", of_subject=True,
+                        gpu=True, pool=pool_name)._replace(unchecked=unchecked)
         return allow(Reason.ROUTED, gpu=True, pool=pool_name,
                      message=f": CDI devices not checked: {why}", of_subject=True,
                      warnings=(f"gpupool: CDI devices not checked: {why}",),
                      unchecked=unchecked)
     s = verdicts(facts, pool_name, view, policy)
-    if not s.total and podclaims.demand(facts, view).extended:
+    if not s.total and facts.claims.extended:
         return None  # DRA serves it on every node it could reach: ``allocation`` judges
     finding = _finding(s, facts, policy.is_hami_pool(pool_name), policy)
     if finding is None:
@@ -558,7 +552,7 @@ def node_verdict(node: NodeInfo, view: ClusterView, policy: Policy,
     spec: dict[str, object] = {"nodeName": node.name}
     if resource is not None:
         spec["containers"] = [{"name": "probe", "resources": {"limits": {resource: 1}}}]
-    probe = PodFacts.parse({"spec": spec}, None, policy)
+    probe = PodFacts.parse({"spec": spec}, None, policy, view)
     s = verdicts(probe, pool_name, view, policy)
     failing = s.missing + s.unknown
     return failing[0] if failing else NodeAssessment(node.name, NodeState.OK)

@@ -10,7 +10,7 @@ module and one line here; what each check asks of every node is ``nodechecks``' 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from webhook.engine.checks import allocation, cdi, usernamespace
 from webhook.engine.core.decision import Decision, with_warnings
@@ -34,7 +34,7 @@ def join(d: Decision, found: Decision) -> Decision:
     unchecked, and its warnings. A finding that should not speak for the pod makes no
     statement."""
     said = found if found.statement else d
-    return replace(d, nodes=d.nodes + found.nodes, statement=said.statement,
+    return d._replace(nodes=d.nodes + found.nodes, statement=said.statement,
                    of_subject=said.of_subject, unchecked=found.unchecked or d.unchecked,
                    warnings=with_warnings(d.warnings, found.warnings))
 

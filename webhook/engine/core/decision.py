@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.engine.core.patch import Op, encode_patch
 
@@ -89,11 +89,11 @@ class NodeFinding:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What the engine decided, frozen: a decision kept for a pod shape is handed to every
-    pod of that shape (``about``), so nothing may change it after it is made; a later stage
-    that adds to it makes a new one (``replace``, ``warned``).
+class Decision(NamedTuple):
+    """What the engine decided, immutable: a decision kept for a pod shape is handed to
+    every pod of that shape (``about``), so nothing may change it after it is made; a later
+    stage that adds to it makes a new one (``_replace``, ``warned``). (A named tuple: one is
+    built for every review, and a frozen dataclass costs several times more to build.)
 
     The message is rendered here, once, from what was said: a statement either stands alone
     or continues a sentence whose subject is the object decided on (``of_subject``). The
@@ -117,15 +117,6 @@ class Decision:
     of_subject: bool = False
     #: how the message names the object ("pod ns/name"), once ``about`` told it
     subject: str = ""
-    #: (the patch, its encoding): made with the decision, so the replicas sharing a kept
-    #: decision share one encoding; a decision given another patch encodes that one
-    encoded: tuple[tuple[Op, ...], str] | None = field(default=None, repr=False,
-                                                        compare=False)
-
-    def __post_init__(self) -> None:
-        enc = self.encoded
-        if self.patch and (enc is None or enc[0] is not self.patch):
-            object.__setattr__(self, "encoded", (self.patch, encode_patch(self.patch)))
 
     @property
     def message(self) -> str:
@@ -134,25 +125,22 @@ class Decision:
 
     def encoded_patch(self) -> str:
         """The base64 text a response carries for ``patch``."""
-        return self.encoded[1] if self.encoded is not None else encode_patch(self.patch)
+        return encode_patch(self.patch)
 
     def about(self, subject: str) -> Decision:
         """This decision, naming ``subject`` (a decision kept for a pod shape, told of the
-        pod at hand). (Built directly: ``dataclasses.replace`` costs several times more, and
-        every review of a known shape makes one.)"""
-        return Decision(self.allowed, self.reason, self.statement, self.gpu, self.pool,
-                        self.scheduler_name, self.patch, self.warnings, self.nodes,
-                        self.unchecked, self.of_subject, subject, self.encoded)
+        pod at hand)."""
+        return self._replace(subject=subject)
 
     def warned(self, *texts: str) -> Decision:
         """This decision with ``texts`` among its warnings (each fitted, none twice)."""
         warnings = with_warnings(self.warnings, texts)
-        return self if warnings is self.warnings else replace(self, warnings=warnings)
+        return self if warnings is self.warnings else self._replace(warnings=warnings)
 
     def saying(self, statement: str, *, of_subject: bool | None = None) -> Decision:
         """This decision with another statement (about the subject as before, unless told)."""
-        return replace(self, statement=statement,
-                       of_subject=self.of_subject if of_subject is None else of_subject)
+        return self._replace(statement=statement,
+                             of_subject=self.of_subject if of_subject is None else of_subject)
 
     def to_json(self) -> dict[str, Any]:
         return {

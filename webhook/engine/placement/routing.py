@@ -15,7 +15,7 @@ from typing import NamedTuple
 from webhook.engine.core import objects
 from webhook.engine.core.decision import Reason
 from webhook.engine.core.policy import POOL_LABEL, Policy
-from webhook.engine.pod import affinity, podclaims
+from webhook.engine.pod import affinity
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import dra
 from webhook.engine.view.cluster import ClusterView
@@ -65,13 +65,9 @@ class _DraRoutes(NamedTuple):
 _NO_ROUTES = _DraRoutes({}, ())
 
 
-def _dra_routes(facts: PodFacts, view: ClusterView | None, policy: Policy) -> _DraRoutes:
-    """What the pod's claims' DeviceClasses say of its pool: worked out once per pod."""
-    return facts.once("dra-routes", _routes_of, facts, view, policy)
-
-
-def _routes_of(facts: PodFacts, view: ClusterView | None, policy: Policy) -> _DraRoutes:
-    d = podclaims.demand(facts, view)
+def _dra_routes(facts: PodFacts, policy: Policy) -> _DraRoutes:
+    """What the pod's claims' DeviceClasses say of its pool."""
+    d = facts.claims
     if d is dra.NO_DEMAND:
         return _NO_ROUTES  # (nearly every pod)
     # per request, in the scheduler's order: (pool, class) for each alternative a pool
@@ -109,7 +105,7 @@ def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
     scheduler tries them (the first request's alternatives, in turn). Only when no pool
     serves them all does every pool's evidence come back, which routing then names as a
     conflict."""
-    found = _dra_routes(facts, view, policy).found
+    found = _dra_routes(facts, policy).found
     return {k: list(v) for k, v in found.items()} if found else {}
 
 
@@ -117,7 +113,7 @@ def alternative_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
                       ) -> tuple[str, ...]:
     """The pools that serve one alternative of every request of the pod's claims, in the
     order the scheduler tries the alternatives (``routed_classes`` routes to the first)."""
-    return _dra_routes(facts, view, policy).order
+    return _dra_routes(facts, policy).order
 
 
 def _serving_pools(resource: str, cls: str, view: ClusterView, policy: Policy
@@ -141,7 +137,7 @@ def _only_pool_serving(facts: PodFacts, view: ClusterView, policy: Policy
     (which the pod asks for) are served in one pool alone, that pool not being the default
     one: the default scheduler would place the pod there, and pinning it to the default
     pool would leave it pending forever (KEP-5004, HAMi-DRA's class)."""
-    extended = podclaims.demand(facts, view).extended
+    extended = facts.claims.extended
     if not extended:
         return None
     pools = frozenset.intersection(*(_serving_pools(r, c, view, policy) for r, c in extended))
@@ -159,7 +155,7 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
     placement, namespace, GPU resources and pools' exclusive annotations; pods that differ
     elsewhere (their image, a variable, a label no rule reads) are routed once. The Route
     returned is shared: never changed by its callers."""
-    if view is None or podclaims.demand(facts, view) is not dra.NO_DEMAND:
+    if view is None or facts.claims is not dra.NO_DEMAND:
         return _route(facts, view, policy)  # (claims change without the memo knowing)
     label = facts.labels.get(POOL_LABEL)
     key = ("route", policy.cache_key, facts.namespace,

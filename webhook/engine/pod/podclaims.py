@@ -1,9 +1,9 @@
 """What a pod asks of Dynamic Resource Allocation: its claims as the view knows them, and
 the extended resources a DeviceClass serves.
 
-One answer, worked out once per pod, read by routing (a claim's DeviceClass is evidence of
-its pool), by the CDI check (an extended resource DRA serves is not the device plugin's to
-deliver) and by the DRA check itself.
+One answer, worked out when the pod is parsed (``PodFacts.claims``), read by routing (a
+claim's DeviceClass is evidence of its pool), by the CDI check (an extended resource DRA
+serves is not the device plugin's to deliver) and by the DRA check itself.
 """
 
 from __future__ import annotations
@@ -11,33 +11,30 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import dra
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
 
-def demand(facts: PodFacts, view: ClusterView | None) -> dra.ClaimDemand:
-    """What the pod asks of DRA: its claims as the view knows them, and the extended
-    resources a DeviceClass serves. Worked out once per pod."""
-    return facts.once("dra", _demand, facts, view)
-
-
-def _demand(facts: PodFacts, view: ClusterView | None) -> dra.ClaimDemand:
+def resolve(spec: Mapping[str, Any], resources: frozenset[str], namespace: str | None,
+            view: ClusterView | None) -> dra.ClaimDemand:
+    """What a pod asks of DRA: its claims as the view knows them, and the extended resources
+    (of ``resources``, those it asks for) a DeviceClass serves. Worked out when the pod is
+    parsed (``PodFacts.claims``)."""
     if view is None:
         return dra.NO_DEMAND
-    refs = dra.pod_claim_refs(facts.spec)
+    refs = dra.pod_claim_refs(spec)
     classes = view.device_classes() or {}
-    extended = dra.extended_classes(facts.resources, classes) if classes else ()
+    extended = dra.extended_classes(resources, classes) if classes else ()
     if not refs and not extended:
         return dra.NO_DEMAND
     claims, unresolved = [], []
     for entry, kind, name in refs:
-        spec = view.claim(kind, facts.namespace or "", name)
-        if spec is None:
+        found = view.claim(kind, namespace or "", name)
+        if found is None:
             unresolved.append(f"{kind} {name}")
         else:
-            claims.append(dra.PodClaim(entry, f"{kind} {name}", spec))
+            claims.append(dra.PodClaim(entry, f"{kind} {name}", found))
     return dra.ClaimDemand(tuple(claims), tuple(unresolved), extended)
 
 

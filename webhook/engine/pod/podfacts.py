@@ -9,9 +9,8 @@ the one answer to whether the pod can reach a node.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, TypeVar, cast
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 from webhook.api.inventory import MIG_RESOURCE_PREFIX
 from webhook.engine.core import objects
@@ -24,9 +23,10 @@ from webhook.engine.core.policy import (
     Policy,
 )
 from webhook.engine.core.resources import container_list, is_zero_quantity, requested_names
-from webhook.engine.pod import affinity
+from webhook.engine.pod import affinity, podclaims
 from webhook.engine.pod.placement import Placement
-from webhook.engine.stacks import hami, nri
+from webhook.engine.stacks import dra, hami, nri
+from webhook.engine.view.cluster import ClusterView
 
 DEFAULT_SCHEDULER = "default-scheduler"
 #: HAMi's annotations that pick among a node's GPUs.
@@ -37,7 +37,6 @@ _VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 #: Added capabilities that make a container privileged as the NVIDIA toolkit counts it
 #: (``internal/config/image/privileged.go``: CAP_SYS_ADMIN), with or without ``CAP_``.
 PRIVILEGED_CAPABILITIES = ("SYS_ADMIN", "ALL")
-T = TypeVar("T")
 
 #: The pod's labels a decision reads: the pool it names, HAMi's opt-out (the patch sets it),
 #: HAMi-DRA's mark. ``PodFacts`` holds no other, so no rule can read another without
@@ -81,10 +80,13 @@ def decision_metadata(meta: Mapping[str, Any], policy: Policy) -> dict[str, Any]
 
 
 class PodFacts(NamedTuple):
-    """What the engine knows of one pod; immutable. ``obj`` is the object as received: only
-    the patch builder reads it, because a JSON patch must address the object's actual shape.
-    (A named tuple: every review builds two, and a frozen dataclass costs several times
-    more to build.)"""
+    """What the engine knows of one pod, worked out whole when it is parsed and never
+    changed: every rule reads these values, none works one out and keeps it. ``obj`` is the
+    object as received: only the patch builder reads it, because a JSON patch must address
+    the object's actual shape. ``claims`` is what it asks of DRA as the view resolved its
+    claims when it was parsed: the snapshot every rule of one decision reads. (A named
+    tuple: every review of a new pod shape builds two, and a frozen dataclass costs several
+    times more to build.)"""
 
     obj: Mapping[str, Any]
     namespace: str | None
@@ -100,11 +102,29 @@ class PodFacts(NamedTuple):
     containers: tuple[Mapping[str, Any], ...]
     resources: frozenset[str]  # the extended resources it asks for (a non-zero quantity)
     gpus: frozenset[str]  # those of them the policy counts as GPUs
-    #: what the properties below worked out, each at most once (not part of the facts)
-    memo: dict[str, Any]
+    #: where its own fields let it run, steering included (as it will be scheduled)
+    placement: Placement
+    #: its placement without gpupool's own steering requirements: the nodes the pod could
+    #: reach had gpupool not kept it off the failing ones
+    unsteered: Placement
+    #: HAMi's GPU-picking annotations, as sent (None where absent)
+    narrowing: tuple[object, ...]
+    #: what its GPU containers say (``gpu_containers`` and the properties after it)
+    gpu: _GPUContainers
+    #: per container, the CDI devices its ``nvidia.cdi.k8s.io`` annotations name for the
+    #: GPU Operator's NRI plugin (empty for nearly every pod)
+    nri_requests: nri.Requests
+    #: everything its GPU demand is computed from (its containers' resources and HAMi's
+    #: narrowing annotations), as one string: part of the verdicts' key
+    demand_key: str
+    #: what it asks of DRA, as the view resolves its claims (``podclaims.resolve``)
+    claims: dra.ClaimDemand
 
     @classmethod
-    def parse(cls, obj: Mapping[str, Any], namespace: str | None, policy: Policy) -> PodFacts:
+    def parse(cls, obj: Mapping[str, Any], namespace: str | None, policy: Policy,
+              view: ClusterView | None = None) -> PodFacts:
+        """``view``: where its claims and the DeviceClasses are looked up (None: it asks
+        nothing of DRA as far as this decision knows)."""
         meta = objects.meta_of(obj)
         spec = obj.get("spec")
         if not isinstance(spec, dict):
@@ -114,15 +134,24 @@ class PodFacts(NamedTuple):
         labels, annotations = meta.get("labels"), meta.get("annotations")
         items = container_list(spec)
         names = frozenset(requested_names(items))
+        gpus = frozenset(r for r in names if policy.is_gpu_resource(r))
+        read_annotations = _read_annotations(annotations, policy) \
+            if isinstance(annotations, dict) else {}
+        placement = Placement(spec)
+        bare = affinity.without_steering(spec)
+        narrowing = _narrowing(read_annotations)
         return cls(
-            obj, namespace,
-            isinstance(obj.get("metadata"), dict),
+            obj, namespace, isinstance(obj.get("metadata"), dict),
             _read_labels(labels) if isinstance(labels, dict) else {},
-            _read_annotations(annotations, policy) if isinstance(annotations, dict) else {},
-            spec, scheduler,
+            read_annotations, spec, scheduler,
             scheduler if isinstance(scheduler, str) and scheduler else DEFAULT_SCHEDULER,
             runtime_class if isinstance(runtime_class, str) else None,
-            items, names, frozenset(r for r in names if policy.is_gpu_resource(r)), {})
+            items, names, gpus, placement,
+            placement if bare is spec else Placement(bare), narrowing,
+            _gpu_containers(items, gpus),
+            _nri_requests(read_annotations, items) if read_annotations else (),
+            json_key([[c.get("resources") for c in items], narrowing]),
+            podclaims.resolve(spec, names, namespace, view))
 
     @property
     def is_gpu_pod(self) -> bool:
@@ -131,30 +160,7 @@ class PodFacts(NamedTuple):
     @property
     def asks_mig(self) -> bool:
         """It asks for MIG devices, which the agent's per-GPU labels say nothing about."""
-        return _asks_mig(self.gpus)
-
-    def once(self, key: str, compute: Callable[..., T], *args: Any) -> T:
-        """``compute(*args)``, worked out on the first call only (kept in ``memo``). (Its
-        arguments are passed, not closed over: a closure would be built on every call.)"""
-        memo = self.memo
-        if key in memo:
-            return cast(T, memo[key])
-        value = memo[key] = compute(*args)
-        return value
-
-    @property
-    def placement(self) -> Placement:
-        """Where its own fields let it run, steering included (as it will be scheduled)."""
-        hit = self.memo.get("placement")
-        if hit is None:  # (read on every review: no closure)
-            hit = self.memo["placement"] = Placement(self.spec)
-        return cast(Placement, hit)
-
-    @property
-    def unsteered(self) -> Placement:
-        """Its placement without gpupool's own steering requirements: the nodes the pod
-        could reach had gpupool not kept it off the failing ones."""
-        return self.once("unsteered", _unsteered, self)
+        return any(r.startswith(MIG_RESOURCE_PREFIX) for r in self.gpus)
 
     @property
     def node_name(self) -> str | None:
@@ -162,64 +168,34 @@ class PodFacts(NamedTuple):
         return self.placement.node_name
 
     @property
-    def narrowing(self) -> tuple[object, ...]:
-        """HAMi's GPU-picking annotations, as sent (None where absent)."""
-        return self.once("narrowing", _narrowing, self.annotations)
-
-    @property
-    def _gpu(self) -> _GPUContainers:
-        hit = self.memo.get("gpu")
-        if hit is None:  # (on every review of a GPU pod: no closure, one pass)
-            hit = self.memo["gpu"] = _gpu_containers(self.containers, self.gpus)
-        return cast(_GPUContainers, hit)
-
-    @property
     def gpu_containers(self) -> tuple[Mapping[str, Any], ...]:
         """Its containers (init containers included) that ask for one of its GPUs."""
-        return self._gpu.containers
+        return self.gpu.containers
 
     @property
     def privileged_gpus(self) -> bool:
         """Every container that asks for GPUs is privileged as the NVIDIA toolkit counts it
         (it has CAP_SYS_ADMIN: ``privileged: true`` or the capability added)."""
-        return self._gpu.privileged
+        return self.gpu.privileged
 
     @property
     def own_visible_devices(self) -> tuple[str, ...]:
         """The NVIDIA_VISIBLE_DEVICES values its GPU containers set themselves, literally
         (one from ``valueFrom`` cannot be known, and is left out): they override the device
         plugin's (``delivery.resolve_own``)."""
-        return self._gpu.own_visible
+        return self.gpu.own_visible
 
     @property
     def own_visible_unknown(self) -> bool:
         """A GPU container takes NVIDIA_VISIBLE_DEVICES from ``valueFrom``: it overrides the
         device plugin's with a value that cannot be known at admission."""
-        return self._gpu.own_visible_unknown
+        return self.gpu.own_visible_unknown
 
     @property
     def only_own_visible_devices(self) -> bool:
         """Every GPU container sets NVIDIA_VISIBLE_DEVICES itself: the plugin's value reaches
         none of them."""
-        return self._gpu.only_own_visible
-
-    @property
-    def nri_requests(self) -> nri.Requests:
-        """Per container, the CDI devices its ``nvidia.cdi.k8s.io`` annotations name for the
-        GPU Operator's NRI plugin (empty for nearly every pod)."""
-        if not self.annotations:
-            return ()
-        return self.once("nri_requests", _nri_requests, self)
-
-    @property
-    def demand_key(self) -> str:
-        """Everything a pod's GPU demand is computed from (its containers' resources and
-        HAMi's narrowing annotations), as one string: a cache key for what it decides."""
-        hit = self.memo.get("demand_key")
-        if hit is None:
-            hit = self.memo["demand_key"] = json_key(
-                [[c.get("resources") for c in self.containers], self.narrowing])
-        return cast(str, hit)
+        return self.gpu.only_own_visible
 
 
 def who_of(obj: Mapping[str, Any], namespace: str | None) -> str:
@@ -227,11 +203,6 @@ def who_of(obj: Mapping[str, Any], namespace: str | None) -> str:
     kind = obj.get("kind")
     return objects.describe(obj, namespace, kind.lower() if isinstance(kind, str) and kind
                             else "pod")
-
-
-@functools.lru_cache(maxsize=256)
-def _asks_mig(gpus: frozenset[str]) -> bool:
-    return any(r.startswith(MIG_RESOURCE_PREFIX) for r in gpus)
 
 
 def _asks_for(container: Mapping[str, Any], names: frozenset[str]) -> bool:
@@ -247,19 +218,15 @@ def _asks_for(container: Mapping[str, Any], names: frozenset[str]) -> bool:
     return False
 
 
-def _unsteered(facts: PodFacts) -> Placement:
-    spec = affinity.without_steering(facts.spec)
-    return facts.placement if spec is facts.spec else Placement(spec)
-
-
 def _narrowing(annotations: Mapping[str, Any]) -> tuple[object, ...]:
     get = annotations.get
     return get(_USE_UUID), get(_NOUSE_UUID), get(_USE_TYPE), get(_NOUSE_TYPE)
 
 
-def _nri_requests(facts: PodFacts) -> nri.Requests:
-    return nri.annotation_requests(facts.annotations, (
-        name for c in facts.containers if isinstance(name := c.get("name"), str)))
+def _nri_requests(annotations: Mapping[str, Any], items: tuple[Mapping[str, Any], ...]
+                  ) -> nri.Requests:
+    return nri.annotation_requests(annotations, (
+        name for c in items if isinstance(name := c.get("name"), str)))
 
 
 class _GPUContainers(NamedTuple):
