@@ -186,9 +186,17 @@ def _annotated(facts: PodFacts, view: ClusterView, names: frozenset[str]
     if not hit:
         return (), ()
     placement = facts.placement
-    nodes = view.memo(("access-nri", placement.key), lambda: tuple(sorted(
-        n.name for n in view.nodes() if nri.runs_on(n.labels) and placement.reaches(n))))
+
+    def per_node(n: NodeInfo) -> bool | None:
+        return True if nri.runs_on(n.labels) and placement.reaches(n) else None
+
+    nodes: tuple[str, ...] = view.fold(("access-nri", placement.key), per_node,
+                                       view.nodes).derive(_sorted_names)
     return (tuple(hit), nodes) if nodes else ((), ())
+
+
+def _sorted_names(values: dict[str, bool]) -> tuple[str, ...]:
+    return tuple(sorted(values))
 
 
 def exposure(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Exposure | None:

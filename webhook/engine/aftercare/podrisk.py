@@ -14,7 +14,6 @@ them by what it holds (``restart``): its restart gets the kubelet's cached answe
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -120,7 +119,6 @@ def finished(pod: Mapping[str, Any]) -> bool:
         or bool(meta_of(pod).get("deletionTimestamp"))
 
 
-@functools.lru_cache(maxsize=8)
 def restart_policy(policy: Policy) -> Policy:
     """The policy a running pod is re-judged under: whether its next container start gets
     its GPUs. Who wrote its annotations (HAMi's scheduler did, when it bound the pod) and
@@ -139,9 +137,9 @@ def recheck(pod: Mapping[str, Any], view: ClusterView, policy: Policy,
         return None
     meta = meta_of(pod)
     namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
+    rejudge = restart_policy(policy)
     d = decide(Stage.VALIDATE, Subject(kind="Pod", object=as_admitted(pod),
-                                        namespace=namespace or "default"), view,
-               restart_policy(policy))
+                                        namespace=namespace or "default"), view, rejudge)
     if not d.gpu or d.reason in (Reason.NOT_GPU_POD, Reason.CUSTOM_SCHEDULER,
                                  Reason.NODE_VIEW_MISSING):
         return None
@@ -164,13 +162,12 @@ def recheck(pod: Mapping[str, Any], view: ClusterView, policy: Policy,
                    Outcome.MAY_FAIL_ON_RESTART: Reason.DEVICES_UNVERIFIED}.get(outcome, d.reason)
     missing = tuple(m for f in d.nodes if f.node == node for m in f.missing) if node else ()
     bound = view.node(node) if node else None
-    if bound is not None and d.pool in policy.by_name and (
+    if bound is not None and d.pool is not None and d.pool in policy.by_name and (
             d.allowed or d.reason in DEVICE_REASONS):
         # It holds its devices already (or will, the same, at its first start): what it
         # holds decides, not what the device plugin would hand a new pod.
-        rp = restart_policy(policy)
-        facts = PodFacts.parse(as_admitted(pod), namespace or "default", rp, view)
-        restart = restart_answer(pod, facts, d.pool, bound, view, rp)
+        facts = PodFacts.parse(as_admitted(pod), namespace or "default", rejudge, view)
+        restart = restart_answer(pod, facts, d.pool, bound, view, rejudge)
         if restart is not None:
             outcome = _RESTART_OUTCOMES[restart.state]
             reason, message, missing = restart.reason, restart.message, restart.missing

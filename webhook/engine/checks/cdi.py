@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cached_property
 from typing import Any
 
 from webhook.api import delivery
@@ -68,29 +67,18 @@ class Verdicts:
     #: Every candidate that has the pod's GPUs but would fail it, reachable or not
     every_failing: tuple[NodeAssessment, ...] = ()
 
-    @cached_property
-    def can_fail(self) -> tuple[str, ...]:
-        """The nodes steering keeps the pod off, doubt or not: a missing device, or a GPU a
-        cordon names that HAMi's scheduler may still hand out (``requireInventory`` adds
-        every other failing node); worked out once per pod shape, for the pods steering
-        judges by name."""
-        return tuple(sorted(c.node for c in self.every_failing
-                            if c.state is NodeState.MISSING or c.may_fail))
-
-    @cached_property
-    def every_failing_node(self) -> tuple[str, ...]:
-        return tuple(sorted(c.node for c in self.every_failing))
+    #: the nodes steering keeps the pod off, doubt or not: a missing device, or a GPU a
+    #: cordon names that HAMi's scheduler may still hand out (``requireInventory`` adds
+    #: every other failing node)
+    can_fail: tuple[str, ...] = ()
+    every_failing_node: tuple[str, ...] = ()
+    #: the nodes that may fail, as messages quote them
+    failing_text: str = ""
 
     @property
     def checked(self) -> int:
         """Judged nodes: those that have the pod's GPUs (and are reachable, if any are)."""
         return self.ok + len(self.missing) + len(self.unknown)
-
-    @cached_property
-    def failing_text(self) -> str:
-        """The nodes that may fail, as messages quote them; memoised with the summary, since
-        every pod of one shape repeats it."""
-        return _summary(self.missing + self.unknown)
 
 
 def _summary(checks: list[NodeAssessment]) -> str:
@@ -197,13 +185,18 @@ def _summarise(verdicts: dict[str, _NodeVerdict]) -> Verdicts:
     failing = sorted((c for _, _, c in judged if c is not None), key=lambda c: c.node)
     every_failing = failing if len(judged) == len(fit) else sorted(
         (c for _, _, c in fit if c is not None), key=lambda c: c.node)
+    missing = [c for c in failing if c.state == NodeState.MISSING]
+    unknown = [c for c in failing if c.state == NodeState.UNKNOWN]
     return Verdicts(
         total=len(verdicts), unfit=unfit, ok=len(judged) - len(failing),
-        missing=[c for c in failing if c.state == NodeState.MISSING],
-        unknown=[c for c in failing if c.state == NodeState.UNKNOWN],
+        missing=missing, unknown=unknown,
         findings=[NodeFinding(c.node, c.missing, c.note) for c in failing][:MAX_FINDINGS],
         reachable=bool(placed) or not fit,
-        every_failing=tuple(every_failing))
+        every_failing=tuple(every_failing),
+        can_fail=tuple(sorted(c.node for c in every_failing
+                              if c.state is NodeState.MISSING or c.may_fail)),
+        every_failing_node=tuple(sorted(c.node for c in every_failing)),
+        failing_text=_summary(missing + unknown))
 
 
 def _why(pool: Pool, missing: list[NodeAssessment]) -> str:

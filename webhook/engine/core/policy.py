@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cached_property
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -176,58 +176,48 @@ class Policy:
     audit_mutations: bool = False
     access: Access = field(default_factory=Access)
 
-    @cached_property
-    def cache_key(self) -> int:
-        """Stable per policy content (every field: the dataclass's own hash); memo keys use
-        it instead of hashing the whole policy on each lookup."""
-        return hash(self)
+    # What the fields imply, worked out once when the policy is made (it never changes):
+    #: stable per policy content (every field above: the dataclass's own hash); the fold
+    #: and per-shape keys use it instead of hashing the whole policy on each lookup
+    cache_key: int = field(init=False, compare=False, repr=False)
+    #: every pool's ``exclusiveAnnotations``: pod annotations routing reads
+    exclusive_annotations: frozenset[str] = field(init=False, compare=False, repr=False)
+    #: every pool's ``exclusiveResources``: a pod asking for none of them (nearly every pod)
+    #: skips routing's look for them pool by pool
+    exclusive_resources: frozenset[str] = field(init=False, compare=False, repr=False)
+    by_name: Mapping[str, Pool] = field(init=False, compare=False, repr=False)
+    pool_by_label_value: Mapping[str, str] = field(init=False, compare=False, repr=False)
+    schedulers: frozenset[str] = field(init=False, compare=False, repr=False)
+    exact_gpu_resources: frozenset[str] = field(init=False, compare=False, repr=False)
+    gpu_resource_patterns: tuple[str, ...] = field(init=False, compare=False, repr=False)
+    #: whether any pool serves DRA DeviceClasses
+    serves_dra: bool = field(init=False, compare=False, repr=False)
+    _gpu_patterns: tuple[re.Pattern[str], ...] = field(init=False, compare=False, repr=False)
 
-    @cached_property
-    def exclusive_annotations(self) -> frozenset[str]:
-        """Every pool's ``exclusiveAnnotations``: pod annotations routing reads."""
-        return frozenset(a for p in self.pools for a in p.exclusive_annotations)
-
-    @cached_property
-    def exclusive_resources(self) -> frozenset[str]:
-        """Every pool's ``exclusiveResources``: a pod asking for none of them (nearly every
-        pod) skips routing's look for them pool by pool."""
-        return frozenset(r for p in self.pools for r in p.exclusive_resources)
-
-    @cached_property
-    def by_name(self) -> dict[str, Pool]:
-        return {p.name: p for p in self.pools}
-
-    @cached_property
-    def pool_by_label_value(self) -> dict[str, str]:
-        return {v: p.name for p in self.pools for v in p.label_values}
-
-    @cached_property
-    def schedulers(self) -> frozenset[str]:
-        return frozenset(p.scheduler_name for p in self.pools)
-
-    @cached_property
-    def exact_gpu_resources(self) -> frozenset[str]:
-        return frozenset(r for r in self.gpu_resources if not _is_pattern(r))
-
-    @cached_property
-    def gpu_resource_patterns(self) -> tuple[str, ...]:
-        return tuple(r for r in self.gpu_resources if _is_pattern(r))
-
-    @cached_property
-    def _gpu_resource_memo(self) -> dict[str, bool]:
-        return {}  # memo of is_gpu_resource: every pod names cpu, memory, ... again
+    def __post_init__(self) -> None:
+        patterns = tuple(r for r in self.gpu_resources if _is_pattern(r))
+        derived: dict[str, object] = {
+            "exclusive_annotations": frozenset(
+                a for p in self.pools for a in p.exclusive_annotations),
+            "exclusive_resources": frozenset(
+                r for p in self.pools for r in p.exclusive_resources),
+            "by_name": MappingProxyType({p.name: p for p in self.pools}),
+            "pool_by_label_value": MappingProxyType(
+                {v: p.name for p in self.pools for v in p.label_values}),
+            "schedulers": frozenset(p.scheduler_name for p in self.pools),
+            "exact_gpu_resources": frozenset(
+                r for r in self.gpu_resources if not _is_pattern(r)),
+            "gpu_resource_patterns": patterns,
+            "serves_dra": any(p.device_classes for p in self.pools),
+        }
+        derived["_gpu_patterns"] = tuple(re.compile(fnmatch.translate(p)) for p in patterns)
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "cache_key", hash(self))
 
     def is_gpu_resource(self, name: str) -> bool:
-        if name in self.exact_gpu_resources:
-            return True
-        memo = self._gpu_resource_memo
-        hit = memo.get(name)
-        if hit is None:
-            if len(memo) > 1024:  # (names come from pods: bounded)
-                memo.clear()
-            hit = memo[name] = any(fnmatch.fnmatchcase(name, p)
-                                   for p in self.gpu_resource_patterns)
-        return hit
+        return name in self.exact_gpu_resources or any(
+            p.match(name) for p in self._gpu_patterns)
 
     def pool_for_label_value(self, value: str | None) -> str:
         """The pool of a node whose ``poolLabel`` has this value (None: label absent)."""
@@ -240,25 +230,11 @@ class Policy:
         pool asks."""
         return self.pool_for_label_value(labels.get(self.pool_label))
 
-    @cached_property
-    def serves_dra(self) -> bool:
-        """Whether any pool serves DRA DeviceClasses."""
-        return any(p.device_classes for p in self.pools)
-
-    @cached_property
-    def _class_pools(self) -> dict[str, str | None]:
-        return {}  # memo of pool_for_device_class: class names are few
-
     def pool_for_device_class(self, name: str) -> str | None:
         """The pool that serves a DeviceClass (``pools[].dra.deviceClasses``), if any."""
-        memo = self._class_pools
-        if name not in memo:
-            if len(memo) > 1024:
-                memo.clear()
-            memo[name] = next((pool.name for pool in self.pools if any(
-                name == p or (_is_pattern(p) and fnmatch.fnmatchcase(name, p))
-                for p in pool.device_classes)), None)
-        return memo[name]
+        return next((pool.name for pool in self.pools if any(
+            name == p or (_is_pattern(p) and fnmatch.fnmatchcase(name, p))
+            for p in pool.device_classes)), None)
 
     def is_hami_pool(self, pool: str) -> bool:
         return self.by_name[pool].scheduler_name == self.hami_scheduler_name

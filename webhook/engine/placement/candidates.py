@@ -3,8 +3,8 @@ affinity, and the NoSchedule/NoExecute taints it does not tolerate; then, per no
 its GPUs can serve the pod (``GPUDemand``): the count one container asks for, allocatable GPU
 resources, and HAMi's ``use-``/``nouse-gpuuuid`` and ``-gputype`` annotations.
 
-Computed from the pool index and memoised per pod shape on the cluster view, so the pods of
-one workload cost one scan per cluster change, not one per admission request.
+Computed from the pool index when a fold of a pod shape's verdicts starts
+(``ClusterView.fold``), which keeps them current node by node.
 """
 
 from __future__ import annotations
@@ -30,16 +30,17 @@ def shape_key(placement: Placement, extra: Any = None) -> str:
 
 def candidates(placement: Placement, pool: str, view: ClusterView, policy: Policy
                ) -> tuple[NodeInfo, ...]:
-    def compute() -> tuple[NodeInfo, ...]:
-        if placement.node_name is not None:
-            node = view.node(placement.node_name)
-            return (node,) if node is not None and placement.reaches(node) else ()
-        narrowed = _indexed_names(placement, view)
-        if narrowed is None:  # the pool's nodes: members already
-            return tuple(n for n in view.pool_nodes(policy, pool) if placement.reaches(n))
-        found = (view.node(n) for n in sorted(narrowed))
-        return tuple(n for n in found if n is not None and placement.reaches(n, pool, policy))
-    return view.memo(("candidates", policy.cache_key, pool, placement.key), compute)
+    """The nodes of ``pool`` the pod can reach, from the view's label index where its
+    placement narrows them: what a fold of its verdicts starts from (``ClusterView.fold``),
+    which then keeps them current node by node."""
+    if placement.node_name is not None:
+        node = view.node(placement.node_name)
+        return (node,) if node is not None and placement.reaches(node) else ()
+    narrowed = _indexed_names(placement, view)
+    if narrowed is None:  # the pool's nodes: members already
+        return tuple(n for n in view.pool_nodes(policy, pool) if placement.reaches(n))
+    found = (view.node(n) for n in sorted(narrowed))
+    return tuple(n for n in found if n is not None and placement.reaches(n, pool, policy))
 
 
 def _indexed_names(placement: Placement, view: ClusterView) -> frozenset[str] | None:

@@ -19,6 +19,7 @@ from webhook.engine.pod import affinity
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import dra
 from webhook.engine.view.cluster import ClusterView
+from webhook.engine.view.nodes import NodeInfo
 
 
 @dataclass
@@ -119,16 +120,25 @@ def alternative_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
 def _serving_pools(resource: str, cls: str, view: ClusterView, policy: Policy
                    ) -> frozenset[str]:
     """The pools with a node that advertises ``resource`` through a device plugin, or whose
-    ResourceSlices hold a device DeviceClass ``cls`` (which serves it) matches. Kept while
-    the view (its slices included) stands."""
-    def compute() -> frozenset[str]:
-        device_class = (view.device_classes() or {}).get(cls)
-        return frozenset(
-            n.pool(policy) for n in view.nodes()
-            if (n.allocatable and n.allocatable.get(resource))
-            or (device_class is not None
-                and dra.class_has_devices(view.slices_for(n.name), device_class)))
-    return view.until_any_change(("pools serving", resource, cls, policy.cache_key), compute)
+    ResourceSlices hold a device DeviceClass ``cls`` (which serves it) matches: a fold of the
+    nodes (``ClusterView.fold``), kept current as nodes and their slices change."""
+    device_class = (view.device_classes() or {}).get(cls)
+
+    def per_node(n: NodeInfo) -> str | None:
+        if (n.allocatable and n.allocatable.get(resource)) or (
+                device_class is not None
+                and dra.class_has_devices(view.slices_for(n.name), device_class)):
+            return n.pool(policy)
+        return None
+
+    pools: frozenset[str] = view.fold(("pools serving", resource, cls, policy.cache_key),
+                                      per_node, view.nodes, reads_slices=True
+                                      ).derive(_pools)
+    return pools
+
+
+def _pools(values: dict[str, str]) -> frozenset[str]:
+    return frozenset(values.values())
 
 
 def _only_pool_serving(facts: PodFacts, view: ClusterView, policy: Policy
@@ -150,21 +160,7 @@ def _only_pool_serving(facts: PodFacts, view: ClusterView, policy: Policy
 
 
 def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
-    """The pod's pool and the evidence for it. Kept (``ClusterView.memo``, until the view
-    changes) under everything it reads of a pod that asks nothing of DRA: its pool label,
-    placement, namespace, GPU resources and pools' exclusive annotations; pods that differ
-    elsewhere (their image, a variable, a label no rule reads) are routed once. The Route
-    returned is shared: never changed by its callers."""
-    if view is None or facts.claims is not dra.NO_DEMAND:
-        return _route(facts, view, policy)  # (claims change without the memo knowing)
-    label = facts.labels.get(POOL_LABEL)
-    key = ("route", policy.cache_key, facts.namespace,
-           label if label is None or isinstance(label, str) else objects.json_key(label),
-           facts.placement.key, facts.gpus, _exclusive_annotations(facts, policy))
-    return view.memo(key, lambda: _route(facts, view, policy))
-
-
-def _route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
+    """The pod's pool and the evidence for it."""
     namespace = facts.namespace
     placement = facts.placement
     out = Route()

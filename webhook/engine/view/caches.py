@@ -1,11 +1,12 @@
 """What the view keeps between decisions, and what each kind of change takes away.
 
-Three caches: the memo (any value, per key, until a change other than a slice), the folds (a value
-per node over a pod shape's candidate nodes, kept current node by node), and values kept until
-anything changes, slices included (decisions per pod shape, the pools that serve a resource:
-kept under the version they were made at, so a change makes them unreachable, and they age
-out). Which of them a change clears or updates is decided here once, from the
-kind of change (``EFFECTS``); the view's writes only say what changed.
+The engine keeps what it works out at two places, both here, and nowhere else: the folds (a
+verdict per node over a pod shape's candidate nodes, kept current node by node) and the
+decisions per pod shape (kept until anything changes, slices included: kept under the
+version they were made at, so a change makes them unreachable, and they age out). Their keys
+are made from what the rules declare they read (``checks.nodechecks``, ``admit``). Which of
+them a change clears or updates is decided here once, from the kind of change (``EFFECTS``);
+the view's writes only say what changed.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from webhook.engine.view.nodes import NodeInfo
 T = TypeVar("T")
 #: (node, the node it replaced, the value that node had) -> the node's value, or None
 Again = Callable[[NodeInfo, NodeInfo, T], "T | None"]
-_MEMO_SIZE = 4096
 #: Values kept until anything changes (``ClusterView.until_any_change``): mostly decisions
 #: per pod shape, each a few hundred bytes.
 _SHAPES = 2048
@@ -34,7 +34,8 @@ _FOLDS = 16
 class NodeFold(Generic[T]):
     """A value per node over a set of nodes, kept current node by node as the view changes.
 
-    The memo is wiped by any change; a fold is not: a node that changes is re-evaluated alone,
+    The decisions per shape start over at any change; a fold does not: a node that changes
+    is re-evaluated alone,
     so the first decision after a node change costs that node rather than a rescan of its
     pool. ``fn`` returns None for a node outside the set.
     """
@@ -107,7 +108,7 @@ class Change(Enum):
 
 @dataclass(frozen=True)
 class Effect:
-    memo: bool  # the memo is cleared (and the version bumped)
+    version: bool  # the view's version is bumped (decisions per shape start over)
     #: what the folds do: re-judge the changed nodes, drop a node, start over, re-judge the
     #: changed nodes in the folds that read slices, or nothing
     folds: str  # "update" | "remove" | "clear" | "slices" | "keep"
@@ -116,18 +117,18 @@ class Effect:
 
 
 EFFECTS: dict[Change, Effect] = {
-    Change.NODE: Effect(memo=True, folds="update"),
-    Change.NODE_GONE: Effect(memo=True, folds="remove"),
-    Change.NODES: Effect(memo=True, folds="clear"),
-    Change.NAMESPACES: Effect(memo=True, folds="keep"),
-    Change.SETTING: Effect(memo=True, folds="clear"),
-    # Nothing memoised reads slices (DRA verdicts are folds): the memo stays, and a fold
-    # being built meanwhile is not kept (``slice_changes``).
-    Change.SLICES: Effect(memo=False, folds="slices", slices=True),
-    Change.ALL_SLICES: Effect(memo=False, folds="clear", slices=True),
-    Change.SLICE_LISTING: Effect(memo=True, folds="clear", slices=True),
-    Change.SYNCED: Effect(memo=True, folds="keep"),
-    Change.CLAIMS: Effect(memo=False, folds="keep"),
+    Change.NODE: Effect(version=True, folds="update"),
+    Change.NODE_GONE: Effect(version=True, folds="remove"),
+    Change.NODES: Effect(version=True, folds="clear"),
+    Change.NAMESPACES: Effect(version=True, folds="keep"),
+    Change.SETTING: Effect(version=True, folds="clear"),
+    # (The decisions per shape start over at a slice change too: their stamp holds
+    # ``slice_changes``; a fold being built meanwhile is not kept.)
+    Change.SLICES: Effect(version=False, folds="slices", slices=True),
+    Change.ALL_SLICES: Effect(version=False, folds="clear", slices=True),
+    Change.SLICE_LISTING: Effect(version=True, folds="clear", slices=True),
+    Change.SYNCED: Effect(version=True, folds="keep"),
+    Change.CLAIMS: Effect(version=False, folds="keep"),
 }
 
 
@@ -147,16 +148,15 @@ class Changes:
 
 
 class Caches:
-    """The memo and the folds, guarded by the view's lock."""
+    """The folds and the decisions per shape, guarded by the view's lock."""
 
     def __init__(self, lock: threading.RLock) -> None:
         self.lock = lock
-        self.memo_store: OrderedDict[Any, Any] = OrderedDict()
         self.folds: OrderedDict[Any, NodeFold[Any]] = OrderedDict()
         #: (version, key) -> a value per pod shape: never cleared, it ages out (a node
         #: update must not pay for dropping thousands of them)
         self.shapes: OrderedDict[Any, Any] = OrderedDict()
-        #: bumped by every change the memo depends on
+        #: bumped by every change but a slice's (``slice_changes``)
         self.version = 0
         self.slice_changes = 0
         #: (version, slice_changes), replaced whole when either changes (read without lock)
@@ -201,9 +201,8 @@ class Caches:
                         fold.update(node)
         if effect.slices:
             self.slice_changes += 1
-        if effect.memo:
+        if effect.version:
             self.version += 1
-            self.memo_store.clear()
         self.stamp = (self.version, self.slice_changes)
 
     def _note(self, change: Change, nodes: Iterable[NodeInfo], names: Iterable[str],
@@ -258,25 +257,6 @@ class Caches:
             return cast(T, hit)
         value = compute()
         self._keep(store, _SHAPES, full, value, lambda: self.stamp == stamp)
-        return value
-
-    def memo(self, key: Any, compute: Callable[[], T]) -> T:
-        with self.lock:
-            version = self.version
-        return self._lru(self.memo_store, _MEMO_SIZE, key, compute,
-                         lambda: self.version == version)
-
-    def _lru(self, store: OrderedDict[Any, Any], size: int, key: Any, compute: Callable[[], T],
-             still: Callable[[], bool]) -> T:
-        """``compute()`` kept under ``key`` in ``store`` (bounded, LRU); computed outside
-        the lock, and kept only if ``still()`` says the view has not changed meanwhile."""
-        with self.lock:
-            hit = store.get(key)
-            if hit is not None:
-                store.move_to_end(key)
-                return cast(T, hit)  # stored by this method under this key: a T
-        value = compute()
-        self._keep(store, size, key, value, still)
         return value
 
     def _keep(self, store: OrderedDict[Any, Any], size: int, key: Any, value: Any,

@@ -32,8 +32,8 @@ class ClusterView:
     and by label), namespace labels, the cluster-wide settings, DRA objects, and whether a
     watch has synced it yet (``synced``).
 
-    Every change that matters to decisions bumps ``version``; memoised results (candidate
-    nodes for a pod shape, say) are keyed on it and per-node folds are kept current, so
+    What it keeps between decisions is in ``caches``: the folds (verdicts per node, kept
+    current node by node) and the decisions per pod shape (until anything changes), so
     repeated pods from one workload cost one scan per cluster change rather than one per
     request.
     """
@@ -271,7 +271,8 @@ class ClusterView:
             return self._index.names_with_label(key, value)
 
     def pool_nodes(self, policy: Policy, pool: str) -> tuple[NodeInfo, ...]:
-        """GPU nodes of one pool, via the pool-label index; memoised per version."""
+        """GPU nodes of one pool, via the pool-label index (what a fold of the pool's
+        verdicts starts from)."""
         def compute() -> tuple[NodeInfo, ...]:
             with self._lock:
                 index = self._index
@@ -290,7 +291,7 @@ class ClusterView:
                         names |= index.by_pool_value.get(value, set())
                 found = (index.nodes[n] for n in sorted(names))
                 return tuple(n for n in found if n.is_gpu_node(policy))
-        return self.memo(("pool-nodes", policy.cache_key, pool), compute)
+        return compute()
 
     def fold(self, key: Any, fn: Callable[[NodeInfo], T | None],
              initial: Callable[[], Iterable[NodeInfo]], *, reads_slices: bool = False,
@@ -316,16 +317,11 @@ class ClusterView:
         current = self._caches.rejudging
         return current[1] if current is not None and current[0] is node else None
 
-    def memo(self, key: Any, compute: Callable[[], T]) -> T:
-        """Cache ``compute()`` under ``key`` until the view next changes (bounded, LRU)."""
-        return self._caches.memo(key, compute)
-
     def until_any_change(self, key: Any, compute: Callable[[], T]) -> T:
-        """Cache ``compute()`` under ``key`` while nothing in the view changes, slices
-        included (the memo outlives slice changes). Bounded, LRU, apart from the memo: a
-        stream of one-off pods must not push out the candidates every pod of a pool
-        shares. A hit is found without the lock, so ``key`` must hash and compare in C
-        (tuples of str, int, bytes, None): the lookup is then one step under the GIL."""
+        """Keep ``compute()`` under ``key`` while nothing in the view changes, slices
+        included: admission's decisions per pod shape (``admit``). Bounded, LRU. A hit is
+        found without the lock, so ``key`` must hash and compare in C (tuples of str, int,
+        bytes, None): the lookup is then one step under the GIL."""
         return self._caches.until_any_change(key, compute)
 
 
