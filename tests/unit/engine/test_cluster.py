@@ -107,23 +107,3 @@ def test_every_kind_of_change_says_what_it_takes_away():
 
     assert set(EFFECTS) == set(Change)
     assert {e.folds for e in EFFECTS.values()} <= {"update", "remove", "clear", "slices", "keep"}
-
-
-def test_what_folds_share_about_a_node_being_stored_is_that_nodes_alone():
-    """While a stored node is re-judged in every fold, the folds share what they worked out
-    about it; a fold a request builds meanwhile, over other nodes, must never read that."""
-    policy = default_policy()
-    view = view_from_objects([node("h1", "hami"), node("h2", "hami")], policy)
-    other = view.node("h2")
-    seen: list[tuple[str, bool, bool]] = []
-
-    def fn(n: NodeInfo) -> int:
-        seen.append((n.name, view.rejudging(n) is not None, view.rejudging(other) is not None))
-        return 1
-
-    view.fold("probe", fn, lambda: view.pool_nodes(policy, "hami"))
-    assert seen == [("h1", False, False), ("h2", False, False)]  # built: nothing to share
-    seen.clear()
-    view.upsert_node(NodeInfo.from_object(node("h1", "hami", team="a")))
-    assert seen == [("h1", True, False)]
-    assert view.rejudging(view.node("h1")) is None  # and only while it is being stored

@@ -314,20 +314,14 @@ def _fold(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy,
         why = cand.unfit_reason(n, demand_of())
         if why:
             return (why, False, None)
-        shared = view.rejudging(n)
-        check = known or (shared.get(judged_key) if shared is not None else None)
+        check = known
         if check is None:
             if not active:
                 active.append(nodechecks.prepared(ask))
             check = nodechecks.judge(n, ask, active[0])
-            if shared is not None:
-                shared[judged_key] = check
         if check.state is NodeState.OK:
             return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
         return (None, matches, check)
-
-    # what the node checks' answer depends on besides the node: not the placement
-    judged_key = ("cdi", policy.cache_key, pool_name, shape[1:])
 
     label_reads: list[frozenset[str]] = []  # worked out on the first node stored again
 
@@ -354,21 +348,11 @@ def _fold(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy,
 
 #: stands for an OK finding the fold did not keep (it keeps only that it was OK)
 _OK = NodeAssessment("", NodeState.OK)
-#: the key, in ``ClusterView.rejudging``, of whether the node checks see it as before
-_SAME = ("node checks see the node as before",)
-
-
 def _same_to_checks(node: NodeInfo, old: NodeInfo, view: ClusterView) -> bool:
-    """Whether the node checks see ``node`` as they saw ``old``; worked out once per node
-    update, however many folds ask."""
-    shared = view.rejudging(node)
-    if shared is not None and (hit := shared.get(_SAME)) is not None:
-        return bool(hit)
+    """Whether the node checks see ``node`` as they saw ``old``: every node fact they
+    declare is as it was (``nodechecks.node_key``)."""
     new_key = nodechecks.node_key(node, view)
-    same = new_key is not None and new_key == nodechecks.node_key(old, view)
-    if shared is not None:
-        shared[_SAME] = same
-    return same
+    return new_key is not None and new_key == nodechecks.node_key(old, view)
 
 
 def _finding(s: Verdicts, facts: PodFacts, hami_pool: bool, policy: Policy) -> Finding | None:

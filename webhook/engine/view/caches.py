@@ -163,9 +163,6 @@ class Caches:
         self.stamp = (0, 0)
         #: kept only once a reader asks for it (``ClusterView.track_changes``)
         self.log: Changes | None = None
-        #: while one changed node is re-judged in every fold: the node, and what the folds
-        #: can share about it (``ClusterView.rejudging``); None otherwise
-        self.rejudging: tuple[NodeInfo, dict[Any, Any]] | None = None
 
     def changed(self, change: Change, nodes: Iterable[NodeInfo] = (),
                 names: Iterable[str] = (), namespaces: Iterable[str] = (),
@@ -180,16 +177,10 @@ class Caches:
         if effect.folds == "clear":
             self.folds.clear()
         elif effect.folds == "update":
-            try:
-                for node in nodes:
-                    # The folds of one pod's stages, of a workload's replicas on other
-                    # nodes, ask the node the same questions: each is answered once.
-                    self.rejudging = (node, {})
-                    old = replaced.get(node.name) if replaced else None
-                    for fold in self.folds.values():
-                        fold.update(node, old)
-            finally:
-                self.rejudging = None
+            for node in nodes:
+                old = replaced.get(node.name) if replaced else None
+                for fold in self.folds.values():
+                    fold.update(node, old)
         elif effect.folds == "remove":
             for name in names:
                 for fold in self.folds.values():

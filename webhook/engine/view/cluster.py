@@ -308,15 +308,6 @@ class ClusterView:
         build much to make it asks first."""
         return self._caches.kept_fold(key)
 
-    def rejudging(self, node: NodeInfo) -> dict[Any, Any] | None:
-        """While ``node`` is re-judged in every fold (it was just stored), a scratch space
-        the folds share for it alone, so a question several folds ask of it (the same pod
-        facts, another placement) is answered once; None for any other node, and at any
-        other time (a fold built meanwhile by a request, for other nodes, must not read
-        it). Keys must name everything the answer depends on besides the node."""
-        current = self._caches.rejudging
-        return current[1] if current is not None and current[0] is node else None
-
     def until_any_change(self, key: Any, compute: Callable[[], T]) -> T:
         """Keep ``compute()`` under ``key`` while nothing in the view changes, slices
         included: admission's decisions per pod shape (``admit``). Bounded, LRU. A hit is
