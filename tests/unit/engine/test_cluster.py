@@ -8,9 +8,7 @@ import dataclasses
 
 from harness.kit import gpu_pod
 from webhook.engine.admission.admit import review_pod
-from webhook.engine.view import labels as labels_mod
 from webhook.engine.view.cluster import ClusterView, view_from_objects
-from webhook.engine.view.labels import NodeLabels
 from webhook.engine.view.nodes import NodeInfo
 from webhook.policyfile import default_policy
 
@@ -63,17 +61,22 @@ def test_kept_decisions_are_dropped_when_the_pool_label_changes():
     assert after.to_json() == fresh.to_json()
 
 
-def test_shared_label_table_shares_and_stays_bounded(monkeypatch):
-    monkeypatch.setattr(labels_mod, "SHARED_LIMIT", 8)
-    monkeypatch.setattr(labels_mod, "_shared", {})
-    a = NodeLabels.build({"zone": "z1", "kubernetes.io/hostname": "n1"}, "n1")
-    b = NodeLabels.build({"zone": "z1", "kubernetes.io/hostname": "n2"}, "n2")
-    assert a.shared is b.shared  # one dict for the nodes that share labels
-    for i in range(50):  # labels that churn
-        NodeLabels.build({"zone": f"z{i}"}, f"n{i}")
-    assert len(labels_mod._shared) <= 8
-    c = NodeLabels.build({"zone": "z1", "kubernetes.io/hostname": "n3"}, "n3")
-    assert dict(c.shared) == dict(a.shared) and c.get("zone") == "z1"
+def test_nodes_in_the_view_share_their_common_labels_and_let_go_of_them():
+    """Nodes of one group hold one dict of the labels they share, in the view; a set of
+    labels no node holds any more is not held either (labels that churn do not grow it)."""
+    policy = default_policy()
+    view = view_from_objects([node("a", "hami", zone="z1"), node("b", "hami", zone="z1")],
+                             policy)
+    a, b = view.node("a"), view.node("b")
+    assert a.labels.shared is b.labels.shared and a.labels.get("zone") == "z1"
+    for i in range(50):  # labels that churn, on one node
+        view.upsert_node(NodeInfo.from_object(node("b", "hami", zone=f"z{i + 2}")))
+    assert view.node("b").labels.get("zone") == "z51"
+    assert len({id(n.labels.shared) for n in view.nodes()}) == 2
+    view.upsert_node(NodeInfo.from_object(node("b", "hami", zone="z1")))
+    assert view.node("b").labels.shared is view.node("a").labels.shared
+    assert view.names_with_label("zone", "z1") == {"a", "b"}
+    assert not view.names_with_label("zone", "z51")
 
 
 def test_kept_decisions_follow_runtime_class_changes(tmp_path):

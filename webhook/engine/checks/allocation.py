@@ -12,7 +12,6 @@ anything gpupool cannot evaluate is a warning.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import json
 from collections.abc import Iterable, Mapping
@@ -165,7 +164,6 @@ def _waits(facts: PodFacts, d: dra.ClaimDemand, able: Iterable[NodeFinding],
     return tried
 
 
-@functools.lru_cache(maxsize=1024)
 def _terms(allocated: str) -> tuple[Any, ...]:
     return tuple(json.loads(allocated))
 

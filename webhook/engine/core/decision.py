@@ -7,7 +7,6 @@ Add codes; never rename one.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -194,11 +193,8 @@ MESSAGE_LIMIT = 8192
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-@functools.lru_cache(maxsize=512)
 def clean_warning(text: str) -> str:
-    """Fit a warning to what the API server passes on: no control characters, < 120 chars.
-
-    Cached: the pods of one workload repeat the same few warnings on every review."""
+    """Fit a warning to what the API server passes on: no control characters, < 120 chars."""
     text = _CONTROL.sub(" ", text).strip()
     if len(text) >= WARNING_LIMIT:
         text = text[: WARNING_LIMIT - 4].rstrip() + "..."

@@ -8,7 +8,6 @@ do not touch.
 from __future__ import annotations
 
 import base64
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,9 +21,7 @@ def escape(token: str | int) -> str:
     return str(token).replace("~", "~0").replace("/", "~1")
 
 
-@functools.lru_cache(maxsize=1024)
 def pointer(*tokens: str | int) -> str:
-    """(Kept: every routed pod's patch addresses the same few paths.)"""
     return "".join("/" + escape(t) for t in tokens)
 
 

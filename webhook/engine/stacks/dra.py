@@ -69,10 +69,6 @@ class DeviceClass(NamedTuple):
 
 #: A field of a device as CEL sees it: ("attributes" or "capacity", domain, name).
 Field = tuple[str, str, str]
-#: Fields every device of a slice shares, interned across slices: the thousands of nodes of
-#: one GPU model hold one copy. Bounded: past this many distinct sets it starts over.
-_SHARED: dict[tuple[tuple[Field, Any], ...], tuple[tuple[Field, Any], ...]] = {}
-_SHARED_LIMIT = 4096
 
 
 def _attribute_value(raw: object) -> Any:
@@ -120,14 +116,6 @@ def _cel_value(v: Any) -> Any:
     if isinstance(v, tuple):
         return {v[0]: v[1]}
     return v
-
-
-def _interned(t: tuple[Any, ...]) -> tuple[Any, ...]:
-    """One copy of an equal tuple across slices: device names, bus IDs and indexes repeat
-    node after node (UUIDs do not, and are kept as they come)."""
-    if len(_SHARED) >= _SHARED_LIMIT:
-        _SHARED.clear()
-    return _SHARED.setdefault(t, t)
 
 
 class Capacity(NamedTuple):
@@ -194,8 +182,8 @@ def _extras(dev: Mapping[str, Any]) -> DeviceExtras | None:
 @dataclass(frozen=True, eq=False, slots=True)
 class Slice:
     """A ResourceSlice, reduced: whose devices, where they can be used, and each device's
-    fields as columns: the fields all its devices share (interned), and per device the few
-    that differ (UUID, bus ID, index)."""
+    fields as columns: the fields all its devices share (one copy across equal slices in
+    the view: ``draobjects``), and per device the few that differ (UUID, bus ID, index)."""
 
     name: str
     driver: str
@@ -252,10 +240,9 @@ class Slice:
             if all(v == values[0] for v in values) and values[0] is not None:
                 shared.append((k, values[0]))
             else:
-                varying.append((k, _interned(values)))
+                varying.append((k, values))
         return cls(name, sys.intern(driver), node if isinstance(node, str) and node else None,
-                   _interned(tuple(names)),
-                   _interned(tuple(shared)), tuple(varying),
+                   tuple(names), tuple(shared), tuple(varying),
                    tuple(held) if any(held) else (),
                    pool=(sys.intern(str(pool.get("name") or "")),
                          generation if isinstance(generation, int) else 0,

@@ -1,11 +1,18 @@
 """The DRA objects the view holds: ResourceSlices by the node they serve (None: every node),
 and ResourceClaims and templates by name. Claims change with every pod that uses a template,
 so they are read on demand and never invalidate anything.
+
+Slices of one GPU model repeat their device names, shared fields, bus IDs and indexes node
+after node: a slice stored is given the equal tuples a slice here holds already, so the
+thousands of nodes of one model hold one copy, and a tuple no slice holds any more leaves
+with its last slice.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from webhook.engine.stacks import dra
 
@@ -16,9 +23,11 @@ class DRAObjects:
         self.by_node: dict[str | None, dict[str, dra.Slice]] = {}
         #: (kind, namespace, name) -> what the claim asks for
         self.claims: dict[tuple[str, str, str], dra.ClaimSpec] = {}
+        #: tuple -> (the copy slices hold, how many hold it)
+        self._held: dict[tuple[Any, ...], tuple[tuple[Any, ...], list[int]]] = {}
 
     def replace_slices(self, slices: Iterable[dra.Slice]) -> None:
-        self.slices, self.by_node = {}, {}
+        self.slices, self.by_node, self._held = {}, {}, {}
         for s in slices:
             self._add(s)
 
@@ -31,6 +40,7 @@ class DRAObjects:
                 return None
             del self.slices[name]
             self.by_node.get(old.node, {}).pop(name, None)
+            self._release(old)
         else:
             self._add(s)
         return {x.node for x in (old, s) if x is not None}
@@ -39,8 +49,27 @@ class DRAObjects:
         old = self.slices.pop(s.name, None)
         if old is not None:
             self.by_node.get(old.node, {}).pop(old.name, None)
+            self._release(old)
+        s = self._share(s)
         self.slices[s.name] = s
         self.by_node.setdefault(s.node, {})[s.name] = s
+
+    def _share(self, s: dra.Slice) -> dra.Slice:
+        """``s`` holding the copies of its tuples slices here hold already."""
+        def hold(t: tuple[Any, ...]) -> tuple[Any, ...]:
+            held, count = self._held.setdefault(t, (t, [0]))
+            count[0] += 1
+            return held
+        return dataclasses.replace(s, names=hold(s.names), shared=hold(s.shared),
+                                   varying=tuple((k, hold(v)) for k, v in s.varying))
+
+    def _release(self, s: dra.Slice) -> None:
+        for t in (s.names, s.shared, *(v for _, v in s.varying)):
+            entry = self._held.get(t)
+            if entry is not None:
+                entry[1][0] -= 1
+                if entry[1][0] <= 0:
+                    del self._held[t]
 
     def slices_for(self, node: str, own: bool = False) -> tuple[dra.Slice, ...]:
         mine = tuple(self.by_node.get(node, {}).values())

@@ -1,7 +1,10 @@
 """The nodes, indexed so a pool's nodes and a label's nodes are found without a scan.
 
 Per-node labels are indexed pair by pair; label dicts shared by many nodes (``NodeLabels``)
-by the nodes that share them. Not locked itself: the view holds its lock around every call.
+by the nodes that share them: a node stored with the same shared labels as a node already
+here is given that node's dict, so a node group of thousands holds one copy (GPU nodes carry
+150+ labels, nearly all alike), and a dict no node holds any more leaves with its last node.
+Not locked itself: the view holds its lock around every call.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ class NodeIndex:
         self.by_pool_value: dict[str | None, set[str]] = {}
         self._by_own_label: dict[tuple[str, str], set[str]] = {}
         self._by_shared: dict[int, tuple[Mapping[str, str], set[str]]] = {}
+        #: the shared label dicts held, by content
+        self._shared_by_content: dict[frozenset[tuple[str, str]], dict[str, str]] = {}
         #: nodes where HAMi runs a GPU in MIG mode (its steering label cannot tell)
         self.hami_mig: set[str] = set()
         #: nodes whose device plugin registered MIG devices as nvidia.com/gpu (its single
@@ -67,6 +72,10 @@ class NodeIndex:
         own, shared = _split(node.labels)
         for pair in own.items():
             self._by_own_label.setdefault(pair, set()).add(node.name)
+        if isinstance(node.labels, NodeLabels) and node.labels.shared:
+            held = self._shared_by_content.setdefault(frozenset(node.labels.shared.items()),
+                                                      node.labels.shared)
+            node.labels.shared = shared = held  # (equal: the node reads the same labels)
         self._by_shared.setdefault(id(shared), (shared, set()))[1].add(node.name)
         if node.runs_hami_mig():
             self.hami_mig.add(node.name)
@@ -92,6 +101,7 @@ class NodeIndex:
             entry[1].discard(node.name)
             if not entry[1]:
                 del self._by_shared[id(shared)]
+                self._shared_by_content.pop(frozenset(shared.items()), None)
         self.hami_mig.discard(node.name)
         self.single_mig.discard(node.name)
 

@@ -3,13 +3,13 @@
 GPU nodes carry 150+ labels (GPU feature discovery, NFD), nearly all identical across a node
 group; a 5,000-node cache holding a dict per node spends most of its memory on copies. Each
 node's labels are split into the few that are per node (hostname, zone, anything equal to
-the node's name) and the rest, which is interned: nodes with the same rest share one dict.
+the node's name) and the rest, which nodes with the same rest share: the view's index gives
+each node stored the dict an equal node holds already (``view.index``).
 """
 
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -23,25 +23,6 @@ PER_NODE_KEYS = frozenset({
 })
 
 _EMPTY: dict[str, str] = {}
-#: Distinct shared label sets kept for sharing. Past this the table starts over: sharing is
-#: a memory saving, never a correctness matter, and a cluster whose labels churn must not
-#: grow it without end.
-SHARED_LIMIT = 4096
-_shared: dict[frozenset[tuple[str, str]], dict[str, str]] = {}
-_lock = threading.Lock()
-
-
-def _intern_shared(items: dict[str, str]) -> dict[str, str]:
-    if not items:
-        return _EMPTY
-    key = frozenset(items.items())
-    with _lock:
-        found = _shared.get(key)
-        if found is None:
-            if len(_shared) >= SHARED_LIMIT:
-                _shared.clear()
-            found = _shared[key] = items
-        return found
 
 
 class NodeLabels(Mapping[str, str]):
@@ -64,7 +45,7 @@ class NodeLabels(Mapping[str, str]):
                     own[k] = v
                 else:
                     shared[k] = v
-        return cls(_intern_shared(shared), own or _EMPTY)
+        return cls(shared or _EMPTY, own or _EMPTY)
 
     def get(self, key: str, default: Any = None) -> Any:
         v = self.own.get(key)
