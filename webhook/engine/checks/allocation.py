@@ -61,7 +61,7 @@ def _extended_claims(d: dra.ClaimDemand, spec: Mapping[str, Any]
 
 
 def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodClaim],
-                view: ClusterView) -> _NodeCheck:
+                view: ClusterView, verdicts: dra.Verdicts) -> _NodeCheck:
     """The pod's claims on this node: its own, plus the extended resources the node gets
     through DRA (``extra``); where device plugins serve all it asks, their count."""
     for c in d.claims:
@@ -88,7 +88,8 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
     slices = view.slices_for(node.name)
     classes = view.device_classes() or {}
     # each request judged alone, by counting: worked out at most once
-    alone = dra.judge_node(claims, slices, classes) if _one_plain_request(claims, slices) \
+    alone = dra.judge_node(claims, slices, classes, verdicts) \
+        if _one_plain_request(claims, slices) \
         else None
     if alone is not None and not alone.fatal and not alone.doubt:
         # One request of whole devices on plain slices: counting its devices is the
@@ -104,7 +105,7 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
         # Name the request no device here serves even alone, where there is one; else the
         # requests fail only together (constraints, capacity, counters, one device each).
         if alone is None:
-            alone = dra.judge_node(claims, slices, classes)
+            alone = dra.judge_node(claims, slices, classes, verdicts)
         return _NodeCheck(node.name, False, alone.why or result.why)
     return _accept(node, True, "")
 
@@ -230,15 +231,18 @@ def _summary(facts: PodFacts, d: dra.ClaimDemand, pool: str, view: ClusterView, 
     verdicts are: the pods of a workload pay for the scan once."""
     asked = {r for r, _ in d.extended}
     extra = _extended_claims(d, facts.spec)
+    # selector verdicts per device fields, kept with the fold (``dra.match_slice``)
+    verdicts: dra.Verdicts = {}
 
     def per_node(n: NodeInfo) -> tuple[_NodeCheck, tuple[str, str] | None] | None:
         if not facts.placement.reaches(n, pool, policy,
                                        devices=bool(view.slices_for(n.name, own=True))):
             return None
         hits = [(r, c) for r, c in mixed_resources(n, view.device_classes(),
-                                                    view.slices_for(n.name)) if r in asked]
+                                                    view.slices_for(n.name), verdicts)
+                if r in asked]
         mixed = hits[0] if hits else None
-        return _check_node(n, d, extra, view), mixed
+        return _check_node(n, d, extra, view, verdicts), mixed
 
     def initial() -> Iterable[NodeInfo]:
         if facts.node_name:
@@ -443,7 +447,8 @@ def _no_devices(facts: PodFacts, pool: str, policy: Policy, reason: Reason, mess
 
 
 def mixed_resources(node: NodeInfo, classes: Mapping[str, dra.DeviceClass] | None,
-                    slices: Iterable[dra.Slice]) -> list[tuple[str, str]]:
+                    slices: Iterable[dra.Slice], verdicts: dra.Verdicts | None = None
+                    ) -> list[tuple[str, str]]:
     """(resource, DeviceClass) pairs a device plugin and a DRA class both serve on this node
     (``slices``: the ResourceSlices it reaches): the device plugin advertises the resource,
     and the class that names it as its ``extendedResourceName`` matches a device here. The
@@ -454,4 +459,4 @@ def mixed_resources(node: NodeInfo, classes: Mapping[str, dra.DeviceClass] | Non
     slices = tuple(slices)
     return [(c.extended_resource, c.name) for c in classes.values()
             if c.extended_resource and node.allocatable.get(c.extended_resource)
-            and dra.class_has_devices(slices, c)]
+            and dra.class_has_devices(slices, c, verdicts)]

@@ -123,11 +123,12 @@ def _serving_pools(resource: str, cls: str, view: ClusterView, policy: Policy
     ResourceSlices hold a device DeviceClass ``cls`` (which serves it) matches: a fold of the
     nodes (``ClusterView.fold``), kept current as nodes and their slices change."""
     device_class = (view.device_classes() or {}).get(cls)
+    verdicts: dra.Verdicts = {}  # (kept with the fold: ``dra.match_slice``)
 
     def per_node(n: NodeInfo) -> str | None:
         if (n.allocatable and n.allocatable.get(resource)) or (
                 device_class is not None
-                and dra.class_has_devices(view.slices_for(n.name), device_class)):
+                and dra.class_has_devices(view.slices_for(n.name), device_class, verdicts)):
             return n.pool(policy)
         return None
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, NamedTuple
 
@@ -194,8 +194,6 @@ class Slice:
     shared: tuple[tuple[Field, Any], ...]
     varying: tuple[tuple[Field, tuple[Any, ...]], ...]  # None where a device lacks it
     taints: tuple[tuple[Mapping[str, Any], ...], ...]  # per device; () when none has any
-    #: per request shape: the devices it matched (a cache; a changed slice is a new object)
-    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
     #: (pool name, generation, resourceSliceCount): the allocator takes a pool whole
     pool: tuple[str, int, int] = ("", 0, 1)
     #: spec.allNodes, spec.nodeSelector (JSON), spec.perDeviceNodeSelection
@@ -274,9 +272,10 @@ class Slice:
         return value
 
 
-#: (selectors, a slice's shared fields, the varying fields they read) -> verdict
-_VERDICTS: dict[Any, bool | str] = {}
-_VERDICTS_LIMIT = 65536
+#: (selectors, a slice's shared fields, the varying fields they read) -> verdict: what a
+#: fold of DRA verdicts keeps with it (``match_slice``), at most this many
+VERDICTS_LIMIT = 65536
+Verdicts = dict[Any, Any]
 
 
 class DeviceRequest(NamedTuple):
@@ -486,19 +485,21 @@ class Matched(NamedTuple):
     fatal: str = ""
 
 
-def match_slice(s: Slice, request: DeviceRequest, device_class: DeviceClass) -> Matched:
-    """The request's devices among the slice's; kept on the slice per request shape.
+def match_slice(s: Slice, request: DeviceRequest, device_class: DeviceClass,
+                verdicts: Verdicts | None = None) -> Matched:
+    """The request's devices among the slice's.
 
     Devices the selectors cannot tell apart (every field they read is equal) are judged
-    once: on a node of eight identical GPUs that is one evaluation, and across the nodes of
-    one model one evaluation in all (``_VERDICTS``). Which fields a selector reads is
-    worked out from its text (``cel.referenced_names``); one it cannot tell that of is
-    judged device by device."""
+    once: on a node of eight identical GPUs that is one evaluation, and, across the nodes
+    of one model, one evaluation for every node a fold of DRA verdicts judges (``verdicts``,
+    which the fold keeps: its key is the selectors and the device fields they read). Which
+    fields a selector reads is worked out from its text (``cel.referenced_names``); one it
+    cannot tell that of is judged device by device."""
+    if verdicts is None:
+        verdicts = {}
+    elif len(verdicts) >= VERDICTS_LIMIT:
+        verdicts.clear()
     selectors = device_class.selectors + request.selectors
-    key = (selectors, request.tolerations and repr(request.tolerations))
-    hit = s.memo.get(key)
-    if hit is not None:
-        return hit  # type: ignore[no-any-return]  # the memo holds only what this returns
     compiled = [cel.compile_selector(e) for e in selectors]
     names = cel.referenced_names(selectors)
     columns = [(i, k) for i, (k, _) in enumerate(s.varying) if names is None or k[2] in names]
@@ -509,7 +510,7 @@ def match_slice(s: Slice, request: DeviceRequest, device_class: DeviceClass) -> 
     error = fatal = ""
     for values, members in groups.items():
         vkey = (selectors, s.driver, s.shared, tuple(k for _, k in columns), values)
-        verdict = _VERDICTS.get(vkey)
+        verdict = verdicts.get(vkey)
         if verdict is None:
             device = s.device(members[0])
             verdict = True
@@ -519,9 +520,7 @@ def match_slice(s: Slice, request: DeviceRequest, device_class: DeviceClass) -> 
                     verdict = RuntimeFailure(verdict)
                 if verdict is not True:
                     break
-            if len(_VERDICTS) >= _VERDICTS_LIMIT:
-                _VERDICTS.clear()
-            _VERDICTS[vkey] = verdict
+            verdicts[vkey] = verdict
         if isinstance(verdict, RuntimeFailure):
             fatal = fatal or f"device {s.names[members[0]]}: {verdict}"
             continue
@@ -535,16 +534,15 @@ def match_slice(s: Slice, request: DeviceRequest, device_class: DeviceClass) -> 
                 tainted += 1
             else:
                 count += 1
-    out = Matched(count, tainted, error, fatal)
-    if len(s.memo) < 64:
-        s.memo[key] = out
-    return out
+    return Matched(count, tainted, error, fatal)
 
 
-def class_has_devices(slices: Iterable[Slice], device_class: DeviceClass) -> bool:
+def class_has_devices(slices: Iterable[Slice], device_class: DeviceClass,
+                      verdicts: Verdicts | None = None) -> bool:
     """Does the class match a device in these slices (tainted or not: it is advertised)?"""
     r = DeviceRequest(device_class.name, device_class.name, (), 1, False, ())
-    return any((m := match_slice(s, r, device_class)).found or m.tainted for s in slices)
+    return any((m := match_slice(s, r, device_class, verdicts)).found or m.tainted
+               for s in slices)
 
 
 class NodeResult(NamedTuple):
@@ -559,7 +557,8 @@ class NodeResult(NamedTuple):
 
 
 def _judge_request(claim: PodClaim, r: DeviceRequest, slices: tuple[Slice, ...],
-                   classes: Mapping[str, DeviceClass]) -> tuple[bool, str, str, str]:
+                   classes: Mapping[str, DeviceClass], verdicts: Verdicts | None
+                   ) -> tuple[bool, str, str, str]:
     """(served, why not, doubt, fatal) for one request, or one ``firstAvailable``
     alternative."""
     dc = classes.get(r.device_class)
@@ -568,7 +567,7 @@ def _judge_request(claim: PodClaim, r: DeviceRequest, slices: tuple[Slice, ...],
     found = tainted = 0
     doubt = fatal = ""
     for s in slices:
-        m = match_slice(s, r, dc)
+        m = match_slice(s, r, dc, verdicts)
         found, tainted = found + m.found, tainted + m.tainted
         doubt = doubt or m.error
         fatal = fatal or (f"{claim.source} request {r.name}: {m.fatal}" if m.fatal else "")
@@ -593,7 +592,8 @@ def _judge_request(claim: PodClaim, r: DeviceRequest, slices: tuple[Slice, ...],
 
 
 def judge_node(claims: Iterable[PodClaim], slices: Iterable[Slice],
-               classes: Mapping[str, DeviceClass]) -> NodeResult:
+               classes: Mapping[str, DeviceClass], verdicts: Verdicts | None = None
+               ) -> NodeResult:
     """Could every claim be allocated from these slices (the node's own and those every
     node reaches)? Each request alone; alternatives of ``firstAvailable`` in turn."""
     slices = tuple(slices)
@@ -602,7 +602,8 @@ def judge_node(claims: Iterable[PodClaim], slices: Iterable[Slice],
         for alternatives in claim.spec.requests:
             why = ""
             for r in alternatives:
-                served, reason, seen, fatal = _judge_request(claim, r, slices, classes)
+                served, reason, seen, fatal = _judge_request(claim, r, slices, classes,
+                                                             verdicts)
                 doubt = doubt or seen
                 if fatal:
                     return NodeResult(False, fatal, doubt, fatal)
