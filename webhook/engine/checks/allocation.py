@@ -96,7 +96,7 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
         # allocator's answer, and far cheaper (identical devices are judged once).
         return _accept(node, alone.ok, alone.why)
     result = allocator.allocate([c.spec for c in claims], node.name, node.labels, slices,
-                                classes, None, term_matches, view.release())
+                                classes, None, term_matches, view.release(), compiled=verdicts)
     if result.ok is None:
         return _NodeCheck(node.name, False, result.why, result.why)
     if not result.ok:
@@ -148,6 +148,7 @@ def _waits(facts: PodFacts, d: dra.ClaimDemand, able: Iterable[NodeFinding],
     in_use = allocator.InUse.of(held)
     extra = _extended_claims(d, facts.spec)
     tried = 0
+    compiled: dra.Verdicts = {}  # (the selectors, compiled once for the nodes tried)
     for finding in able:
         node = view.node(finding.node)
         if node is None:
@@ -159,7 +160,7 @@ def _waits(facts: PodFacts, d: dra.ClaimDemand, able: Iterable[NodeFinding],
             c.spec for r, c in extra.items() if podclaims.dra_served(node, r, d.extended))
         now = allocator.allocate(claims, node.name, node.labels, view.slices_for(node.name),
                                  view.device_classes() or {}, in_use, term_matches,
-                                 view.release())
+                                 view.release(), compiled=compiled)
         if now.ok is not False:
             return 0
     return tried
@@ -265,12 +266,13 @@ def allocation_on_nodes(claims: Iterable[Mapping[str, Any]], view: ClusterView,
     specs = [dra.claim_spec("ResourceClaim", c) for c in claims]
     held = allocator.InUse.of(view.held_devices()) if in_use else None
     out = {}
+    compiled: dra.Verdicts = {}  # (the selectors, compiled once for every node)
     for name in sorted(view.nodes_with_slices()):
         node = view.node(name)
         labels = node.labels if node is not None else {}
         r = allocator.allocate(specs, name, labels, view.slices_for(name),
                                view.device_classes() or {}, held, term_matches,
-                               view.release())
+                               view.release(), compiled=compiled)
         out[name] = "doubt" if r.ok is None else "ok" if r.ok else \
             f"error: {r.fatal}" if r.fatal else "no"
     return out

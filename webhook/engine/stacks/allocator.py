@@ -300,8 +300,12 @@ class _Search:
     def __init__(self, claims: Sequence[ClaimSpec], devices: list[_Device],
                  counters: Mapping[tuple[str, str], Mapping[str, Mapping[str, Fraction]]],
                  incomplete: set[tuple[str, str]], classes: Mapping[str, DeviceClass],
-                 in_use: InUse, budget: int, release: Release) -> None:
+                 in_use: InUse, budget: int, release: Release,
+                 compiled: dict[Any, Any] | None = None) -> None:
         self.claims, self.devices, self.classes = claims, devices, classes
+        #: the selectors compiled (``cel.held_selector``), for this search or the caller's
+        #: fold
+        self.compiled: dict[Any, Any] = {} if compiled is None else compiled
         self.release = release
         self.incomplete = incomplete
         self.in_use = in_use
@@ -343,9 +347,10 @@ class _Search:
         d = self.devices[d_index]
         ok = True
         for expr in (*q.cls.selectors, *q.r.selectors):
-            verdict = cel.evaluate(cel.compile_selector(expr), d.view)
+            selector = cel.held_selector(expr, self.compiled)
+            verdict = cel.evaluate(selector, d.view)
             if isinstance(verdict, str):
-                if cel.compile_selector(expr).program is None:
+                if selector.program is None:
                     raise _Budget(f"selector {expr!r} could not be evaluated: {verdict}")
                 raise _Error(f"request {q.name}: device {d.id[2]}: "
                              f"{RuntimeFailure(verdict)}")
@@ -557,12 +562,14 @@ class _Search:
 def allocate(claims: Sequence[ClaimSpec], node: str, labels: Mapping[str, str],
              slices: Iterable[Slice], classes: Mapping[str, DeviceClass],
              in_use: InUse | None, term_matches: Callable[..., bool],
-             release: Release = NEWEST_RELEASE, budget: int = BUDGET) -> Outcome:
+             release: Release = NEWEST_RELEASE, budget: int = BUDGET,
+             compiled: dict[Any, Any] | None = None) -> Outcome:
     """Could these claims be allocated together on ``node``, with ``in_use`` held (None:
-    every held device free), as ``release``'s allocator decides?"""
+    every held device free), as ``release``'s allocator decides? ``compiled``: where the
+    selectors compiled are kept for the caller's other nodes (a fold of DRA verdicts)."""
     devices, counters, incomplete = devices_on(node, labels, slices, term_matches)
     search = _Search(claims, devices, counters, incomplete, classes, in_use or InUse(),
-                     budget, release)
+                     budget, release, compiled)
     try:
         search.prepare()
         for claim in search.plan:

@@ -366,9 +366,8 @@ def _max(xs: list[Any]) -> Any:
 # RE2 patterns (Python's re reads the ones selectors use alike).
 
 
-@functools.lru_cache(maxsize=256)
 def _regex(pattern: str) -> re.Pattern[str]:
-    try:
+    try:  # (``re`` keeps the patterns it compiled)
         return re.compile(pattern)
     except re.error as exc:
         raise CELError(f"invalid regex {pattern!r}: {exc}") from exc
@@ -531,9 +530,9 @@ class Selector(NamedTuple):
     domains: tuple[tuple[str, str], ...] = ()
 
 
-@functools.lru_cache(maxsize=1024)
 def compile_selector(text: str) -> Selector:
-    """Compile once per distinct expression (every pod of a workload repeats its claim's)."""
+    """The expression compiled (some 150 us): a caller that evaluates it on many devices
+    compiles it once for all of them (``held_selector``)."""
     try:
         program = _env().compile(_typed(text))
     except RuntimeError as exc:
@@ -600,7 +599,17 @@ _WHOLE_MAP = re.compile(r"device\.(attributes|capacity)\s*(\[\s*('[^']*'|\"[^\"]
                         r"\s*)?(?![\s.\[]|\s*\[)")
 
 
-@functools.lru_cache(maxsize=1024)
+def held_selector(text: str, held: dict[Any, Any]) -> Selector:
+    """``compile_selector(text)``, compiled once for everything ``held`` is kept with: a
+    fold of DRA verdicts (``dra.match_slice``), one allocation (``allocator.allocate``)."""
+    key = ("compiled", text)
+    hit = held.get(key)
+    if hit is None:
+        hit = held[key] = compile_selector(text)
+    assert isinstance(hit, Selector)
+    return hit
+
+
 def referenced_names(texts: tuple[str, ...]) -> frozenset[str] | None:
     """Every name these selectors could read a device field by (identifiers and string
     literals in their text), or None when they could read fields they do not name: a

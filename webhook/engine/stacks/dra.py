@@ -500,8 +500,10 @@ def match_slice(s: Slice, request: DeviceRequest, device_class: DeviceClass,
     elif len(verdicts) >= VERDICTS_LIMIT:
         verdicts.clear()
     selectors = device_class.selectors + request.selectors
-    compiled = [cel.compile_selector(e) for e in selectors]
-    names = cel.referenced_names(selectors)
+    compiled = [cel.held_selector(e, verdicts) for e in selectors]
+    names_key = ("names", selectors)
+    names = verdicts[names_key] if names_key in verdicts else \
+        verdicts.setdefault(names_key, cel.referenced_names(selectors))
     columns = [(i, k) for i, (k, _) in enumerate(s.varying) if names is None or k[2] in names]
     groups: dict[tuple[Any, ...], list[int]] = {}
     for d in range(len(s)):
