@@ -41,7 +41,7 @@ from webhook.engine.placement import candidates as cand
 from webhook.engine.pod import podclaims
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import nri
-from webhook.engine.view.caches import NodeFold
+from webhook.engine.view.caches import NodeChange, NodeFold
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
@@ -295,7 +295,8 @@ def _fold(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy,
     placement, unsteered = facts.placement, facts.unsteered
     extended = facts.claims.extended
 
-    def per_node(n: NodeInfo, known: NodeAssessment | None = None) -> _NodeVerdict | None:
+    def per_node(n: NodeInfo, known: NodeAssessment | None = None,
+                 change: NodeChange | None = None) -> _NodeVerdict | None:
         """This node's part in the verdicts (None: not a candidate at all, or one where DRA,
         not a device plugin, serves every GPU resource the pod asks for). ``known``: what
         the node checks found, when it is known to hold still."""
@@ -318,20 +319,26 @@ def _fold(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy,
         if check is None:
             if not active:
                 active.append(nodechecks.prepared(ask))
-            check = nodechecks.judge(n, ask, active[0])
+            # (judged once for the folds of every pod shape that reads the same of it)
+            check = change.shared(judged_key, lambda: nodechecks.judge(n, ask, active[0])) \
+                if change is not None else nodechecks.judge(n, ask, active[0])
         if check.state is NodeState.OK:
             return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
         return (None, matches, check)
 
     label_reads: list[frozenset[str]] = []  # worked out on the first node stored again
 
-    def again(n: NodeInfo, old: NodeInfo, was: _NodeVerdict) -> _NodeVerdict | None:
+    # what the node checks' answer depends on besides the node: not the placement
+    judged_key = ("cdi", policy.cache_key, pool_name, shape[1:])
+
+    def again(change: NodeChange, was: _NodeVerdict) -> _NodeVerdict | None:
         """A node stored again: where nothing the node checks read changed, their finding
         stands; where its pool, reach and fit read nothing that changed either (its taints,
         the labels the pool and the placements read; its devices are in the checks' key),
         its value stands whole. A node DRA may serve is asked again in full."""
-        if extended or not _same_to_checks(n, old, view):
-            return per_node(n)
+        n, old = change.node, change.old
+        if extended or not change.shared(_SAME, lambda: _same_to_checks(n, old, view)):
+            return per_node(n, None, change)
         if not label_reads:
             label_reads.append(placement.label_keys() | unsteered.label_keys()
                                | NodeInfo.pool_reads(policy))
@@ -339,15 +346,19 @@ def _fold(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy,
                                           for k in label_reads[0]):
             return was
         known = _OK if was in (_FIT_OK_REACHABLE, _FIT_OK_UNREACHABLE) else was[2]
-        return per_node(n, known)
+        return per_node(n, known, change)
 
     return view.fold(key, per_node,
-                     lambda: cand.candidates(facts.unsteered, pool_name, view, policy),
+                     lambda: cand.candidates(unsteered, pool_name, view, policy),
                      again=again)
 
 
 #: stands for an OK finding the fold did not keep (it keeps only that it was OK)
 _OK = NodeAssessment("", NodeState.OK)
+#: whether the node checks see a node stored again as before (``NodeChange.shared``)
+_SAME = ("node checks see the node as before",)
+
+
 def _same_to_checks(node: NodeInfo, old: NodeInfo, view: ClusterView) -> bool:
     """Whether the node checks see ``node`` as they saw ``old``: every node fact they
     declare is as it was (``nodechecks.node_key``)."""

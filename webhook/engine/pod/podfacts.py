@@ -104,9 +104,6 @@ class PodFacts(NamedTuple):
     gpus: frozenset[str]  # those of them the policy counts as GPUs
     #: where its own fields let it run, steering included (as it will be scheduled)
     placement: Placement
-    #: its placement without gpupool's own steering requirements: the nodes the pod could
-    #: reach had gpupool not kept it off the failing ones
-    unsteered: Placement
     #: HAMi's GPU-picking annotations, as sent (None where absent)
     narrowing: tuple[object, ...]
     #: what its GPU containers say (``gpu_containers`` and the properties after it)
@@ -138,7 +135,6 @@ class PodFacts(NamedTuple):
         read_annotations = _read_annotations(annotations, policy) \
             if isinstance(annotations, dict) else {}
         placement = Placement(spec)
-        bare = affinity.without_steering(spec)
         narrowing = _narrowing(read_annotations)
         return cls(
             obj, namespace, isinstance(obj.get("metadata"), dict),
@@ -146,8 +142,7 @@ class PodFacts(NamedTuple):
             read_annotations, spec, scheduler,
             scheduler if isinstance(scheduler, str) and scheduler else DEFAULT_SCHEDULER,
             runtime_class if isinstance(runtime_class, str) else None,
-            items, names, gpus, placement,
-            placement if bare is spec else Placement(bare), narrowing,
+            items, names, gpus, placement, narrowing,
             _gpu_containers(items, gpus),
             _nri_requests(read_annotations, items) if read_annotations else (),
             json_key([[c.get("resources") for c in items], narrowing]),
@@ -161,6 +156,14 @@ class PodFacts(NamedTuple):
     def asks_mig(self) -> bool:
         """It asks for MIG devices, which the agent's per-GPU labels say nothing about."""
         return any(r.startswith(MIG_RESOURCE_PREFIX) for r in self.gpus)
+
+    @property
+    def unsteered(self) -> Placement:
+        """Its placement without gpupool's own steering requirements: the nodes the pod
+        could reach had gpupool not kept it off the failing ones. (Worked out when asked:
+        only a fold of its verdicts, made once per pod shape, asks.)"""
+        bare = affinity.without_steering(self.spec)
+        return self.placement if bare is self.spec else Placement(bare)
 
     @property
     def node_name(self) -> str | None:

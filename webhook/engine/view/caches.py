@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar, cast
@@ -22,8 +22,29 @@ from typing import Any, Generic, TypeVar, cast
 from webhook.engine.view.nodes import NodeInfo
 
 T = TypeVar("T")
-#: (node, the node it replaced, the value that node had) -> the node's value, or None
-Again = Callable[[NodeInfo, NodeInfo, T], "T | None"]
+
+
+class NodeChange:
+    """One node stored again, as every fold re-judges it. The folds of one pod's stages, of
+    a workload's replicas on other nodes, ask the node the same questions: what they work
+    out alike about it is worked out once for all of them (``shared``), and dropped with the
+    change. Keys name everything the answer depends on besides the two nodes."""
+
+    __slots__ = ("_memo", "node", "old")
+
+    def __init__(self, node: NodeInfo, old: NodeInfo) -> None:
+        self.node, self.old = node, old
+        self._memo: dict[Hashable, Any] = {}
+
+    def shared(self, key: Hashable, compute: Callable[[], T]) -> T:
+        if key in self._memo:
+            return cast(T, self._memo[key])
+        value = self._memo[key] = compute()
+        return value
+
+
+#: (the change, the value the node it replaced had) -> the node's value, or None
+Again = Callable[[NodeChange, T], "T | None"]
 #: Values kept until anything changes (``ClusterView.until_any_change``): mostly decisions
 #: per pod shape, each a few hundred bytes.
 _SHAPES = 2048
@@ -44,8 +65,8 @@ class NodeFold(Generic[T]):
                  lock: threading.RLock | None = None, *, reads_slices: bool = False,
                  again: Again[T] | None = None) -> None:
         self.fn = fn
-        #: (node, the node it replaced, that node's value) -> the node's value, for a node
-        #: stored again: what of the old value still holds need not be worked out anew
+        #: (the change, the replaced node's value) -> the node's value, for a node stored
+        #: again: what of the old value still holds need not be worked out anew
         self.again = again
         #: ``fn`` reads the node's ResourceSlices too: a slice change re-judges the node
         self.reads_slices = reads_slices
@@ -60,12 +81,12 @@ class NodeFold(Generic[T]):
         #: what the caller derived from ``values``, and the generation it was derived at
         self.derived: tuple[int, Any] | None = None
 
-    def update(self, node: NodeInfo, old: NodeInfo | None = None) -> None:
-        """Re-evaluate ``node``; ``old``: the node it replaced (None: a slice change, or
+    def update(self, node: NodeInfo, change: NodeChange | None = None) -> None:
+        """Re-evaluate ``node``; ``change``: it replaced a node (None: a slice change, or
         nothing to build on)."""
-        if self.again is not None and old is not None and \
+        if self.again is not None and change is not None and \
                 (prev := self.values.get(node.name)) is not None:
-            v = self.again(node, old, prev)
+            v = self.again(change, prev)
         else:
             v = self.fn(node)
         if v is None:
@@ -179,8 +200,9 @@ class Caches:
         elif effect.folds == "update":
             for node in nodes:
                 old = replaced.get(node.name) if replaced else None
+                stored = NodeChange(node, old) if old is not None else None
                 for fold in self.folds.values():
-                    fold.update(node, old)
+                    fold.update(node, stored)
         elif effect.folds == "remove":
             for name in names:
                 for fold in self.folds.values():

@@ -299,8 +299,9 @@ class ClusterView:
         """The fold under ``key``, made from ``initial()`` nodes the first time (bounded, LRU).
 
         ``fn`` must depend on nothing but the node (and its slices, with ``reads_slices``)
-        and what ``key`` names. ``again(node, old, value)``: a node stored in place of
-        ``old``, whose value was ``value``; it must answer as ``fn(node)`` would."""
+        and what ``key`` names. ``again(change, value)``: a node stored in place of
+        ``change.old``, whose value was ``value``; it must answer as ``fn(change.node)``
+        would (what the folds work out alike about the node: ``change.shared``)."""
         return self._caches.fold(key, fn, initial, reads_slices=reads_slices, again=again)
 
     def kept_fold(self, key: Any) -> NodeFold[Any] | None:
