@@ -8,8 +8,8 @@ its findings only while every node fact the checks declare (``node_reads``) is a
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from typing import Any
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any, overload
 
 from webhook.engine.checks import nriannotations, owndevices, plugindevices
 from webhook.engine.checks.assessment import (
@@ -27,36 +27,66 @@ from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
-NODE_CHECKS: tuple[NodeCheck, ...] = (plugindevices.CHECK, owndevices.CHECK,
-                                         nriannotations.CHECK)
-
 #: what the verdicts read besides the checks: which nodes DRA serves instead of a device
 #: plugin, and which nodes' GPUs can serve the demand at all (``candidates.unfit_reason``)
 FOLD_READS = ("DRA-served resources", "GPU demand")
 
 
-def reads(checks: Sequence[NodeCheck] | None = None) -> tuple[str, ...]:
+class Checks(Sequence[NodeCheck]):
+    """A list of node checks, with what their declarations add up to, worked out when the
+    list is made: the pod facts and node facts they read, and how each is read."""
+
+    def __init__(self, checks: Iterable[NodeCheck]) -> None:
+        self.checks = tuple(checks)
+        #: the pod facts the verdicts read: every check's, and the fold's own
+        self.reads = tuple(sorted(set(FOLD_READS).union(*(c.reads for c in self.checks))))
+        #: the node facts the checks read, each once, in the checks' order
+        self.node_reads = tuple(dict.fromkeys(r for c in self.checks for r in c.node_reads))
+        self.pod_keys = tuple(FACTS[r].key for r in self.reads)
+        self.node_keys = tuple(NODE_FACTS[r].key for r in self.node_reads)
+
+    @overload
+    def __getitem__(self, i: int) -> NodeCheck: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[NodeCheck]: ...
+
+    def __getitem__(self, i: int | slice) -> NodeCheck | Sequence[NodeCheck]:
+        return self.checks[i]
+
+    def __len__(self) -> int:
+        return len(self.checks)
+
+
+NODE_CHECKS = Checks((plugindevices.CHECK, owndevices.CHECK, nriannotations.CHECK))
+
+
+def _checks(checks: Iterable[NodeCheck] | None) -> Checks:
+    """The list given (or the registered one), as a ``Checks``."""
+    if checks is None:
+        checks = NODE_CHECKS
+    return checks if isinstance(checks, Checks) else Checks(checks)
+
+
+def reads(checks: Iterable[NodeCheck] | None = None) -> tuple[str, ...]:
     """The pod facts the verdicts read: every check's, and the fold's own."""
-    return tuple(sorted(set(FOLD_READS).union(
-        *(c.reads for c in (NODE_CHECKS if checks is None else checks)))))
+    return _checks(checks).reads
 
 
 def shape_key(facts: PodFacts, view: ClusterView,
-              checks: Sequence[NodeCheck] | None = None) -> tuple[Hashable, ...]:
+              checks: Iterable[NodeCheck] | None = None) -> tuple[Hashable, ...]:
     """The pod's shape as far as the verdicts go: its placement and every fact read (each
-    fact is hashable, so the key is a plain tuple). (Worked out from the list each time,
-    so a check added to it is in the key at once.)"""
-    return (facts.placement.key, *(FACTS[r].key(facts, view) for r in reads(checks)))
+    fact is hashable, so the key is a plain tuple)."""
+    return (facts.placement.key, *(key(facts, view) for key in _checks(checks).pod_keys))
 
 
-def node_reads(checks: Sequence[NodeCheck] | None = None) -> tuple[str, ...]:
-    """The node facts the checks read."""
-    return tuple(sorted(set().union(
-        *(c.node_reads for c in (NODE_CHECKS if checks is None else checks)))))
+def node_reads(checks: Iterable[NodeCheck] | None = None) -> tuple[str, ...]:
+    """The node facts the checks read, each once, in the checks' order."""
+    return _checks(checks).node_reads
 
 
 def node_key(node: NodeInfo, view: ClusterView,
-             checks: Sequence[NodeCheck] | None = None) -> Hashable | None:
+             checks: Iterable[NodeCheck] | None = None) -> Hashable | None:
     """Everything of the node the checks declare they read (``NodeCheck.node_reads``): a
     node stored again with the same key gets the same findings, so a label that no check
     reads (the agent's steering labels, a team's own) does not make every fold judge the
@@ -64,15 +94,15 @@ def node_key(node: NodeInfo, view: ClusterView,
     same."""
     if node.devices is None:
         return None
-    return tuple(NODE_FACTS[r].key(node, view) for r in node_reads(checks))
+    return tuple(key(node, view) for key in _checks(checks).node_keys)
 
 
-def prepared(ask: Ask, checks: Sequence[NodeCheck] | None = None
+def prepared(ask: Ask, checks: Iterable[NodeCheck] | None = None
              ) -> tuple[tuple[NodeCheck, Ask, Any], ...]:
     """The checks that have something to ask of this pod, each with the pod as it may read
     it (``declared``) and what it prepared."""
     out = []
-    for c in NODE_CHECKS if checks is None else checks:
+    for c in _checks(checks):
         mine = declared(c, ask)
         p = True if c.prepare is None else c.prepare(mine)
         if p is not None:

@@ -73,8 +73,7 @@ class NodeIndex:
         for pair in own.items():
             self._by_own_label.setdefault(pair, set()).add(node.name)
         if isinstance(node.labels, NodeLabels) and node.labels.shared:
-            held = self._shared_by_content.setdefault(frozenset(node.labels.shared.items()),
-                                                      node.labels.shared)
+            held = self._shared_by_content.setdefault(node.labels.content, node.labels.shared)
             node.labels.shared = shared = held  # (equal: the node reads the same labels)
         self._by_shared.setdefault(id(shared), (shared, set()))[1].add(node.name)
         if node.runs_hami_mig():
@@ -101,7 +100,8 @@ class NodeIndex:
             entry[1].discard(node.name)
             if not entry[1]:
                 del self._by_shared[id(shared)]
-                self._shared_by_content.pop(frozenset(shared.items()), None)
+                if isinstance(node.labels, NodeLabels):
+                    self._shared_by_content.pop(node.labels.content, None)
         self.hami_mig.discard(node.name)
         self.single_mig.discard(node.name)
 

@@ -26,11 +26,13 @@ _EMPTY: dict[str, str] = {}
 
 
 class NodeLabels(Mapping[str, str]):
-    __slots__ = ("own", "shared")
+    __slots__ = ("content", "own", "shared")
 
     def __init__(self, shared: dict[str, str], own: dict[str, str]) -> None:
         self.shared = shared
         self.own = own
+        #: what ``shared`` holds, as a key: equal nodes share one dict by it (``view.index``)
+        self.content = frozenset(shared.items())
 
     @classmethod
     def build(cls, raw: Any, node_name: str = "") -> NodeLabels:
