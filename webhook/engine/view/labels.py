@@ -31,8 +31,10 @@ class NodeLabels(Mapping[str, str]):
     def __init__(self, shared: dict[str, str], own: dict[str, str]) -> None:
         self.shared = shared
         self.own = own
-        #: what ``shared`` holds, as a key: equal nodes share one dict by it (``view.index``)
+        #: what ``shared`` holds, as a key: equal nodes share one dict by it (``view.index``);
+        #: hashed now, as the node is built, not when the view stores it
         self.content = frozenset(shared.items())
+        hash(self.content)
 
     @classmethod
     def build(cls, raw: Any, node_name: str = "") -> NodeLabels:
