@@ -10,7 +10,7 @@ from tests.unit.engine.test_steering import agent_node, decide
 from webhook.api import delivery
 from webhook.engine.admission import admit
 from webhook.engine.checks import nodechecks, registry
-from webhook.engine.checks.assessment import FACTS
+from webhook.engine.checks.assessment import FACTS, NODE_FACTS
 from webhook.engine.core.decision import Reason
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.policyfile import default_policy_text
@@ -20,6 +20,13 @@ def test_every_fact_a_check_reads_is_one_the_key_can_read():
     for check in nodechecks.NODE_CHECKS:
         assert check.reads and set(check.reads) <= set(FACTS), check.name
     assert set(nodechecks.reads()) == set(FACTS), "a fact no check reads: drop it from FACTS"
+
+
+def test_every_node_fact_a_check_reads_is_one_the_node_key_reads():
+    for check in nodechecks.NODE_CHECKS:
+        assert set(check.node_reads) <= set(NODE_FACTS), check.name
+    assert set(nodechecks.node_reads()) == set(NODE_FACTS), \
+        "a node fact no check reads: drop it from NODE_FACTS"
 
 
 def test_the_key_is_derived_from_the_checks_declarations(tmp_path):

@@ -96,8 +96,9 @@ class NodeCheck:
     the pod (as ``Ask``) and the finding so far, and what it declares it reads. The
     declarations are the cache keys: the verdicts are kept per pod shape made of the pod
     facts every check reads (``reads``), and a node stored again keeps its findings while
-    the node facts every check reads (``node_reads``) hold still. Under ``enforce`` a check
-    that reads anything it did not declare fails (``UndeclaredRead``)."""
+    the node facts every check reads (``node_reads``) hold still. Under
+    ``enforce_declarations`` a check that reads anything it did not declare fails
+    (``UndeclaredRead``)."""
 
     name: str
     #: the pod facts (``FACTS``) its answer depends on
@@ -163,8 +164,6 @@ NODE_FACTS: Mapping[str, Fact] = {
     "device plugin's way": Fact(frozenset(), lambda n, v: declared_way(n, v)),
     # the GPU Operator's NRI plugin runs there (``nri.runs_on``)
     "NRI plugin": Fact(frozenset(), lambda n, v: nri.runs_on(n.labels)),
-    # what its pods hold, as the agent publishes it (re-checks of running pods)
-    "held devices": Fact(frozenset({"held"}), lambda n, v: n.held),
 }
 
 
