@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from webhook.engine.access import schedulerstate
 from webhook.engine.admission import pods, workloads
 from webhook.engine.core import objects, patch
-from webhook.engine.core.decision import Decision, Reason, allow, deny, with_warnings
+from webhook.engine.core.decision import Decision, Reason, allow, deny, joined
 from webhook.engine.core.policy import Policy, WorkloadTemplates
 from webhook.engine.pod import podclaims
 from webhook.engine.pod.podfacts import PodFacts, decision_metadata, who_of
@@ -129,12 +129,12 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
 
     The replicas of a workload differ in their names and in labels no rule reads (as do
     the pods of a CronJob's Jobs): the first is decided in full and the rest are told its
-    decision, which names no pod (``Decision.about`` names each). The decision is kept in the view
-    (``ClusterView.until_any_change``) under the view's version and its ResourceSlices': any change
-    a decision reads starts it over. Claims change without the view's version (one per pod
-    made from a template), so a pod with resourceClaims is kept under what the claims it
-    names ask, as the view holds them now: a claim created, changed or allocated is another
-    shape."""
+    decision, which names no pod (``Decision.about`` names each). The decision is kept in
+    the view (``ClusterView.until_any_change``) under the view's version and its
+    ResourceSlices': any change a decision reads starts it over. Claims change without the
+    view's version (one per pod made from a template), so a pod with resourceClaims is kept
+    under what the claims it names ask, as the view holds them now: a claim created, changed
+    or allocated is another shape."""
     decide_facts = pods.mutate if stage.mutating else pods.validate
     if view is None:
         return decide_facts(PodFacts.parse(obj, namespace, policy, view), view, policy).about(
@@ -189,7 +189,7 @@ class Review:
         said = m if v.allowed else v
         # (built directly: ``dataclasses.replace`` costs more than the rest of this)
         return Decision(v.allowed, said.reason, said.statement, v.gpu, m.pool,
-                        m.scheduler_name, m.patch, with_warnings(m.warnings, v.warnings),
+                        m.scheduler_name, m.patch, joined(m.warnings, v.warnings),
                         v.nodes, v.unchecked, said.of_subject, said.subject)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from webhook.engine.checks import allocation, cdi, usernamespace
-from webhook.engine.core.decision import Decision, with_warnings
+from webhook.engine.core.decision import Decision, joined
 from webhook.engine.core.policy import Policy
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.view.cluster import ClusterView
@@ -36,7 +36,7 @@ def join(d: Decision, found: Decision) -> Decision:
     said = found if found.statement else d
     return d._replace(nodes=d.nodes + found.nodes, statement=said.statement,
                    of_subject=said.of_subject, unchecked=found.unchecked or d.unchecked,
-                   warnings=with_warnings(d.warnings, found.warnings))
+                   warnings=joined(d.warnings, found.warnings))
 
 
 def _cdi(facts: PodFacts, pool: str, view: ClusterView | None, policy: Policy

@@ -128,8 +128,11 @@ class Decision(NamedTuple):
 
     def about(self, subject: str) -> Decision:
         """This decision, naming ``subject`` (a decision kept for a pod shape, told of the
-        pod at hand)."""
-        return self._replace(subject=subject)
+        pod at hand). (Built directly: ``_replace`` costs several times more, and every
+        review of a known shape makes one.)"""
+        return Decision(self.allowed, self.reason, self.statement, self.gpu, self.pool,
+                        self.scheduler_name, self.patch, self.warnings, self.nodes,
+                        self.unchecked, self.of_subject, subject)
 
     def warned(self, *texts: str) -> Decision:
         """This decision with ``texts`` among its warnings (each fitted, none twice)."""
@@ -167,6 +170,15 @@ def with_warnings(held: tuple[str, ...], texts: Iterable[str]) -> tuple[str, ...
             out = list(held)
         out.append(text)
     return held if out is None else tuple(out)
+
+
+def joined(held: tuple[str, ...], more: tuple[str, ...]) -> tuple[str, ...]:
+    """Two decisions' warnings, each once (both fitted already: made by ``with_warnings``)."""
+    if not more:
+        return held
+    if not held:
+        return more
+    return held + tuple(w for w in more if w not in held)
 
 
 def allow(reason: Reason, *, message: str = "", of_subject: bool = False, gpu: bool = False,

@@ -27,7 +27,8 @@ class NodeIndex:
         self._by_own_label: dict[tuple[str, str], set[str]] = {}
         self._by_shared: dict[int, tuple[Mapping[str, str], set[str]]] = {}
         #: the shared label dicts held, by content
-        self._shared_by_content: dict[frozenset[tuple[str, str]], dict[str, str]] = {}
+        self._shared_by_content: dict[frozenset[tuple[str, str]],
+                                      tuple[frozenset[tuple[str, str]], dict[str, str]]] = {}
         #: nodes where HAMi runs a GPU in MIG mode (its steering label cannot tell)
         self.hami_mig: set[str] = set()
         #: nodes whose device plugin registered MIG devices as nvidia.com/gpu (its single
@@ -72,9 +73,12 @@ class NodeIndex:
         own, shared = _split(node.labels)
         for pair in own.items():
             self._by_own_label.setdefault(pair, set()).add(node.name)
-        if isinstance(node.labels, NodeLabels) and node.labels.shared:
-            held = self._shared_by_content.setdefault(node.labels.content, node.labels.shared)
-            node.labels.shared = shared = held  # (equal: the node reads the same labels)
+        labels = node.labels
+        if isinstance(labels, NodeLabels) and labels.shared:
+            # (equal: the node reads the same labels; its key shared too)
+            labels.content, labels.shared = self._shared_by_content.setdefault(
+                labels.content, (labels.content, labels.shared))
+            shared = labels.shared
         self._by_shared.setdefault(id(shared), (shared, set()))[1].add(node.name)
         if node.runs_hami_mig():
             self.hami_mig.add(node.name)
