@@ -133,18 +133,21 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict[str
                                                     f"{r}-{n}-{s}"))
                 # Cold: the first review of this shape after a node of its pool changed (a
                 # label flips, as when the node's agent republishes), and what the node
-                # update itself cost the watch: the median of UPDATES such updates (one
-                # update's time is a coin flip on whether a garbage-collector pass lands in
-                # it: 100 or 220 us for the same code, run to run).
+                # update itself cost the watch: the median of UPDATES such updates, each
+                # timed with the collector held off, as ``timeit`` times (one update's time
+                # was a coin flip on whether a collector pass, due to the reviews around
+                # it, landed in it: 100 or 220 us for the same code, run to run).
                 ups, colds = [], []
                 for u in range(UPDATES):
                     churn = node(5 * ((r * UPDATES + u) % max(n // 5, 1)))  # (of its pool)
                     churn["metadata"]["labels"] = {**churn["metadata"]["labels"],
                                                    "bench/round": f"{r}-{n}-{s}-{u}"}
                     changed = e.NodeInfo.from_object(churn)
+                    gc.disable()
                     t = time.perf_counter()
                     views[n].upsert_node(changed)
                     ups.append((time.perf_counter() - t) * 1e6)
+                    gc.enable()
                     t = time.perf_counter()
                     e.review_pod(pod, "ml", views[n], policy)
                     colds.append((time.perf_counter() - t) * 1e6)
