@@ -9,7 +9,8 @@ Not locked itself: the view holds its lock around every call.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any
 
 from webhook.api.inventory import PLUGIN_RESOURCE
 from webhook.engine.view.labels import NodeLabels
@@ -27,8 +28,7 @@ class NodeIndex:
         self._by_own_label: dict[tuple[str, str], set[str]] = {}
         self._by_shared: dict[int, tuple[Mapping[str, str], set[str]]] = {}
         #: the shared label dicts held, by content
-        self._shared_by_content: dict[frozenset[tuple[str, str]],
-                                      tuple[frozenset[tuple[str, str]], dict[str, str]]] = {}
+        self._shared_by_content: dict[Hashable, tuple[Any, dict[str, str]]] = {}
         #: nodes where HAMi runs a GPU in MIG mode (its steering label cannot tell)
         self.hami_mig: set[str] = set()
         #: nodes whose device plugin registered MIG devices as nvidia.com/gpu (its single

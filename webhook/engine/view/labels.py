@@ -32,8 +32,11 @@ class NodeLabels(Mapping[str, str]):
         self.shared = shared
         self.own = own
         #: what ``shared`` holds, as a key: equal nodes share one dict by it (``view.index``);
-        #: hashed now, as the node is built, not when the view stores it
-        self.content = frozenset(shared.items())
+        #: hashed now, as the node is built, not when the view stores it. (Keys, then
+        #: values, in the object's order: the API server writes labels sorted, so nodes
+        #: with the same labels have the same key. Two tuples, not a set of pairs: cheap to
+        #: make, and to free when the node is replaced.)
+        self.content = (tuple(shared), tuple(shared.values()))
         hash(self.content)
 
     @classmethod
