@@ -68,15 +68,25 @@ def requested_names(items: Iterable[Mapping[str, Any]]) -> set[str]:
     """``resource_names`` of these containers."""
     names: set[str] = set()
     for c in items:
-        res = c.get("resources")
-        if not isinstance(res, dict):
-            continue
-        for part in ("limits", "requests"):
-            values = res.get(part)
-            if isinstance(values, dict):
-                names.update(k for k, v in values.items()
-                             if isinstance(k, str) and not is_zero_quantity(v))
+        names.update(asked_by(c))
     return names
+
+
+_NOTHING: frozenset[str] = frozenset()
+
+
+def asked_by(container: Mapping[str, Any]) -> frozenset[str]:
+    """The resources one container asks for (a non-zero request or limit)."""
+    res = container.get("resources")
+    if not isinstance(res, dict):
+        return _NOTHING
+    names: set[str] = set()
+    for part in ("limits", "requests"):
+        values = res.get(part)
+        if isinstance(values, dict):
+            names.update(k for k, v in values.items()
+                         if isinstance(k, str) and not is_zero_quantity(v))
+    return frozenset(names) if names else _NOTHING
 
 
 def _amount(c: Mapping[str, Any], name: str) -> int:

@@ -22,7 +22,7 @@ from webhook.engine.core.policy import (
     POOL_LABEL,
     Policy,
 )
-from webhook.engine.core.resources import container_list, is_zero_quantity, requested_names
+from webhook.engine.core.resources import asked_by, container_list
 from webhook.engine.pod import affinity, podclaims
 from webhook.engine.pod.placement import Placement
 from webhook.engine.stacks import dra, hami, nri
@@ -130,7 +130,8 @@ class PodFacts(NamedTuple):
         runtime_class = spec.get("runtimeClassName")
         labels, annotations = meta.get("labels"), meta.get("annotations")
         items = container_list(spec)
-        names = frozenset(requested_names(items))
+        asked = tuple(asked_by(c) for c in items)
+        names = frozenset().union(*asked)
         gpus = frozenset(r for r in names if policy.is_gpu_resource(r))
         read_annotations = _read_annotations(annotations, policy) \
             if isinstance(annotations, dict) else {}
@@ -143,7 +144,7 @@ class PodFacts(NamedTuple):
             scheduler if isinstance(scheduler, str) and scheduler else DEFAULT_SCHEDULER,
             runtime_class if isinstance(runtime_class, str) else None,
             items, names, gpus, placement, narrowing,
-            _gpu_containers(items, gpus),
+            _gpu_containers(items, asked, gpus),
             _nri_requests(read_annotations, items) if read_annotations else (),
             json_key([[c.get("resources") for c in items], narrowing]),
             podclaims.resolve(spec, names, namespace, view))
@@ -208,19 +209,6 @@ def who_of(obj: Mapping[str, Any], namespace: str | None) -> str:
                             else "pod")
 
 
-def _asks_for(container: Mapping[str, Any], names: frozenset[str]) -> bool:
-    """Does the container ask for one of ``names`` (a non-zero request or limit)?"""
-    res = container.get("resources")
-    if not isinstance(res, dict):
-        return False
-    for part in ("limits", "requests"):
-        values = res.get(part)
-        if isinstance(values, dict) and any(
-                k in names and not is_zero_quantity(v) for k, v in values.items()):
-            return True
-    return False
-
-
 def _narrowing(annotations: Mapping[str, Any]) -> tuple[object, ...]:
     get = annotations.get
     return get(_USE_UUID), get(_NOUSE_UUID), get(_USE_TYPE), get(_NOUSE_TYPE)
@@ -245,16 +233,17 @@ class _GPUContainers(NamedTuple):
 _NO_GPU_CONTAINERS = _GPUContainers((), False, (), False, False)
 
 
-def _gpu_containers(items: tuple[Mapping[str, Any], ...], gpus: frozenset[str]
-                    ) -> _GPUContainers:
+def _gpu_containers(items: tuple[Mapping[str, Any], ...], asked: tuple[frozenset[str], ...],
+                    gpus: frozenset[str]) -> _GPUContainers:
+    """``asked``: what each of ``items`` asks for."""
     if not gpus:
         return _NO_GPU_CONTAINERS
     gpu: list[Mapping[str, Any]] = []
     privileged = every = True
     referenced = False
     values: set[str] = set()
-    for c in items:
-        if not _asks_for(c, gpus):
+    for c, names in zip(items, asked, strict=True):
+        if gpus.isdisjoint(names):
             continue
         gpu.append(c)
         privileged = privileged and _privileged(c)
