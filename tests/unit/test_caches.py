@@ -68,9 +68,10 @@ def _name(node: ast.expr) -> str:
     return ""
 
 
-def _kept(path: Path) -> tuple[set[tuple[str, str, str]], set[tuple[str, str, str]]]:
+def _kept(path: Path, root: Path = ENGINE
+          ) -> tuple[set[tuple[str, str, str]], set[tuple[str, str, str]]]:
     """(uses of the boundaries, every other way of keeping a value) in one module."""
-    module = str(path.relative_to(ENGINE))
+    module = str(path.relative_to(root))
     tree = ast.parse(path.read_text())
     uses: set[tuple[str, str, str]] = set()
     other: set[tuple[str, str, str]] = set()
@@ -163,12 +164,7 @@ def test_the_reader_finds_each_way_of_keeping_a_value(tmp_path):
         "class K:\n"
         "    @functools.cached_property\n"
         "    def p(self): return 1\n")
-    global ENGINE
-    saved, ENGINE = ENGINE, engine
-    try:
-        uses, other = _kept(engine / "m.py")
-    finally:
-        ENGINE = saved
+    uses, other = _kept(engine / "m.py", engine)
     assert uses == {("m.py", "e", "fold")}
     assert other == {("m.py", "a", "lru_cache"), ("m.py", "env", "lazy constant"),
                      ("m.py", "b", "writes module table _T"),

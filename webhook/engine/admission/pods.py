@@ -69,8 +69,7 @@ def _first_allocatable_alternative(facts: PodFacts, view: ClusterView | None, po
     the alternatives in order and takes the first that fits, so the pool of the first
     alternative some node there can allocate (issue 35, item 1), not merely the first
     alternative's pool. Nothing changes where the pool came from other evidence, or where
-    no pool can allocate it (its checks then say so). The route given is never changed
-    (routing may share it): another pool is a new Route."""
+    no pool can allocate it (its checks then say so). Another pool is a new Route."""
     if view is None or r.pool is None or not r.source.startswith("DeviceClass "):
         return r
     order = routing.alternative_pools(facts, view, policy)

@@ -207,49 +207,38 @@ def _open(declared: tuple[str, ...], table: Mapping[str, Fact], check: str) -> f
     return frozenset().union(*(table[r].fields for r in declared))
 
 
-class _DeclaredFacts:
-    """A pod's facts as one check declared them."""
+class _Declared:
+    """A pod's facts, or a node, as one check declared them: an attribute outside the
+    declared facts' fields raises ``UndeclaredRead``; ``fact`` reads a node fact worked out
+    from the node and the view's settings."""
 
-    __slots__ = ("_check", "_facts", "_fields")
+    __slots__ = ("_check", "_facts", "_fields", "_obj", "_view", "_whose")
 
-    def __init__(self, facts: PodFacts, fields: frozenset[str], check: str) -> None:
-        self._facts, self._fields, self._check = facts, fields, check
+    def __init__(self, obj: Any, fields: frozenset[str], check: str, whose: str,
+                 facts: tuple[str, ...] = (), view: ClusterView | None = None) -> None:
+        self._obj, self._fields, self._check, self._whose = obj, fields, check, whose
+        self._facts, self._view = facts, view
 
-    def __getattr__(self, name: str) -> Any:
-        if name in self._fields:
-            return getattr(self._facts, name)
-        raise UndeclaredRead(f"check {self._check!r} reads the pod's {name}, which no pod "
-                             "fact it declares holds: declare it in its reads")
-
-
-class _DeclaredNode:
-    """A node as one check declared it: its name, and the facts it declared."""
-
-    __slots__ = ("_check", "_facts", "_fields", "_node", "_view", "name")
-
-    def __init__(self, node: NodeInfo, fields: frozenset[str], facts: tuple[str, ...],
-                 view: ClusterView, check: str) -> None:
-        self._node, self._fields, self._facts = node, fields, facts
-        self._view, self._check, self.name = view, check, node.name
+    def _undeclared(self, what: str) -> UndeclaredRead:
+        where = "reads" if self._view is None else "node_reads"
+        return UndeclaredRead(f"check {self._check!r} reads {self._whose} {what}, which no "
+                              f"fact it declares holds: declare it in its {where}")
 
     def __getattr__(self, name: str) -> Any:
         if name in self._fields:
-            return getattr(self._node, name)
-        raise UndeclaredRead(f"check {self._check!r} reads node {self.name}'s {name}, "
-                             "which no node fact it declares holds: declare it in its "
-                             "node_reads")
+            return getattr(self._obj, name)
+        raise self._undeclared(name)
 
     def fact(self, name: str) -> Any:
-        if name not in self._facts:
-            raise UndeclaredRead(f"check {self._check!r} reads node {self.name}'s "
-                                 f"{name!r}, which it does not declare in its node_reads")
-        return NODE_FACTS[name].key(self._node, self._view)
+        if name not in self._facts or self._view is None:
+            raise self._undeclared(repr(name))
+        return NODE_FACTS[name].key(self._obj, self._view)
 
 
 def node_fact(node: NodeInfo, name: str, view: ClusterView) -> Any:
     """A node fact worked out from the node and the view's settings (``NODE_FACTS``), as
     a check reads it: gated by its declarations when they are enforced."""
-    if isinstance(node, _DeclaredNode):
+    if isinstance(node, _Declared):
         return node.fact(name)
     return NODE_FACTS[name].key(node, view)
 
@@ -267,7 +256,7 @@ def declared(check: NodeCheck, ask: Ask) -> Ask:
         return ask
     fields = _open(check.reads, FACTS, check.name)
     demand = ask.demand if "GPU demand" in check.reads else _fail(check.name, "GPU demand")
-    facts = cast(PodFacts, _DeclaredFacts(ask.facts, fields, check.name))
+    facts = cast(PodFacts, _Declared(ask.facts, fields, check.name, "the pod's"))
     return ask._replace(facts=facts, demand=demand)
 
 
@@ -275,5 +264,6 @@ def declared_node(check: NodeCheck, node: NodeInfo, view: ClusterView) -> NodeIn
     """``node`` as ``check`` may read it."""
     if not _ENFORCE:
         return node
-    fields = _open(check.node_reads, NODE_FACTS, check.name)
-    return cast(NodeInfo, _DeclaredNode(node, fields, check.node_reads, view, check.name))
+    fields = _open(check.node_reads, NODE_FACTS, check.name) | {"name"}
+    return cast(NodeInfo, _Declared(node, fields, check.name, f"node {node.name}'s",
+                                    check.node_reads, view))
