@@ -14,6 +14,8 @@ from harness.kit import only_voids
 from webhook.engine.admission import admit
 from webhook.engine.core.decision import Reason
 from webhook.engine.core.policy import PolicyError, load_policy_text
+from webhook.engine.pod import placement
+from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import cel
 from webhook.engine.view.cluster import view_from_objects
 
@@ -605,6 +607,36 @@ def test_an_allocated_claim_pins_the_pod_to_its_node(policy):
     # not allocated yet: either node whose devices fit
     d = review(on_1, make_view(policy, [*docs("nvidia.yaml"), _shared_claim(None)]), policy)
     assert d.allowed and not d.warnings, d.to_json()
+
+
+def test_what_keeps_a_pod_off_a_node_is_one_answer(policy):
+    """Issue 48: ``Placement.kept_off`` answers for the candidates, the checks and the
+    allocated claims alike, and says what is in the way, first found: the pod's own fields,
+    then the pool, then a claim allocated to devices elsewhere (the denial above names it
+    from there)."""
+    resources = [*docs("nvidia.yaml"), _shared_claim("dra-node-2")]
+    view = make_view(policy, resources)
+    pinned = PodFacts.parse(_shared_pod(nodeSelector={"kubernetes.io/hostname": "dra-node-1"}),
+                            "default", policy, view)
+    free = PodFacts.parse(_shared_pod(), "default", policy, view)
+
+    def off(facts: PodFacts, name: str) -> str | None:
+        n = view.node(name)
+        assert n is not None
+        return facts.placement.kept_off(n, "dra", policy, devices=True,
+                                        claims=facts.claims.claims)
+
+    assert off(pinned, "dra-node-1") == "ResourceClaim shared-gpu"
+    assert off(pinned, "dra-node-2") == placement.OWN_FIELDS
+    assert off(free, "op-1") == placement.OTHER_POOL
+    assert off(free, "dra-node-1") == "ResourceClaim shared-gpu"
+    assert off(free, "dra-node-2") is None
+    assert free.placement.reaches(view.node("dra-node-2"), "dra", policy, devices=True,
+                                  claims=free.claims.claims)
+    # not allocated yet: nothing but its own fields and the pool
+    view = make_view(policy, [*docs("nvidia.yaml"), _shared_claim(None)])
+    free = PodFacts.parse(_shared_pod(), "default", policy, view)
+    assert off(free, "dra-node-1") is None
 
 
 def _selecting(name: str, expression: str) -> dict[str, Any]:

@@ -13,7 +13,6 @@ anything gpupool cannot evaluate is a warning.
 from __future__ import annotations
 
 import heapq
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -30,7 +29,7 @@ from webhook.engine.core.policy import OnFinding, Policy
 from webhook.engine.core.resources import pod_requests
 from webhook.engine.placement import candidates as cand
 from webhook.engine.pod import podclaims
-from webhook.engine.pod.placement import allocation_reaches, term_matches
+from webhook.engine.pod.placement import OTHER_POOL, OWN_FIELDS, claim_reaches, term_matches
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import allocator, dra
 from webhook.engine.stacks.releases import release_note
@@ -60,16 +59,19 @@ def _extended_claims(d: dra.ClaimDemand, spec: Mapping[str, Any]
         r, cls, (), max(counts.get(r, 1), 1), False, ()),),))) for r, cls in d.extended}
 
 
+def _pinned_off(node: NodeInfo, source: str) -> _NodeCheck:
+    """A node the pod's placement reaches but an allocated claim it uses does not
+    (``Placement.kept_off``)."""
+    return _NodeCheck(node.name, False,
+                      f"{source} is allocated already, to devices this node cannot reach (its "
+                      "status.allocation.nodeSelector does not match it)", pinned=source)
+
+
 def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodClaim],
                 view: ClusterView, verdicts: dra.Verdicts) -> _NodeCheck:
-    """The pod's claims on this node: its own, plus the extended resources the node gets
-    through DRA (``extra``); where device plugins serve all it asks, their count."""
-    for c in d.claims:
-        if c.spec.allocated is not None and not _reaches(c.spec.allocated, node):
-            return _NodeCheck(node.name, False,
-                              f"{c.source} is allocated already, to devices this node cannot "
-                              "reach (its status.allocation.nodeSelector does not match it)",
-                              pinned=c.source)
+    """The pod's claims on a node it reaches, theirs included (``Placement.kept_off``): its
+    own, plus the extended resources the node gets through DRA (``extra``); where device
+    plugins serve all it asks, their count."""
     # an allocated claim asks the allocator for nothing more
     claims = tuple(c for c in d.claims if c.spec.allocated is None) + tuple(
         c for r, c in extra.items() if podclaims.dra_served(node, r, d.extended))
@@ -166,14 +168,6 @@ def _waits(facts: PodFacts, d: dra.ClaimDemand, able: Iterable[NodeFinding],
     return tried
 
 
-def _terms(allocated: str) -> tuple[Any, ...]:
-    return tuple(json.loads(allocated))
-
-
-def _reaches(allocated: str, node: NodeInfo) -> bool:
-    return allocation_reaches(_terms(allocated), node)
-
-
 class _Summary(NamedTuple):
     """A pod's DRA demand judged on every candidate node of its pool (node lists capped at
     ``MAX_FINDINGS``, first by name; the counts are whole)."""
@@ -236,14 +230,17 @@ def _summary(facts: PodFacts, d: dra.ClaimDemand, pool: str, view: ClusterView, 
     verdicts: dra.Verdicts = {}
 
     def per_node(n: NodeInfo) -> tuple[_NodeCheck, tuple[str, str] | None] | None:
-        if not facts.placement.reaches(n, pool, policy,
-                                       devices=bool(view.slices_for(n.name, own=True))):
+        off = facts.placement.kept_off(n, pool, policy,
+                                       devices=bool(view.slices_for(n.name, own=True)),
+                                       claims=d.claims)
+        if off in (OWN_FIELDS, OTHER_POOL):
             return None
         hits = [(r, c) for r, c in mixed_resources(n, view.device_classes(),
                                                     view.slices_for(n.name), verdicts)
                 if r in asked]
         mixed = hits[0] if hits else None
-        return _check_node(n, d, extra, view, verdicts), mixed
+        return (_check_node(n, d, extra, view, verdicts) if off is None
+                else _pinned_off(n, off)), mixed
 
     def initial() -> Iterable[NodeInfo]:
         if facts.node_name:
@@ -422,7 +419,7 @@ def _pinned_elsewhere(d: dra.ClaimDemand, s: _Summary, view: ClusterView) -> str
     claim = next((c for c in d.claims if c.source == source), None)
     if claim is None or claim.spec.allocated is None:
         return ""
-    where = sorted(n.name for n in view.nodes() if _reaches(claim.spec.allocated, n))
+    where = sorted(n.name for n in view.nodes() if claim_reaches(claim.spec.allocated, n))
     at = (f"node(s) {', '.join(where[:SHOW_NODES])}"
           + (f" and {len(where) - SHOW_NODES} more" if len(where) > SHOW_NODES else "")
           if where else "no node gpupool knows")

@@ -281,7 +281,6 @@ def _fold(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy,
           key: tuple[Hashable, ...], shape: tuple[Hashable, ...]) -> NodeFold[_NodeVerdict]:
     """The verdicts' fold for this pod shape, made (or found, if another review made it
     meanwhile)."""
-    node_name = facts.node_name
     hami_pool = policy.is_hami_pool(pool_name)
     demand: list[cand.GPUDemand] = []  # worked out on the first node that needs it
 
@@ -302,16 +301,10 @@ def _fold(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy,
         the node checks found, when it is known to hold still."""
         if extended and all(podclaims.dra_served(n, r, extended) for r in facts.gpus):
             return None
-        if not (node_name or n.in_pool(pool_name, policy)):
+        if not unsteered.reaches(n, pool_name, policy):
             return None
-        if unsteered is placement:  # (nearly every pod: its affinity is matched once)
-            matches = placement.matches(n.labels, n.name)
-            if not matches or not placement.tolerated_on(n):
-                return None
-        elif unsteered.reaches(n):
-            matches = placement.matches(n.labels, n.name)
-        else:
-            return None
+        # (nearly every pod is not steered: its placement is matched once)
+        matches = unsteered is placement or placement.matches(n.labels, n.name)
         why = cand.unfit_reason(n, demand_of())
         if why:
             return (why, False, None)

@@ -1,23 +1,29 @@
 """A pod's placement (nodeName, nodeSelector, required node affinity, tolerations), parsed
-once, and the one answer to "can this pod reach this node" (``Placement.reaches``), read by
-the candidates, the CDI check, the DRA check and the grant check alike; node-selector terms
-matched as the scheduler matches them.
+once, and the one answer to "can this pod reach this node" (``Placement.kept_off``, and
+``reaches`` on it): its own fields, the pool, and the claims it uses that are allocated
+already; read by the candidates, the CDI check, the DRA check and the grant check alike.
+Node-selector terms are matched as the scheduler matches them.
 
 Required node-selector terms are ORed and the expressions inside a term ANDed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from webhook.engine.core import objects, taints
 from webhook.engine.core.policy import Policy
+from webhook.engine.stacks import dra
 from webhook.engine.view.nodes import NodeInfo
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 NAME_FIELD = "metadata.name"
 AFFINITY_PATH = ("spec", "affinity", "nodeAffinity", REQUIRED, "nodeSelectorTerms")
+#: what keeps a pod off a node (``Placement.kept_off``) besides an allocated claim
+OWN_FIELDS = "its nodeName, nodeSelector, required node affinity or tolerations"
+OTHER_POOL = "the node is of another pool"
 
 
 def required_terms(spec: Mapping[str, Any]) -> list[Any] | None:
@@ -87,28 +93,46 @@ class Placement:
         return frozenset(keys)
 
     def reaches(self, node: NodeInfo, pool: str | None = None, policy: Policy | None = None,
-                devices: bool = False) -> bool:
-        """Could the pod run on this node? The scheduler's node-affinity and taint filters;
-        a pod bound by nodeName skips the scheduler, and only the kubelet's node-affinity
-        check applies (its taint filter never runs). With ``pool``, and unless the pod
-        names its node, the node must also be of that pool (``NodeInfo.in_pool``: with
-        ``devices``, a node that publishes DRA devices counts without looking like a GPU
-        node)."""
+                devices: bool = False, claims: Iterable[dra.PodClaim] = ()) -> bool:
+        """Could the pod run on this node? (``kept_off`` finds nothing in the way.)"""
+        return self.kept_off(node, pool, policy, devices, claims) is None
+
+    def kept_off(self, node: NodeInfo, pool: str | None = None, policy: Policy | None = None,
+                 devices: bool = False, claims: Iterable[dra.PodClaim] = ()) -> str | None:
+        """What keeps the pod off this node, the first found, or None when nothing does: the
+        one answer to "can this pod reach this node", which candidates, checks, steering
+        and the grant check all ask.
+
+        ``OWN_FIELDS``: the scheduler's node-affinity and taint filters (a pod bound by
+        nodeName skips the scheduler, and only the kubelet's node-affinity check applies;
+        its taint filter never runs). ``OTHER_POOL``: with ``pool``, and unless the pod
+        names its node, a node not of that pool (``NodeInfo.in_pool``: with ``devices``, a
+        node that publishes DRA devices counts without looking like a GPU node). Else the
+        ``source`` of the first of ``claims`` allocated already to devices the node cannot
+        reach: the scheduler places the pod only where its allocated claims' node selectors
+        match (Kubernetes 1.35 ``pkg/scheduler/framework/plugins/dynamicresources``,
+        Filter)."""
         if not (self.matches(node.labels, node.name) and self.tolerated_on(node)):
-            return False
-        if pool is None or self.node_name is not None:
-            return True
-        assert policy is not None, "a pool is read through its policy"
-        return node.in_pool(pool, policy, devices)
+            return OWN_FIELDS
+        if pool is not None and self.node_name is None:
+            assert policy is not None, "a pool is read through its policy"
+            if not node.in_pool(pool, policy, devices):
+                return OTHER_POOL
+        for c in claims:
+            if c.spec.allocated is not None and not claim_reaches(c.spec.allocated, node):
+                return c.source
+        return None
 
     def tolerated_on(self, node: NodeInfo) -> bool:
         """Do the node's taints let the pod on? (Never asked of a pod bound by nodeName.)"""
         return self.node_name is not None or not taints.keeps_off(node.taints, self.tolerations)
 
 
-def allocation_reaches(terms: Sequence[Any], node: NodeInfo) -> bool:
-    """Does an allocated claim's node selector (its ORed terms; none: every node) let a pod
-    that uses the claim onto ``node``? The scheduler places such a pod only there."""
+def claim_reaches(allocated: str, node: NodeInfo) -> bool:
+    """Are the devices of a claim allocated already on ``node``'s reach: does its
+    allocation's node selector (``dra.ClaimSpec.allocated``: its ORed terms as JSON; none,
+    every node) match the node? The scheduler places a pod that uses the claim only there."""
+    terms = json.loads(allocated)
     return not terms or any(term_matches(t, node.labels, node.name) for t in terms)
 
 
