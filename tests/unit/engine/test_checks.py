@@ -80,3 +80,34 @@ def test_a_user_namespace_warning_joins_an_allowed_pod(tmp_path):
     assert rv.final.allowed and rv.final.reason == Reason.ROUTED
     assert "hostUsers: false" not in rv.final.message  # warnings only, not its message
     assert any("#648" in w for w in rv.final.warnings)
+
+
+def test_pod_checks_write_no_words_and_every_finding_has_some():
+    """Issue 48: a pod check returns data; ``render`` alone makes the decision and its words.
+    No pod check module builds a decision, and every finding the CDI check can make (and
+    the user-namespace check's) is worded, allowed or denied."""
+    import ast
+    import inspect
+
+    from webhook.engine.checks import allocation, cdi, render, usernamespace
+    from webhook.engine.checks.findings import found
+    from webhook.engine.core.policy import load_policy_text
+    from webhook.engine.view.cluster import ClusterView
+
+    for module in (allocation, cdi, usernamespace):
+        tree = ast.parse(inspect.getsource(module))
+        built = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Name) and n.func.id in ("allow", "deny", "Decision")}
+        assert not built, f"{module.__name__} builds a decision itself: {built}"
+    policy = load_policy_text(default_policy_text())
+    pool = policy.default_pool
+    s = cdi.Verdicts(total=0, unfit=[], ok=0, missing=[], unknown=[], findings=[])
+    for finding in cdi.Finding:
+        for denies in (False, True):
+            d = render.decision(found(f"cdi.{finding.value}", pool, denies=denies,
+                                      reason=cdi.OUTCOMES[finding].reason, finding=finding,
+                                      verdicts=s), policy, ClusterView())
+            assert d.allowed is not denies and d.statement, (finding, denies)
+    d = render.decision(found(usernamespace.HOST_USERS, pool, denies=True,
+                              reason=Reason.USER_NAMESPACE_UNSUPPORTED), policy, None)
+    assert not d.allowed and "hostUsers: false" in d.about("pod ns/p").message

@@ -181,7 +181,7 @@ def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decis
     for check in registry.POD_CHECKS:
         if check.needs_view and view is None:
             continue
-        found = check.decide(facts, pool.name, view, policy)
+        found = registry.decide(check, facts, pool.name, view, policy)
         if found is None:
             continue
         if not found.allowed:  # a denial ends validation

@@ -16,14 +16,11 @@ import heapq
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from webhook.engine.checks.findings import PodFinding, found, note
 from webhook.engine.core.decision import (
     MAX_FINDINGS,
-    SHOW_NODES,
-    Decision,
     NodeFinding,
     Reason,
-    allow,
-    deny,
 )
 from webhook.engine.core.policy import OnFinding, Policy
 from webhook.engine.core.resources import pod_requests
@@ -299,33 +296,26 @@ def _admin_access(facts: PodFacts, d: dra.ClaimDemand, view: ClusterView) -> str
 
 
 def dra_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
-                 ) -> Decision | None:
-    """None when the pod asks nothing of DRA or all is well; else a denial, or an allowed
-    decision carrying warnings and the nodes that cannot serve it."""
+                 ) -> PodFinding | None:
+    """None when the pod asks nothing of DRA or all is well; else what keeps its claims from
+    being allocated, or what is in doubt, and the nodes that decided."""
     d = facts.claims
     if not d.any:
         return None
-    warnings = [f"gpupool: {ref} not found yet; its devices were not checked"
-                for ref in d.unresolved]
-
-    def routed(message: str = "", nodes: Iterable[NodeFinding] = ()) -> Decision:
-        return allow(Reason.ROUTED, gpu=True, pool=pool_name, message=message,
-                     of_subject=bool(message), nodes=nodes, warnings=warnings)
+    notes = [note(UNRESOLVED, ref=ref) for ref in d.unresolved]
+    # A pod no node can take yet is pending, not a late failure: ``onNoCandidates``.
+    pending = policy.on_no_candidates is OnFinding.DENY
 
     forbidden = _admin_access(facts, d, view)
     if forbidden is not None:
-        return deny(Reason.DRA_ADMIN_ACCESS_FORBIDDEN,
-                    f": {forbidden} asks for adminAccess, but namespace "
-                    f"{facts.namespace} is not labelled {dra.ADMIN_ACCESS_LABEL}=true, so "
-                    "the claim cannot be allocated (the API server refuses such claims). Fix: "
-                    f"label the namespace {dra.ADMIN_ACCESS_LABEL}=true if it may, or drop "
-                    "adminAccess", of_subject=True, gpu=True, pool=pool_name)
+        return found("dra.adminAccessForbidden", pool_name, denies=True,
+                     reason=Reason.DRA_ADMIN_ACCESS_FORBIDDEN, request=forbidden,
+                     namespace=facts.namespace)
     classes = view.device_classes()
     if classes is None:
         if d.claims:
-            warnings.append("gpupool: DeviceClasses unknown to gpupool; DRA claims not "
-                            "checked")
-            return routed(": DRA claims not checked (DeviceClasses not listed)")
+            return found("dra.classesUnknown", pool_name,
+                         notes=[*notes, note(CLASSES_UNKNOWN)])
         return None
     # The allocator looks up the class of every request, and of every firstAvailable
     # alternative before it tries any (k8s.io/dynamic-resource-allocation v0.35.4,
@@ -333,116 +323,74 @@ def dra_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     # one missing class and the claim is never allocated, whichever alternative would fit.
     missing = sorted(c for c in d.classes if c not in classes)
     if missing:
-        return _no_devices(facts, pool_name, policy, Reason.DEVICE_CLASS_MISSING,
-                           f" asks for devices of DeviceClass {', '.join(missing)}, "
-                           "which does not exist: its claims cannot be allocated until it is "
-                           "created. Fix: install the DRA driver that provides it, or name a "
-                           f"class that exists ({', '.join(sorted(classes)[:5]) or 'none'})",
-                           f"gpupool: DeviceClass {missing[0]} does not exist; the pod stays "
-                           "pending until it does")
+        return found("dra.classMissing", pool_name, denies=pending,
+                     reason=Reason.DEVICE_CLASS_MISSING, missing=tuple(missing),
+                     known=tuple(sorted(classes)[:5]))
     s = _summary(facts, d, pool_name, view, policy)
     if s.mixed is not None:
         node, resource, cls = s.mixed
-        warnings.append(f"gpupool: node {node} serves {resource} by device plugin and by "
-                        f"DeviceClass {cls}; see gpupool doctor")
+        notes.append(note(MIXED, node=node, resource=resource, device_class=cls))
     if s.fatal is not None:
         node, failure = s.fatal
-        return _no_devices(facts, pool_name, policy, Reason.NO_MATCHING_DEVICES,
-                           f": on node {node}, {failure}. The scheduler's DRA plugin "
-                           "ends the pod's whole scheduling attempt at such an error, "
-                           "whichever other node could serve it, so the pod is placed "
-                           "nowhere while that device is there. Fix: guard the selector "
-                           "(has(...), or test the device's driver or type first)",
-                           f"gpupool: a DRA selector fails at run time on node {node}; the "
-                           "pod stays pending", [NodeFinding(node, note=failure)])
+        return found("dra.selectorFails", pool_name, denies=pending,
+                     reason=Reason.NO_MATCHING_DEVICES, node=node, failure=failure,
+                     nodes=[NodeFinding(node, note=failure)])
     if not s.total:
-        return _no_devices(facts, pool_name, policy, Reason.NO_MATCHING_DEVICES,
-                           f": no node of pool {pool_name} that its placement allows "
-                           "publishes DRA devices; its claims cannot be allocated there",
-                           f"gpupool: no node of pool {pool_name} publishes DRA devices for "
-                           "this pod")
+        return found("dra.noDevicesInPool", pool_name, denies=pending,
+                     reason=Reason.NO_MATCHING_DEVICES)
     if s.able or s.served:
-        message = ""
-        if s.able:
-            message = (f": {s.able} of {s.total} candidate node(s) of pool "
-                       f"{pool_name} can allocate its DRA claims")
-            waits = _waits(facts, d, s.able_findings, view) if not s.served and \
-                s.able <= len(s.able_findings) else 0
-            if waits:
-                warnings.append(f"gpupool: this pod waits for devices in use on {waits} "
-                                f"node(s) of pool {pool_name}: allocated claims hold what "
-                                "it needs")
-                message += "; it waits for devices allocated claims hold"
-        out = routed(message, s.able_findings)
-        return out if out.warnings or out.nodes else None
+        waits = _waits(facts, d, s.able_findings, view) if s.able and not s.served and \
+            s.able <= len(s.able_findings) else 0
+        if waits:
+            notes.append(note(WAITS, nodes=waits, pool=pool_name))
+        if not notes and not s.able_findings:
+            return None
+        return found("dra.allocatable", pool_name, able=s.able, total=s.total, waits=waits,
+                     nodes=s.able_findings, notes=notes)
     findings = [NodeFinding(c.node, note=c.why) for c in s.failing_first]
-    shown = "; ".join(f"{c.node}: {c.why}" for c in s.failing_first[:SHOW_NODES]) + \
-        (f" (and {s.failing - SHOW_NODES} more)" if s.failing > SHOW_NODES else "")
+    failing = tuple((c.node, c.why) for c in s.failing_first)
     if s.doubt:
         release = view.release()
-        warnings.append("gpupool: DRA selectors could not be evaluated; claims not fully "
-                        "checked" if release.supported else
-                        f"gpupool: DRA claims not checked: Kubernetes {release}'s allocator "
-                        "is not one gpupool decides as")
-        return routed(f": DRA claims not verified: {s.doubt}; {shown}", findings)
+        notes.append(note(DOUBT, supported=release.supported, release=str(release)))
+        return found("dra.doubt", pool_name, doubt=s.doubt, failing=failing,
+                     count=s.failing, nodes=findings, notes=notes)
     pinned = _pinned_elsewhere(d, s, view)
-    if pinned:
-        return _no_devices(facts, pool_name, policy, Reason.NO_MATCHING_DEVICES,
-                           f": {pinned}",
-                           "gpupool: an allocated claim pins this pod to nodes outside its "
-                           "reach; it stays pending while that stands", findings)
+    if pinned is not None:
+        source, where = pinned
+        return found("dra.pinnedElsewhere", pool_name, denies=pending,
+                     reason=Reason.NO_MATCHING_DEVICES, source=source, where=where,
+                     failing=failing, count=s.failing, nodes=findings)
     if s.all_undelivered:
-        return deny(Reason.GPU_NOT_DELIVERED,
-                    f" would start without its DRA devices on every candidate node of "
-                    f"pool {pool_name}: {shown}. Fix: enable CDI in containerd on those "
-                    "nodes (enable_cdi = true; the default from containerd 2.0)",
-                    of_subject=True, gpu=True, pool=pool_name, nodes=findings)
-    return _no_devices(facts, pool_name, policy, Reason.NO_MATCHING_DEVICES,
-                       f": no candidate node of pool {pool_name} publishes the devices "
-                       f"its claims ask for: {shown}",
-                       f"gpupool: no node in pool {pool_name} has the DRA devices this pod "
-                       "asks for; it stays pending", findings)
+        return found("dra.notDelivered", pool_name, denies=True,
+                     reason=Reason.GPU_NOT_DELIVERED, failing=failing, count=s.failing,
+                     nodes=findings)
+    return found("dra.noDevices", pool_name, denies=pending, reason=Reason.NO_MATCHING_DEVICES,
+                 failing=failing, count=s.failing, nodes=findings)
 
 
-def _pinned_elsewhere(d: dra.ClaimDemand, s: _Summary, view: ClusterView) -> str:
+#: what the DRA check says beside its finding
+UNRESOLVED, CLASSES_UNKNOWN, MIXED, WAITS, DOUBT = (
+    "dra.unresolved", "dra.classesUnknown", "dra.mixed", "dra.waits", "dra.doubt")
+
+
+def _pinned_elsewhere(d: dra.ClaimDemand, s: _Summary, view: ClusterView
+                      ) -> tuple[str, tuple[str, ...]] | None:
     """Where every candidate fails only because an allocated claim the pod uses holds
-    devices it cannot reach: the message that says where that claim is allocated and why it
-    blocks the pod ("" otherwise). The scheduler filters nodes by an allocated claim's
-    ``status.allocation.nodeSelector`` (Kubernetes 1.35 ``pkg/scheduler/framework/plugins/
-    dynamicresources``, Filter: an allocated claim's node selector must match the node),
-    and the claim is not allocated again while it is reserved: the pod is never schedulable
-    while that allocation stands, whatever devices are freed meanwhile."""
+    devices it cannot reach: that claim, and the nodes its devices are on. The scheduler
+    filters nodes by an allocated claim's ``status.allocation.nodeSelector`` (Kubernetes
+    1.35 ``pkg/scheduler/framework/plugins/dynamicresources``, Filter: an allocated claim's
+    node selector must match the node), and the claim is not allocated again while it is
+    reserved: the pod is never schedulable while that allocation stands, whatever devices
+    are freed meanwhile."""
     if not s.failing or len(s.failing_first) < s.failing \
             or not all(c.pinned for c in s.failing_first):
-        return ""
+        return None
     source = s.failing_first[0].pinned
     claim = next((c for c in d.claims if c.source == source), None)
     if claim is None or claim.spec.allocated is None:
-        return ""
-    where = sorted(n.name for n in view.nodes() if claim_reaches(claim.spec.allocated, n))
-    at = (f"node(s) {', '.join(where[:SHOW_NODES])}"
-          + (f" and {len(where) - SHOW_NODES} more" if len(where) > SHOW_NODES else "")
-          if where else "no node gpupool knows")
-    reach = ", ".join(c.node for c in s.failing_first[:SHOW_NODES]) + \
-        (f" and {s.failing - SHOW_NODES} more" if s.failing > SHOW_NODES else "")
-    return (f"{source} is allocated already, to devices its status.allocation.nodeSelector "
-            f"places on {at}, and no node the pod can reach ({reach}) matches it. The "
-            "scheduler places a pod only where its allocated claims' devices are, so it is "
-            "never schedulable while that allocation stands (not a wait for devices in "
-            "use). Fix: let the pod reach the node the claim is allocated on (its "
-            "nodeSelector, affinity and tolerations), or have the claim deallocated (every "
-            "pod reserving it gone) so it is allocated again where the pod can run")
-
-
-def _no_devices(facts: PodFacts, pool: str, policy: Policy, reason: Reason, message: str,
-                warning: str, findings: list[NodeFinding] | None = None) -> Decision:
-    """A pod no node can take yet: pending, not a late failure, so ``onNoCandidates``.
-    ``message`` follows the pod's name."""
-    if policy.on_no_candidates is OnFinding.DENY:
-        return deny(reason, message, of_subject=True, gpu=True, pool=pool,
-                    nodes=findings or ())
-    return allow(Reason.ROUTED, gpu=True, pool=pool, message=message, of_subject=True,
-                 nodes=findings or (), warnings=(warning,))
+        return None
+    return source, tuple(sorted(n.name for n in view.nodes()
+                                if claim_reaches(claim.spec.allocated, n)))
 
 
 def mixed_resources(node: NodeInfo, classes: Mapping[str, dra.DeviceClass] | None,

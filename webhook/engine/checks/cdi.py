@@ -26,29 +26,22 @@ from webhook.engine.checks.assessment import (
     NodeCheck,
     NodeState,
 )
+from webhook.engine.checks.findings import PodFinding, found
 from webhook.engine.core.decision import (
     MAX_FINDINGS,
-    SHOW_DEVICES,
-    SHOW_NODES,
-    Decision,
     NodeFinding,
     Reason,
-    allow,
-    deny,
 )
-from webhook.engine.core.policy import OnFinding, Policy, Pool
+from webhook.engine.core.policy import OnFinding, Policy
 from webhook.engine.placement import candidates as cand
 from webhook.engine.pod import podclaims
 from webhook.engine.pod.podfacts import PodFacts
-from webhook.engine.stacks import nri
 from webhook.engine.view.caches import NodeChange, NodeFold
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
-#: Why no CDI check ran when the view holds no node at all.
-NO_NODES = "gpupool knows no nodes"
-#: Why no CDI check ran while the server's node watch has not listed nodes and namespaces.
-NOT_SYNCED = "gpupool's node view has not synced yet"
+#: what the check finds with no node view to judge (``unchecked`` says which)
+NO_VIEW = "cdi.noNodeView"
 
 
 @dataclass(frozen=True)
@@ -72,99 +65,11 @@ class Verdicts:
     #: every other failing node)
     can_fail: tuple[str, ...] = ()
     every_failing_node: tuple[str, ...] = ()
-    #: the nodes that may fail, as messages quote them
-    failing_text: str = ""
 
     @property
     def checked(self) -> int:
         """Judged nodes: those that have the pod's GPUs (and are reachable, if any are)."""
         return self.ok + len(self.missing) + len(self.unknown)
-
-
-def _summary(checks: list[NodeAssessment]) -> str:
-    parts = []
-    for c in checks[:SHOW_NODES]:
-        if c.missing and not c.missing[0].endswith("<any device>"):
-            devs = ", ".join(c.missing[:SHOW_DEVICES])
-            more = len(c.missing) - SHOW_DEVICES
-            parts.append(f"{c.node} lacks {devs}{f' (+{more} more)' if more > 0 else ''}")
-        else:
-            parts.append(f"{c.node}: {c.note}")
-    if len(checks) > SHOW_NODES:
-        parts.append(f"and {len(checks) - SHOW_NODES} more node(s)")
-    return "; ".join(parts)
-
-
-def fix_text(pool: Pool, checks: list[NodeAssessment], policy: Policy,
-             view: ClusterView) -> str:
-    """The fix to name for these failing nodes: one fix where they share it, else each
-    fix with the nodes it is for. Every part names what is there: a RuntimeClass only where
-    the cluster has it (when gpupool knows the cluster's classes: the GPU Operator deletes
-    its own with NRI injection) and every such node's containerd runs its handler without
-    CDI; a CDI kind only where one is known."""
-    fixes: dict[str, list[str]] = {}
-    for c in checks:
-        fixes.setdefault(_fix_for(pool, c, policy, view), []).append(c.node)
-    if len(fixes) == 1:
-        return next(iter(fixes))
-    parts = []
-    for fix, nodes in fixes.items():
-        more = f" and {len(nodes) - SHOW_NODES} more" if len(nodes) > SHOW_NODES else ""
-        parts.append(f"on {', '.join(nodes[:SHOW_NODES])}{more}: {fix}")
-    return "; ".join(parts)
-
-
-def _fix_for(pool: Pool, c: NodeAssessment, policy: Policy, view: ClusterView) -> str:
-    """The fix for one failing node."""
-    if c.fix:
-        return c.fix
-    # HAMi's chart sets its plugin's strategy from devicePlugin.deviceListStrategy.
-    strategy = ("HAMi's chart value devicePlugin.deviceListStrategy=cdi-annotations"
-                if policy.is_hami_pool(pool.name) else
-                f"pool {pool.name}'s device plugin to DEVICE_LIST_STRATEGY=cdi-annotations")
-    if c.note == delivery.UNPRIVILEGED_ENVVAR_IGNORED:
-        return ("set accept-nvidia-visible-devices-envvar-when-unprivileged = true in the "
-                f"NVIDIA runtime's config.toml on those nodes, or set {strategy} (a CDI "
-                "strategy, whose devices containerd delivers to any container)")
-    if c.undelivered:
-        return ("make the NVIDIA runtime containerd's default runtime on those nodes, or set "
-                f"{strategy} (a CDI strategy, which containerd and the GPU Operator's NRI "
-                "plugin deliver under any handler)")
-    kind = c.kind
-    if (c.way or delivery.VISIBLE_DEVICES) == delivery.VISIBLE_DEVICES:
-        vendor, _, cls = kind.partition("/")
-        parts = []
-        if vendor and cls:
-            parts.append(f"define a CDI device per GPU UUID for kind {kind} on those nodes "
-                         f"(e.g. nvidia-ctk cdi generate --vendor={vendor} --class={cls} "
-                         f"--device-name-strategy=uuid "
-                         f"--output=/var/run/cdi/{vendor}-{cls}-uuid.yaml)")
-        legacy = _legacy_class(c.node, policy, view)
-        if legacy:
-            parts.append(f"run the pod with runtimeClassName {legacy}")
-        parts.append(f"turn off the GPU Operator's CDI mode on pool {pool.name}'s nodes")
-        return "; ".join([*parts[:-1], ("or " if len(parts) > 1 else "") + parts[-1]])
-    spec = f"its {kind} CDI spec" if kind else "its CDI spec"
-    return (f"make the device plugin on those nodes write {spec} for every GPU the node "
-            f"has (DEVICE_LIST_STRATEGY cdi-annotations/cdi-cri; restart it after a GPU is "
-            f"replaced)")
-
-
-def _legacy_class(node_name: str, policy: Policy, view: ClusterView) -> str:
-    """A RuntimeClass of the policy's non-CDI ones that this node can run: the cluster has
-    it (where gpupool knows the cluster's classes) and the node's containerd runs its
-    handler with the NVIDIA runtime in a mode that uses no CDI; "" where none."""
-    classes = view.runtime_classes()
-    node = view.node(node_name)
-    handlers = node.inventory.runtime.handlers if node is not None and \
-        node.inventory is not None else None
-    for rc in policy.non_cdi_runtime_classes:
-        if classes is not None and rc not in classes:
-            continue
-        handler = classes[rc] if classes is not None else rc
-        if handlers is None or handlers.get(handler) in delivery.NON_CDI_MODES:
-            return rc
-    return ""
 
 
 #: (why the pod's GPU demand rules the node out, whether its node affinity as it stands
@@ -195,28 +100,7 @@ def _summarise(verdicts: dict[str, _NodeVerdict]) -> Verdicts:
         every_failing=tuple(every_failing),
         can_fail=tuple(sorted(c.node for c in every_failing
                               if c.state is NodeState.MISSING or c.may_fail)),
-        every_failing_node=tuple(sorted(c.node for c in every_failing)),
-        failing_text=_summary(missing + unknown))
-
-
-def _why(pool: Pool, missing: list[NodeAssessment]) -> str:
-    """Why the CDI names are needed, from the nodes that lack some ("" where none names
-    one: their own notes say what goes wrong)."""
-    named = [c for c in missing if c.missing and (c.kind or c.way == nri.WAY)]
-    if not named:
-        return ""
-    kind, mode, way = named[0].kind, named[0].mode, named[0].way or delivery.VISIBLE_DEVICES
-    if way == nri.WAY:
-        return (f"The GPU Operator's NRI plugin has containerd inject the CDI devices its "
-                f"{nri.DOMAIN} annotations name, which containerd resolves from the node's "
-                f"CDI specs")
-    if way == delivery.CDI_DEVICES:
-        return (f"Its device plugin hands containers CDI devices {kind}=GPU-<uuid>, which "
-                f"containerd resolves from the node's CDI specs whatever the runtime's mode")
-    if not mode:
-        return ""
-    return (f"The node runtime (mode {mode}, default kind {kind}) resolves "
-            f"NVIDIA_VISIBLE_DEVICES=GPU-<uuid> as CDI devices {kind}=GPU-<uuid>")
+        every_failing_node=tuple(sorted(c.node for c in every_failing)))
 
 
 @dataclass(frozen=True)
@@ -384,77 +268,6 @@ def _finding(s: Verdicts, facts: PodFacts, hami_pool: bool, policy: Policy) -> F
     return Finding.MISSING
 
 
-def _texts(finding: Finding, s: Verdicts, pool: Pool, policy: Policy,
-           view: ClusterView) -> tuple[str, str]:
-    """The decision's message (it follows the pod's name), and the warning an allowed pod
-    gets."""
-    name, failing = pool.name, len(s.missing) + len(s.unknown)
-    unfit = "; ".join(f"{n}: {why}" for n, why in s.unfit[:SHOW_NODES])
-    match finding:
-        case Finding.NO_CANDIDATES:
-            return (f": no node of pool {name} matches its nodeName, nodeSelector, "
-                    f"affinity and tolerations; its CDI devices were not checked",
-                    f"gpupool: no candidate node in pool {name} yet; CDI devices not checked")
-        case Finding.NO_ALLOWED_GPU:
-            return (f" asks for GPUs its HAMi annotations allow, but no candidate node in "
-                    f"pool {name} has them: {unfit}", "")
-        case Finding.NO_GPU_FIT:
-            return (f": no node of pool {name} has the GPUs it asks for: {unfit}",
-                    f"gpupool: no node in pool {name} has the GPUs this pod asks for yet")
-        case Finding.STEERED_OUT:
-            return (f": its node affinity leaves it no node of pool {name}: the nodes "
-                    f"where its GPUs resolve are excluded, and {failing} are steered off "
-                    f"because they would fail it: {s.failing_text}",
-                    f"gpupool: no node of pool {name} is left to this pod; it stays pending")
-        case Finding.SOME_FAIL:
-            return (f": {failing} of {s.checked} candidate nodes may fail it: "
-                    f"{s.failing_text}",
-                    f"gpupool: {failing} of {s.checked} candidate nodes lack CDI devices this "
-                    f"pod needs; see gpupool doctor")
-        case Finding.UNKNOWN:
-            if OUTCOMES[finding].denies(policy):
-                return (f": CDI inventory unknown on every candidate node of pool "
-                        f"{name}: {_summary(s.unknown)}", "")
-            names = ", ".join(c.node for c in s.unknown[:2]) + \
-                (", ..." if len(s.unknown) > 2 else "")
-            return (f": CDI devices not verified: {s.failing_text}",
-                    f"gpupool: devices not verified on {len(s.unknown)} candidate node(s) "
-                    f"({names}); see gpupool doctor")
-        case Finding.NOT_DELIVERED if all(c.way == nri.WAY for c in s.missing):
-            # Only what its annotations name is lost: its device plugin's GPUs still arrive
-            # (a plugin finding that says more would have won on the node).
-            return (f": on every candidate node of pool {name}, the devices its "
-                    f"{nri.DOMAIN} annotations name would not reach its containers (the "
-                    f"GPUs its device plugin hands would): {s.failing_text}. "
-                    f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
-        case Finding.NOT_DELIVERED if not all(c.undelivered for c in s.missing):
-            return (f" would not get the GPUs its device plugin accounted for on any "
-                    f"candidate node of pool {name}: {s.failing_text}. "
-                    f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
-        case Finding.NOT_DELIVERED:
-            return (f" would start without its GPUs on every candidate node of pool "
-                    f"{name}: {s.failing_text}. "
-                    f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
-        case Finding.NOT_ACCOUNTED:
-            return (f" would get a GPU, but not the one its device plugin accounted for, "
-                    f"on every candidate node of pool {name}: {s.failing_text}. "
-                    f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
-        case Finding.UNKNOWN_DEVICE:
-            device = next((m for c in s.missing for m in c.missing), "")
-            return (f" would fail on its node with '{device}: unknown device': the "
-                    "legacy hook hands the names in its own NVIDIA_VISIBLE_DEVICES to "
-                    "nvidia-container-cli, which knows no such GPU or MIG device there "
-                    f"(UUID or index): {s.failing_text}. Fix: name the node's GPUs by UUID "
-                    "or index, or remove NVIDIA_VISIBLE_DEVICES from the pod's GPU "
-                    "containers so the device plugin's GPUs are used", "")
-        case Finding.MISSING:
-            why = _why(pool, s.missing)
-            return (f" would fail on its node with 'unresolvable CDI devices': no "
-                    f"candidate node of pool {name} defines the CDI devices it needs: "
-                    f"{s.failing_text}. {why + '. ' if why else ''}"
-                    f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
-
-
 def repair_class(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
                  ) -> str | None:
     """The RuntimeClass that provably makes this pod run on every candidate node, where
@@ -489,8 +302,9 @@ def repair_class(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
 
 
 def cdi_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy
-                 ) -> Decision | None:
-    """None: nothing to say. Otherwise a Decision carrying a denial or warnings and nodes."""
+                 ) -> PodFinding | None:
+    """None: nothing to say. Otherwise what the verdicts say of the pod as a whole, and
+    whether the policy denies it (``OUTCOMES``)."""
     pool = policy.by_name[pool_name]
     if not pool.cdi.checked or not facts.is_gpu_pod:
         return None  # nothing to check, or only DRA claims (``allocation`` judges those)
@@ -498,17 +312,9 @@ def cdi_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
         # No node view (serve --no-cluster, a watch that has not synced yet): say so on
         # every GPU pod rather than let an unchecked pod read as a checked one, or deny it
         # when the policy asks (``onNoNodeView``).
-        why = NO_NODES if view.synced else NOT_SYNCED
-        unchecked = "no-nodes" if view.synced else "not-synced"
-        if policy.on_no_node_view is OnFinding.DENY:
-            return deny(Reason.NODE_VIEW_MISSING,
-                        f": CDI devices cannot be checked: {why} (onNoNodeView: deny); retry "
-                        "in a moment, or see the webhook's /readyz?verbose", of_subject=True,
-                        gpu=True, pool=pool_name)._replace(unchecked=unchecked)
-        return allow(Reason.ROUTED, gpu=True, pool=pool_name,
-                     message=f": CDI devices not checked: {why}", of_subject=True,
-                     warnings=(f"gpupool: CDI devices not checked: {why}",),
-                     unchecked=unchecked)
+        return found(NO_VIEW, pool_name, denies=policy.on_no_node_view is OnFinding.DENY,
+                     reason=Reason.NODE_VIEW_MISSING,
+                     unchecked="no-nodes" if view.synced else "not-synced")
     s = verdicts(facts, pool_name, view, policy)
     if not s.total and facts.claims.extended:
         return None  # DRA serves it on every node it could reach: ``allocation`` judges
@@ -516,12 +322,8 @@ def cdi_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     if finding is None:
         return None
     outcome = OUTCOMES[finding]
-    message, warning = _texts(finding, s, pool, policy, view)
-    if outcome.denies(policy):
-        return deny(outcome.reason, message, of_subject=True, gpu=True, pool=pool_name,
-                    nodes=s.findings)
-    return allow(Reason.ROUTED, gpu=True, pool=pool_name, nodes=s.findings, message=message,
-                 of_subject=True, warnings=(warning,))
+    return found(f"cdi.{finding.value}", pool_name, denies=outcome.denies(policy),
+                 reason=outcome.reason, nodes=s.findings, finding=finding, verdicts=s)
 
 
 def node_verdict(node: NodeInfo, view: ClusterView, policy: Policy,
