@@ -170,3 +170,21 @@ def test_the_reader_finds_each_way_of_keeping_a_value(tmp_path):
                      ("m.py", "b", "writes module table _T"),
                      ("m.py", "c", "writes module table _T"), ("m.py", "d", "writes memo"),
                      ("m.py", "p", "cached_property")}
+
+
+API = ROOT / "webhook" / "api"
+#: The formats the engine shares with the node agent (``webhook/api``) keep one thing: the
+#: agent's held-devices record parsed once per text (a scan re-judging a node's pods reads
+#: it for each of them; the view keeps each node's record as the text it was published in,
+#: gzip+base64 when large, not parsed). An inventory's plugin way and its runtime section
+#: are worked out as it is made, and equal runtimes are shared by the view's index.
+API_KEPT = {("held.py", "parse_held", "lru_cache")}
+
+
+def test_the_formats_the_engine_reads_keep_only_the_held_parse():
+    other: set[tuple[str, str, str]] = set()
+    for path in sorted(API.rglob("*.py")):
+        uses, kept = _kept(path, API)
+        assert not uses, f"{path.name} uses the engine's boundaries"
+        other |= kept
+    assert other == API_KEPT, f"webhook/api keeps a value: {sorted(other - API_KEPT)}"

@@ -18,30 +18,21 @@ engine checks candidate nodes with the same functions, so the two can never disa
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 
 from webhook.api.inventory import DEFAULT_KIND, Inventory
-from webhook.api.pluginconfig import Settled
+from webhook.api.ways import CDI_DEVICES as CDI_DEVICES
+from webhook.api.ways import CDI_STRATEGIES as CDI_STRATEGIES
+from webhook.api.ways import DETECT as DETECT
+from webhook.api.ways import NONE as NONE
+from webhook.api.ways import VISIBLE_DEVICES as VISIBLE_DEVICES
+from webhook.api.ways import WAYS as WAYS
+from webhook.api.ways import Learned as Learned
+from webhook.api.ways import Way as Way
+from webhook.api.ways import strategy_way as strategy_way
 
-
-class Way(StrEnum):
-    """How a pool's device plugin hands GPUs to containers (the policy's ``delivery``)."""
-
-    DETECT = "detect"
-    VISIBLE_DEVICES = "visibleDevices"
-    CDI_DEVICES = "cdiDevices"
-    NONE = "none"
-
-
-VISIBLE_DEVICES = Way.VISIBLE_DEVICES
-CDI_DEVICES = Way.CDI_DEVICES
-DETECT = Way.DETECT
-NONE = Way.NONE
-WAYS = tuple(w.value for w in Way)
 #: The kind the NVIDIA and HAMi device plugins' CDI specs use.
 DEVICE_PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"
 #: Why an unprivileged container's GPUs never arrive where the toolkit's switch is off.
@@ -76,79 +67,10 @@ class Resolution:
     undelivered: bool = False
 
 
-#: The device plugins' ``DEVICE_LIST_STRATEGY`` values that hand containers CDI names.
-CDI_STRATEGIES = frozenset({"cdi-annotations", "cdi-cri"})
-
-
-def strategy_way(strategy: str) -> Way | None:
-    """The way a device plugin set to this ``DEVICE_LIST_STRATEGY`` (comma-separated, as
-    NVIDIA's and HAMi's plugins take it) hands GPUs; None for what gpupool does not model
-    (``volume-mounts``, or envvar together with a CDI strategy)."""
-    names = {s.strip() for s in strategy.split(",") if s.strip()}
-    if names and names <= CDI_STRATEGIES:
-        return CDI_DEVICES
-    if names == {"envvar"}:
-        return VISIBLE_DEVICES
-    return None
-
-
-@dataclass(frozen=True)
-class Learned:
-    """How the device plugin running on a node hands GPUs, as the agent learned it from the
-    plugin's pod (``Inventory.plugins``). ``way`` None: not known; ``why`` then says what is
-    unknown (empty: the agent did not look)."""
-
-    way: Way | None
-    why: str = ""
-
-
-#: what an inventory whose agent did not look at the plugin's pods says of it
-_NOT_LOOKED = Learned(None)
-
-
 def learned_way(inv: Inventory) -> Learned:
-    """Kept on the inventory, which is immutable: every node check and every node update
-    asks it of each node it judges, and a node's plugin list costs a hash to look up."""
-    plugins = inv.plugins
-    if plugins is None:
-        return _NOT_LOOKED
-    if len(plugins) == 1 and plugins[0].strategies is not None:
-        # (nearly every node: one plugin, its strategy known; looked up by its strategies,
-        # a tuple of strings, hashed in C)
-        known = _one_way(plugins[0].strategies)
-        if known is not None:
-            return known
-    hit: Learned | None = inv.__dict__.get("_learned_way")
-    if hit is None:
-        hit = _learned(plugins)
-        object.__setattr__(inv, "_learned_way", hit)  # (as functools.cached_property does)
-    return hit
-
-
-@functools.lru_cache(maxsize=64)
-def _one_way(strategies: tuple[str, ...]) -> Learned | None:
-    """One plugin's way; None where gpupool does not model it (``_learned`` says why, naming
-    the plugin's pod)."""
-    way = strategy_way(",".join(strategies))
-    return None if way is None else Learned(way)
-
-
-@functools.lru_cache(maxsize=1024)
-def _learned(plugins: tuple[Settled, ...]) -> Learned:
-    """Nodes of one setup publish equal plugin lists: worked out once per list."""
-    if not plugins:
-        return Learned(None, "the agent found no device-plugin pod on the node")
-    unknown = [p for p in plugins if p.strategies is None]
-    if unknown:
-        return Learned(None, "; ".join(p.describe() for p in unknown))
-    ways = {strategy_way(",".join(p.strategies or ())) for p in plugins}
-    if len(ways) > 1:
-        return Learned(None, "device plugins there hand GPUs in different ways: "
-                             + "; ".join(p.describe() for p in plugins))
-    way = ways.pop()
-    if way is None:
-        return Learned(None, f"{plugins[0].describe()}, a way gpupool does not model")
-    return Learned(way)
+    """How the node's device plugin hands GPUs, as the agent learned it (``Inventory``
+    works it out as it is made: every node check and every node update asks it)."""
+    return inv.learned
 
 
 def learned_single_mig(inv: Inventory) -> bool:

@@ -7,7 +7,6 @@ ahead of the webhook does not break admission; an unknown ``schemaVersion`` is a
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import sys
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.api.pluginconfig import Settled
+from webhook.api.ways import Learned, learned_from
 
 INVENTORY_ANNOTATION = "gpupool.io/cdi-inventory"
 #: The NVIDIA runtime's CDI default kind when its config.toml names none.
@@ -72,6 +72,15 @@ class RuntimeInfo:
     #: was not read). A container is created with its pod sandbox's handler, looked up in
     #: that config each time, so a handler dropped from it fails every restart there.
     runtime_handlers: tuple[str, ...] | None = None
+    #: everything above, hashable, worked out as it is made: nodes of one kind hold equal
+    #: runtimes, which the view keeps once (``view.index``)
+    content: tuple[Any, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "content", (
+            self.mode, self.default_kind, self.containerd_cdi, self.spec_dirs,
+            tuple(sorted(self.handlers.items())), self.default_handler, self.source,
+            self.accept_envvar_unprivileged, self.containerd_nri, self.runtime_handlers))
 
     def effective_mode(self, runtime_class: str | None) -> str | None:
         """The mode a pod's containers run in: its RuntimeClass's handler (named like the
@@ -127,6 +136,12 @@ class Inventory:
     #: strategy it settles on (``webhook.api.pluginconfig``); None: the agent did not look.
     #: Added within schema version 1.
     plugins: tuple[Settled, ...] | None = None
+    #: how its device plugin hands GPUs, as learned from ``plugins`` (worked out here, once:
+    #: every node check and every node update asks it of each node it judges)
+    learned: Learned = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "learned", learned_from(self.plugins))
 
     @property
     def gpu_uuids(self) -> tuple[str, ...]:
@@ -194,10 +209,7 @@ def _opt(value: Any, kind: type, what: str) -> Any:
     return value
 
 
-@functools.lru_cache(maxsize=1024)
-def _runtime(canonical: str) -> RuntimeInfo:
-    """Nodes of one kind share one runtime configuration: parse and keep it once."""
-    rt = json.loads(canonical)
+def _runtime(rt: Mapping[str, Any]) -> RuntimeInfo:
     return RuntimeInfo(
         mode=_opt(rt.get("mode"), str, "runtime.mode"),
         default_kind=_opt(rt.get("defaultKind"), str, "runtime.defaultKind"),
@@ -232,7 +244,7 @@ def parse_inventory(text: str) -> Inventory:
     rt = doc.get("runtime") or {}
     if not isinstance(rt, dict):
         raise InventoryError("runtime: expected an object")
-    runtime = _runtime(json.dumps(rt, sort_keys=True))
+    runtime = _runtime(rt)
     errors_raw = doc.get("errors") or []
     if not isinstance(errors_raw, list):
         raise InventoryError("errors: expected a list")

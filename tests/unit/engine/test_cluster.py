@@ -5,6 +5,8 @@ never writes; the shared-label table stays bounded."""
 from __future__ import annotations
 
 import dataclasses
+import gc
+import weakref
 
 from harness.kit import gpu_pod
 from webhook.engine.admission.admit import review_pod
@@ -77,6 +79,40 @@ def test_nodes_in_the_view_share_their_common_labels_and_let_go_of_them():
     assert view.node("b").labels.shared is view.node("a").labels.shared
     assert view.names_with_label("zone", "z1") == {"a", "b"}
     assert not view.names_with_label("zone", "z51")
+
+
+def test_nodes_of_one_kind_share_their_runtime_and_let_go_of_it():
+    """Issue 48: an inventory's runtime section is parsed per node, and the view keeps one
+    per kind of node (as it keeps shared labels): equal runtimes become one object, a
+    different one stays apart, and one no node holds any more is not held."""
+    from webhook.api.inventory import Inventory, RuntimeInfo
+
+    def agent(name: str, mode: str) -> dict:
+        obj = node(name, "hami")
+        inv = Inventory(kinds={}, runtime=RuntimeInfo(mode=mode, handlers={"nvidia": mode}))
+        obj["metadata"]["annotations"] = {"gpupool.io/cdi-inventory": inv.dumps()}
+        return obj
+
+    policy = default_policy()
+    view = view_from_objects([agent("a", "cdi"), agent("b", "cdi"), agent("c", "legacy")],
+                             policy)
+
+    def runtime(name: str) -> RuntimeInfo:
+        n = view.node(name)
+        assert n is not None and n.inventory is not None
+        return n.inventory.runtime
+
+    assert runtime("a") is runtime("b") and runtime("a") is not runtime("c")
+    assert runtime("c").handlers == {"nvidia": "legacy"} and runtime("a").mode == "cdi"
+    legacy, cdi = weakref.ref(runtime("c")), weakref.ref(runtime("a"))
+    view.upsert_node(NodeInfo.from_object(agent("c", "cdi")))
+    assert runtime("c") is runtime("a")
+    gc.collect()
+    assert legacy() is None, "a runtime no node holds is still held"
+    for name in "abc":
+        view.delete_node(name)
+    gc.collect()
+    assert cdi() is None
 
 
 def test_kept_decisions_follow_runtime_class_changes(tmp_path):

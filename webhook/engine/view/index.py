@@ -4,6 +4,7 @@ Per-node labels are indexed pair by pair; label dicts shared by many nodes (``No
 by the nodes that share them: a node stored with the same shared labels as a node already
 here is given that node's dict, so a node group of thousands holds one copy (GPU nodes carry
 150+ labels, nearly all alike), and a dict no node holds any more leaves with its last node.
+Likewise the runtime section of the nodes' inventories: nodes of one kind hold one.
 Not locked itself: the view holds its lock around every call.
 """
 
@@ -29,6 +30,8 @@ class NodeIndex:
         self._by_shared: dict[int, tuple[Mapping[str, str], set[str]]] = {}
         #: the shared label dicts held, by content
         self._shared_by_content: dict[Hashable, tuple[Any, dict[str, str]]] = {}
+        #: the runtime sections held, by content: [the one kept, how many nodes hold it]
+        self._runtimes: dict[Hashable, list[Any]] = {}
         #: nodes where HAMi runs a GPU in MIG mode (its steering label cannot tell)
         self.hami_mig: set[str] = set()
         #: nodes whose device plugin registered MIG devices as nvidia.com/gpu (its single
@@ -82,8 +85,18 @@ class NodeIndex:
         self._by_shared.setdefault(id(shared), (shared, set()))[1].add(node.name)
         if node.runs_hami_mig():
             self.hami_mig.add(node.name)
-        if node.inventory is not None and PLUGIN_RESOURCE in (node.inventory.mig or {}):
-            self.single_mig.add(node.name)
+        inv = node.inventory
+        if inv is not None:
+            if PLUGIN_RESOURCE in (inv.mig or {}):
+                self.single_mig.add(node.name)
+            held = self._runtimes.get(content := inv.runtime.content)
+            if held is None:
+                self._runtimes[content] = [inv.runtime, 1]
+            else:
+                held[1] += 1
+                if held[0] is not inv.runtime:
+                    # (an equal value for the one parsed: the inventory reads the same)
+                    object.__setattr__(inv, "runtime", held[0])
 
     def _unindex(self, node: NodeInfo) -> None:
         key = node.labels.get(self.pool_label)
@@ -108,6 +121,13 @@ class NodeIndex:
                     self._shared_by_content.pop(node.labels.content, None)
         self.hami_mig.discard(node.name)
         self.single_mig.discard(node.name)
+        if node.inventory is not None:
+            content = node.inventory.runtime.content
+            held = self._runtimes.get(content)
+            if held is not None:
+                held[1] -= 1
+                if not held[1]:
+                    del self._runtimes[content]
 
 
 def _split(labels: Mapping[str, str]) -> tuple[Mapping[str, str], Mapping[str, str]]:
