@@ -72,15 +72,16 @@ class RuntimeInfo:
     #: was not read). A container is created with its pod sandbox's handler, looked up in
     #: that config each time, so a handler dropped from it fails every restart there.
     runtime_handlers: tuple[str, ...] | None = None
-    #: everything above, hashable, worked out as it is made: nodes of one kind hold equal
-    #: runtimes, which the view keeps once (``view.index``)
-    content: tuple[Any, ...] = field(init=False, repr=False, compare=False)
+    #: everything above as one string, worked out as it is made: nodes of one kind hold
+    #: equal runtimes, which the view keeps once (``view.index``), looked up by it on every
+    #: node update (a string keeps its hash; a tuple hashes again each time)
+    content: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "content", (
+        object.__setattr__(self, "content", repr((
             self.mode, self.default_kind, self.containerd_cdi, self.spec_dirs,
-            tuple(sorted(self.handlers.items())), self.default_handler, self.source,
-            self.accept_envvar_unprivileged, self.containerd_nri, self.runtime_handlers))
+            sorted(self.handlers.items()), self.default_handler, self.source,
+            self.accept_envvar_unprivileged, self.containerd_nri, self.runtime_handlers)))
 
     def effective_mode(self, runtime_class: str | None) -> str | None:
         """The mode a pod's containers run in: its RuntimeClass's handler (named like the

@@ -146,3 +146,20 @@ def test_every_kind_of_change_says_what_it_takes_away():
 
     assert set(EFFECTS) == set(Change)
     assert {e.folds for e in EFFECTS.values()} <= {"update", "remove", "clear", "slices", "keep"}
+
+
+def test_two_nodes_labels_compared_at_some_keys():
+    """What a fold asks of a node stored again: do the labels it reads read the same,
+    wherever each node holds them (its own labels or its group's), absent counting."""
+    from webhook.engine.view.labels import NodeLabels, same_at
+
+    a = NodeLabels.build({"kubernetes.io/hostname": "a", "zone": "z1", "pool": "hami"}, "a")
+    b = NodeLabels.build({"kubernetes.io/hostname": "a", "zone": "z1", "pool": "hami",
+                          "extra": "x"}, "a")
+    assert same_at(a, b, ("zone", "pool", "kubernetes.io/hostname", "missing"))
+    assert not same_at(a, b, ("extra",)) and not same_at(b, a, ("extra",))
+    c = NodeLabels.build({"kubernetes.io/hostname": "c", "zone": "z1", "pool": "hami"}, "c")
+    assert not same_at(a, c, ("kubernetes.io/hostname",)) and same_at(a, c, ("zone",))
+    plain = {"kubernetes.io/hostname": "a", "zone": "z1", "pool": "hami"}
+    assert same_at(plain, a, ("zone", "pool")) and same_at(a, plain, ("zone", "pool"))
+    assert not same_at(a, {**plain, "pool": "op"}, ("pool",))

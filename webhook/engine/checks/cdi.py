@@ -38,6 +38,7 @@ from webhook.engine.pod import podclaims
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.view.caches import NodeChange, NodeFold
 from webhook.engine.view.cluster import ClusterView
+from webhook.engine.view.labels import same_at
 from webhook.engine.view.nodes import NodeInfo
 
 #: what the check finds with no node view to judge (``unchecked`` says which)
@@ -219,8 +220,7 @@ def _fold(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy,
         if not label_reads:
             label_reads.append(placement.label_keys() | unsteered.label_keys()
                                | NodeInfo.pool_reads(policy))
-        if n.taints == old.taints and all(n.labels.get(k) == old.labels.get(k)
-                                          for k in label_reads[0]):
+        if n.taints == old.taints and same_at(n.labels, old.labels, label_reads[0]):
             return was
         known = _OK if was in (_FIT_OK_REACHABLE, _FIT_OK_UNREACHABLE) else was[2]
         return per_node(n, known, change)

@@ -10,7 +10,7 @@ Not locked itself: the view holds its lock around every call.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.api.inventory import PLUGIN_RESOURCE
@@ -28,10 +28,10 @@ class NodeIndex:
         self.by_pool_value: dict[str | None, set[str]] = {}
         self._by_own_label: dict[tuple[str, str], set[str]] = {}
         self._by_shared: dict[int, tuple[Mapping[str, str], set[str]]] = {}
-        #: the shared label dicts held, by content
-        self._shared_by_content: dict[Hashable, tuple[Any, dict[str, str]]] = {}
+        #: the shared label dicts held, by their content's hash: (content, dict)
+        self._shared_by_content: dict[int, tuple[Any, dict[str, str]]] = {}
         #: the runtime sections held, by content: [the one kept, how many nodes hold it]
-        self._runtimes: dict[Hashable, list[Any]] = {}
+        self._runtimes: dict[str, list[Any]] = {}
         #: nodes where HAMi runs a GPU in MIG mode (its steering label cannot tell)
         self.hami_mig: set[str] = set()
         #: nodes whose device plugin registered MIG devices as nvidia.com/gpu (its single
@@ -78,10 +78,13 @@ class NodeIndex:
             self._by_own_label.setdefault(pair, set()).add(node.name)
         labels = node.labels
         if isinstance(labels, NodeLabels) and labels.shared:
-            # (equal: the node reads the same labels; its key shared too)
-            labels.content, labels.shared = self._shared_by_content.setdefault(
-                labels.content, (labels.content, labels.shared))
-            shared = labels.shared
+            held = self._shared_by_content.get(labels.content_hash)
+            if held is None:
+                self._shared_by_content[labels.content_hash] = (labels.content, labels.shared)
+            elif held[0] is labels.content or held[0] == labels.content:
+                # (equal: the node reads the same labels; its content shared too)
+                labels.content, labels.shared = held
+            shared = labels.shared  # (another content of the same hash: kept apart)
         self._by_shared.setdefault(id(shared), (shared, set()))[1].add(node.name)
         if node.runs_hami_mig():
             self.hami_mig.add(node.name)
@@ -89,14 +92,14 @@ class NodeIndex:
         if inv is not None:
             if PLUGIN_RESOURCE in (inv.mig or {}):
                 self.single_mig.add(node.name)
-            held = self._runtimes.get(content := inv.runtime.content)
-            if held is None:
+            runtime = self._runtimes.get(content := inv.runtime.content)
+            if runtime is None:
                 self._runtimes[content] = [inv.runtime, 1]
             else:
-                held[1] += 1
-                if held[0] is not inv.runtime:
+                runtime[1] += 1
+                if runtime[0] is not inv.runtime:
                     # (an equal value for the one parsed: the inventory reads the same)
-                    object.__setattr__(inv, "runtime", held[0])
+                    object.__setattr__(inv, "runtime", runtime[0])
 
     def _unindex(self, node: NodeInfo) -> None:
         key = node.labels.get(self.pool_label)
@@ -118,15 +121,18 @@ class NodeIndex:
             if not entry[1]:
                 del self._by_shared[id(shared)]
                 if isinstance(node.labels, NodeLabels):
-                    self._shared_by_content.pop(node.labels.content, None)
+                    content_hash = node.labels.content_hash
+                    kept = self._shared_by_content.get(content_hash)
+                    if kept is not None and kept[1] is shared:
+                        del self._shared_by_content[content_hash]
         self.hami_mig.discard(node.name)
         self.single_mig.discard(node.name)
         if node.inventory is not None:
             content = node.inventory.runtime.content
-            held = self._runtimes.get(content)
-            if held is not None:
-                held[1] -= 1
-                if not held[1]:
+            runtime = self._runtimes.get(content)
+            if runtime is not None:
+                runtime[1] -= 1
+                if not runtime[1]:
                     del self._runtimes[content]
 
 

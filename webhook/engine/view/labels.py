@@ -10,7 +10,7 @@ each node stored the dict an equal node holds already (``view.index``).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 #: Keys whose values differ from node to node even inside one node group.
@@ -26,18 +26,19 @@ _EMPTY: dict[str, str] = {}
 
 
 class NodeLabels(Mapping[str, str]):
-    __slots__ = ("content", "own", "shared")
+    __slots__ = ("content", "content_hash", "own", "shared")
 
     def __init__(self, shared: dict[str, str], own: dict[str, str]) -> None:
         self.shared = shared
         self.own = own
-        #: what ``shared`` holds, as a key: equal nodes share one dict by it (``view.index``);
-        #: hashed now, as the node is built, not when the view stores it. (Keys, then
+        #: what ``shared`` holds: equal nodes share one dict (``view.index``). (Keys, then
         #: values, in the object's order: the API server writes labels sorted, so nodes
-        #: with the same labels have the same key. Two tuples, not a set of pairs: cheap to
-        #: make, and to free when the node is replaced.)
+        #: with the same labels have the same content. Two tuples, not a set of pairs:
+        #: cheap to make, and to free when the node is replaced.)
         self.content = (tuple(shared), tuple(shared.values()))
-        hash(self.content)
+        #: its hash, worked out now, as the node is built: a tuple is hashed anew each time
+        #: it is looked up, and the view looks it up on every node update
+        self.content_hash = hash(self.content)
 
     @classmethod
     def build(cls, raw: Any, node_name: str = "") -> NodeLabels:
@@ -59,6 +60,25 @@ class NodeLabels(Mapping[str, str]):
         if v is not None:
             return v
         return self.shared.get(key, default)
+
+    def same_at(self, other: Mapping[str, str], keys: Iterable[str]) -> bool:
+        """Does ``other`` hold the same value (or none) at every one of ``keys``? (Asked of
+        a node stored again, by every fold that holds it: read straight from the dicts.)"""
+        if not isinstance(other, NodeLabels):
+            return all(self.get(k) == other.get(k) for k in keys)
+        own, shared, other_own, other_shared = self.own, self.shared, other.own, other.shared
+        if shared is other_shared and own == other_own:
+            return True
+        for k in keys:
+            v = own.get(k)
+            if v is None:
+                v = shared.get(k)
+            w = other_own.get(k)
+            if w is None:
+                w = other_shared.get(k)
+            if v != w:
+                return False
+        return True
 
     def __getitem__(self, key: str) -> str:
         v = self.get(key)
@@ -84,3 +104,10 @@ class NodeLabels(Mapping[str, str]):
 
     def __repr__(self) -> str:
         return f"NodeLabels({dict(self.items())!r})"
+
+
+def same_at(a: Mapping[str, str], b: Mapping[str, str], keys: Iterable[str]) -> bool:
+    """Do two nodes' labels agree at every one of ``keys`` (absent at both counts)?"""
+    if isinstance(a, NodeLabels):
+        return a.same_at(b, keys)
+    return all(a.get(k) == b.get(k) for k in keys)
