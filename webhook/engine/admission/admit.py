@@ -151,7 +151,10 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     # (a digest: thousands of kept shapes must not each hold a copy of their pod)
     # (SHA-256: collision-proof as the key must be, and the fastest such hash here, where
     # the CPU computes it)
-    digest = hashlib.sha256(objects.json_bytes(shape) + claims).digest()[:16]
+    h = hashlib.sha256(objects.json_bytes(shape))
+    if claims:
+        h.update(claims)
+    digest = h.digest()[:16]
     # (every part a str, an int or bytes: hashed and compared in C, so the view's lookup
     # without a lock is one step under the GIL; an enum hashes in Python)
     key = ("pod", stage.value, policy.cache_key, namespace, digest)

@@ -18,11 +18,14 @@ Op = dict[str, Any]
 
 def escape(token: str | int) -> str:
     """Escape one reference token: '~' first, then '/', as RFC 6901 requires."""
-    return str(token).replace("~", "~0").replace("/", "~1")
+    text = str(token)
+    if "~" not in text and "/" not in text:
+        return text  # (nearly every token: every mutation builds several)
+    return text.replace("~", "~0").replace("/", "~1")
 
 
 def pointer(*tokens: str | int) -> str:
-    return "".join("/" + escape(t) for t in tokens)
+    return "".join(["/" + escape(t) for t in tokens])
 
 
 def add(path: str, value: Any) -> Op:

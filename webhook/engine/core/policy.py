@@ -186,6 +186,8 @@ class Policy:
     #: skips routing's look for them pool by pool
     exclusive_resources: frozenset[str] = field(init=False, compare=False, repr=False)
     by_name: Mapping[str, Pool] = field(init=False, compare=False, repr=False)
+    #: every pool's name: what a pod's placement admits when it says nothing of the pool
+    pool_set: frozenset[str] = field(init=False, compare=False, repr=False)
     pool_by_label_value: Mapping[str, str] = field(init=False, compare=False, repr=False)
     schedulers: frozenset[str] = field(init=False, compare=False, repr=False)
     exact_gpu_resources: frozenset[str] = field(init=False, compare=False, repr=False)
@@ -202,6 +204,7 @@ class Policy:
             "exclusive_resources": frozenset(
                 r for p in self.pools for r in p.exclusive_resources),
             "by_name": MappingProxyType({p.name: p for p in self.pools}),
+            "pool_set": frozenset(p.name for p in self.pools),
             "pool_by_label_value": MappingProxyType(
                 {v: p.name for p in self.pools for v in p.label_values}),
             "schedulers": frozenset(p.scheduler_name for p in self.pools),

@@ -90,7 +90,12 @@ class GPUDemand:
 
 def narrows(facts: PodFacts, hami_pool: bool) -> bool:
     """``demand_of(...).narrows`` without working out the rest of the demand."""
-    return hami_pool and any(hami.uuid_list(v) for v in facts.narrowing)
+    # (nearly every pod sets none of HAMi's picking annotations)
+    return hami_pool and facts.narrowing != _NO_NARROWING and any(
+        hami.uuid_list(v) for v in facts.narrowing)
+
+
+_NO_NARROWING = (None, None, None, None)
 
 
 def demand_of(facts: PodFacts, hami_pool: bool) -> GPUDemand:

@@ -22,7 +22,7 @@ from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
 
-@dataclass
+@dataclass(slots=True)
 class Route:
     pool: str | None = None
     source: str = ""
@@ -41,7 +41,8 @@ def _exclusive_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
     if not resources and not annotations:
         return found  # (nearly every pod)
     for pool in policy.pools:
-        hits = sorted(resources.intersection(pool.exclusive_resources))
+        inter = resources.intersection(pool.exclusive_resources)
+        hits = sorted(inter) if inter else []
         if annotations:
             hits += sorted(f"annotation {a}" for a in annotations.intersection(
                 pool.exclusive_annotations))

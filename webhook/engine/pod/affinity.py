@@ -53,7 +53,7 @@ def pools_admitted(placement: Placement, policy: Policy) -> frozenset[str]:
     Only constraints on the pool label count; everything else may or may not match a node of
     any pool, so it narrows nothing. All pools back means "not pinned".
     """
-    everything = frozenset(policy.by_name)
+    everything = policy.pool_set
     admitted = everything
     selector = placement.selector
     if selector is not None and isinstance(selector.get(policy.pool_label), str):
