@@ -4,8 +4,8 @@ the project exists for.
 Every candidate node is asked ``nodechecks``' questions (the device plugin's GPUs resolved as
 its runtime would, the pod's own NVIDIA_VISIBLE_DEVICES, its NRI annotations); the answers
 are kept per pod shape as nodes change (``verdicts``), and summed up into one finding the
-policy turns into a denial, a warning or nothing (``OUTCOMES``). The decision, steering and
-``doctor`` share those verdicts.
+policy turns into a denial, a warning or nothing (``OUTCOMES``; ``render`` words it). The
+decision, steering and ``doctor`` share those verdicts.
 
 Doubt never denies: a node without inventory, an unknown runtime mode or unknown GPU UUIDs
 count as "unknown", which the policy turns into a warning by default.

@@ -57,6 +57,7 @@ def _cdi(f: PodFinding, policy: Policy, view: ClusterView | None) -> tuple[str, 
 
 
 def _summary(checks: list[NodeAssessment]) -> str:
+    """The failing nodes, as messages quote them."""
     parts = []
     for c in checks[:SHOW_NODES]:
         if c.missing and not c.missing[0].endswith("<any device>"):
@@ -68,8 +69,6 @@ def _summary(checks: list[NodeAssessment]) -> str:
     if len(checks) > SHOW_NODES:
         parts.append(f"and {len(checks) - SHOW_NODES} more node(s)")
     return "; ".join(parts)
-
-
 
 
 def fix_text(pool: Pool, checks: list[NodeAssessment], policy: Policy,
@@ -144,8 +143,6 @@ def _legacy_class(node_name: str, policy: Policy, view: ClusterView) -> str:
     return ""
 
 
-
-
 def _why(pool: Pool, missing: list[NodeAssessment]) -> str:
     """Why the CDI names are needed, from the nodes that lack some ("" where none names
     one: their own notes say what goes wrong)."""
@@ -164,8 +161,6 @@ def _why(pool: Pool, missing: list[NodeAssessment]) -> str:
         return ""
     return (f"The node runtime (mode {mode}, default kind {kind}) resolves "
             f"NVIDIA_VISIBLE_DEVICES=GPU-<uuid> as CDI devices {kind}=GPU-<uuid>")
-
-
 
 
 def _cdi_texts(finding: Finding, s: Verdicts, pool: Pool, policy: Policy,
@@ -238,8 +233,6 @@ def _cdi_texts(finding: Finding, s: Verdicts, pool: Pool, policy: Policy,
                     f"candidate node of pool {name} defines the CDI devices it needs: "
                     f"{failing}. {why + '. ' if why else ''}"
                     f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
-
-
 
 
 # ------------------------------------------------------------------ DRA allocation

@@ -51,9 +51,11 @@ def containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, int, Mapping[str,
 
 def container_list(spec: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
     """The init and regular containers that are mappings, in that order."""
+    init, regular = spec.get("initContainers"), spec.get("containers")
+    if not init and isinstance(regular, list):  # (nearly every pod: no init containers)
+        return tuple([c for c in regular if isinstance(c, dict)])
     out: list[Mapping[str, Any]] = []
-    for fieldname in ("initContainers", "containers"):
-        items = spec.get(fieldname)
+    for items in (init, regular):
         if isinstance(items, list):
             out.extend(c for c in items if isinstance(c, dict))
     return tuple(out)
