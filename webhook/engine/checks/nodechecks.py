@@ -77,7 +77,7 @@ def shape_key(facts: PodFacts, view: ClusterView,
               checks: Iterable[NodeCheck] | None = None) -> tuple[Hashable, ...]:
     """The pod's shape as far as the verdicts go: its placement and every fact read (each
     fact is hashable, so the key is a plain tuple)."""
-    keys = (NODE_CHECKS if checks is None else _checks(checks)).pod_keys
+    keys = _checks(checks).pod_keys
     return (facts.placement.key, *[key(facts, view) for key in keys])
 
 
@@ -95,7 +95,7 @@ def node_key(node: NodeInfo, view: ClusterView,
     same."""
     if node.devices is None:
         return None
-    keys = (NODE_CHECKS if checks is None else _checks(checks)).node_keys
+    keys = _checks(checks).node_keys
     return tuple([key(node, view) for key in keys])
 
 
