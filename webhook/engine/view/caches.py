@@ -84,14 +84,16 @@ class NodeFold(Generic[T]):
     def update(self, node: NodeInfo, change: NodeChange | None = None) -> None:
         """Re-evaluate ``node``; ``change``: it replaced a node (None: a slice change, or
         nothing to build on)."""
-        if self.again is not None and change is not None and \
-                (prev := self.values.get(node.name)) is not None:
+        prev = self.values.get(node.name)
+        if self.again is not None and change is not None and prev is not None:
             v = self.again(change, prev)
         else:
             v = self.fn(node)
         if v is None:
             if self.values.pop(node.name, None) is None:
                 return
+        elif v is prev:
+            return  # (the node's value stands: what was derived from the values still holds)
         else:
             self.values[node.name] = v
         self.generation += 1
