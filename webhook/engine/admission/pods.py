@@ -41,7 +41,7 @@ def _prelude(facts: PodFacts, view: ClusterView | None, policy: Policy
              ) -> tuple[Decision | None, routing.Route | None]:
     """Shared first steps: GPU pod? custom scheduler? which pool? Returns an early decision,
     or the route for the caller to act on."""
-    if not facts.is_gpu_pod and not routing.routed_classes(facts, view, policy):
+    if not facts.is_gpu_pod and not routing.routed_classes(facts, policy):
         unresolved = facts.claims.unresolved if policy.serves_dra else ()
         return allow(Reason.NOT_GPU_POD, warnings=(
             f"gpupool: {ref} not found; if it asks for GPUs, the pod is not routed to a GPU "
@@ -72,7 +72,7 @@ def _first_allocatable_alternative(facts: PodFacts, view: ClusterView | None, po
     no pool can allocate it (its checks then say so). Another pool is a new Route."""
     if view is None or r.pool is None or not r.source.startswith("DeviceClass "):
         return r
-    order = routing.alternative_pools(facts, view, policy)
+    order = r.alternatives
     if len(order) < 2 or r.pool != order[0]:
         return r
     for pool in order:

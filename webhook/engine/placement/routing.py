@@ -29,13 +29,16 @@ class Route:
     admitted: frozenset[str] = frozenset()  # pools the pod's selector/affinity allow
     denial: tuple[Reason, str] | None = None
     warnings: list[str] = field(default_factory=list)
+    #: the pools that serve one alternative of every request of its claims, in the order
+    #: the scheduler tries the alternatives (the first is where ``routed_classes`` routes)
+    alternatives: tuple[str, ...] = ()
 
 
-def _exclusive_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
+def _exclusive_pools(facts: PodFacts, claimed: _DraRoutes, policy: Policy
                      ) -> dict[str, list[str]]:
     """pool -> the resources, annotations and claimed DeviceClasses in this pod that only
-    that pool serves."""
-    found = routed_classes(facts, view, policy)
+    that pool serves (``claimed``: what its claims say, ``_dra_routes``)."""
+    found = _classes(claimed)
     resources = facts.gpus & policy.exclusive_resources
     annotations = _exclusive_annotations(facts, policy)
     if not resources and not annotations:
@@ -95,8 +98,7 @@ def _dra_routes(facts: PodFacts, policy: Policy) -> _DraRoutes:
     return _DraRoutes({k: tuple(sorted(v)) for k, v in found.items()}, order)
 
 
-def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
-                   ) -> dict[str, list[str]]:
+def routed_classes(facts: PodFacts, policy: Policy) -> dict[str, list[str]]:
     """pool -> the DeviceClasses of the pod's claims (and of the classes' implicit extended
     resources) that pool serves: evidence for routing as strong as a resource only one pool
     serves. An extended resource a class serves by ``extendedResourceName`` is not: a device
@@ -107,15 +109,11 @@ def routed_classes(facts: PodFacts, view: ClusterView | None, policy: Policy
     scheduler tries them (the first request's alternatives, in turn). Only when no pool
     serves them all does every pool's evidence come back, which routing then names as a
     conflict."""
-    found = _dra_routes(facts, policy).found
-    return {k: list(v) for k, v in found.items()} if found else {}
+    return _classes(_dra_routes(facts, policy))
 
 
-def alternative_pools(facts: PodFacts, view: ClusterView | None, policy: Policy
-                      ) -> tuple[str, ...]:
-    """The pools that serve one alternative of every request of the pod's claims, in the
-    order the scheduler tries the alternatives (``routed_classes`` routes to the first)."""
-    return _dra_routes(facts, policy).order
+def _classes(claimed: _DraRoutes) -> dict[str, list[str]]:
+    return {k: list(v) for k, v in claimed.found.items()} if claimed.found else {}
 
 
 def _serving_pools(resource: str, cls: str, view: ClusterView, policy: Policy
@@ -245,7 +243,9 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
                                     "names no pool; ignored")
 
     # 4. Resources or annotations only one pool serves.
-    exclusive = _exclusive_pools(facts, view, policy)
+    claimed = _dra_routes(facts, policy)
+    out.alternatives = claimed.order
+    exclusive = _exclusive_pools(facts, claimed, policy)
     if len(exclusive) > 1:
         parts = "; ".join(f"{', '.join(v)} only in pool {k!r}" for k, v in exclusive.items())
         out.denial = (Reason.EXCLUSIVE_RESOURCE_CONFLICT,
@@ -254,7 +254,7 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
     for pool, hits in exclusive.items():
         if out.pool is not None and out.pool != pool \
                 and all(h.startswith("DeviceClass ") for h in hits) \
-                and {out.pool, pool} <= set(alternative_pools(facts, view, policy)):
+                and {out.pool, pool} <= set(claimed.order):
             continue  # the pod's own pin picks among its claims' alternatives
         if out.pool is not None and out.pool != pool:
             out.denial = (Reason.EXCLUSIVE_RESOURCE_CONFLICT,
