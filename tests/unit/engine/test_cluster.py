@@ -163,3 +163,43 @@ def test_two_nodes_labels_compared_at_some_keys():
     plain = {"kubernetes.io/hostname": "a", "zone": "z1", "pool": "hami"}
     assert same_at(plain, a, ("zone", "pool")) and same_at(a, plain, ("zone", "pool"))
     assert not same_at(a, {**plain, "pool": "op"}, ("pool",))
+
+
+def test_slices_of_one_model_share_their_columns_and_let_go_of_them():
+    """ResourceSlices of one GPU model repeat their device names and shared fields node
+    after node: the view holds them once, and a slice stored again or deleted releases its
+    copy, so the next equal slice takes the copy a remaining slice holds (none left: its
+    own)."""
+    import copy
+
+    from webhook.engine.stacks import dra
+
+    def a100(node: str, uuid_tail: str) -> dra.Slice:
+        s = dra.Slice.from_object(copy.deepcopy({
+            "kind": "ResourceSlice", "metadata": {"name": f"{node}-gpu.nvidia.com"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": f"gpu-{i}", "attributes": {
+                         "productName": {"string": "NVIDIA A100-SXM4-80GB"},
+                         "uuid": {"string": f"GPU-{uuid_tail}-{i}"}}} for i in range(2)]}}))
+        assert s is not None
+        return s
+
+    view = ClusterView()
+    view.replace_slices([a100("n1", "a"), a100("n2", "b")])
+
+    def own(node: str) -> dra.Slice:
+        (s,) = view.slices_for(node, own=True)
+        return s
+
+    assert own("n1").names is own("n2").names and own("n1").shared is own("n2").shared
+    assert own("n1").varying != own("n2").varying  # (UUIDs are each node's own)
+    kept = own("n1").names
+    view.set_slice("n1-gpu.nvidia.com", None)
+    view.set_slice("n3-gpu.nvidia.com", a100("n3", "c"))
+    assert own("n3").names is kept  # n2 still holds it
+    view.set_slice("n2-gpu.nvidia.com", None)
+    view.set_slice("n3-gpu.nvidia.com", None)
+    fresh = a100("n4", "d")
+    view.set_slice("n4-gpu.nvidia.com", fresh)
+    assert own("n4").names is fresh.names and own("n4").names is not kept

@@ -273,25 +273,23 @@ class ClusterView:
     def pool_nodes(self, policy: Policy, pool: str) -> tuple[NodeInfo, ...]:
         """GPU nodes of one pool, via the pool-label index (what a fold of the pool's
         verdicts starts from)."""
-        def compute() -> tuple[NodeInfo, ...]:
-            with self._lock:
-                index = self._index
-                if index.pool_label != policy.pool_label:
-                    # The index follows another label (the server re-keys it through
-                    # set_pool_label when its policy changes): scan, and leave it alone.
-                    return tuple(sorted((n for n in index.nodes.values()
-                                         if n.in_pool(pool, policy)), key=lambda n: n.name))
-                names: set[str] = set()
-                if pool == policy.default_pool:
-                    for value, bucket in index.by_pool_value.items():
-                        if policy.pool_for_label_value(value) == pool:
-                            names |= bucket
-                else:
-                    for value in policy.by_name[pool].label_values:
-                        names |= index.by_pool_value.get(value, set())
-                found = (index.nodes[n] for n in sorted(names))
-                return tuple(n for n in found if n.is_gpu_node(policy))
-        return compute()
+        with self._lock:
+            index = self._index
+            if index.pool_label != policy.pool_label:
+                # The index follows another label (the server re-keys it through
+                # set_pool_label when its policy changes): scan, and leave it alone.
+                return tuple(sorted((n for n in index.nodes.values()
+                                     if n.in_pool(pool, policy)), key=lambda n: n.name))
+            names: set[str] = set()
+            if pool == policy.default_pool:
+                for value, bucket in index.by_pool_value.items():
+                    if policy.pool_for_label_value(value) == pool:
+                        names |= bucket
+            else:
+                for value in policy.by_name[pool].label_values:
+                    names |= index.by_pool_value.get(value, set())
+            found = (index.nodes[n] for n in sorted(names))
+            return tuple(n for n in found if n.is_gpu_node(policy))
 
     def fold(self, key: Any, fn: Callable[[NodeInfo], T | None],
              initial: Callable[[], Iterable[NodeInfo]], *, reads_slices: bool = False,

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.engine.stacks import dra
+from webhook.engine.view.sharing import Shared
 
 
 class DRAObjects:
@@ -23,11 +24,11 @@ class DRAObjects:
         self.by_node: dict[str | None, dict[str, dra.Slice]] = {}
         #: (kind, namespace, name) -> what the claim asks for
         self.claims: dict[tuple[str, str, str], dra.ClaimSpec] = {}
-        #: tuple -> (the copy slices hold, how many hold it)
-        self._held: dict[tuple[Any, ...], tuple[tuple[Any, ...], list[int]]] = {}
+        #: the tuples slices hold, each once
+        self._held: Shared[tuple[Any, ...]] = Shared()
 
     def replace_slices(self, slices: Iterable[dra.Slice]) -> None:
-        self.slices, self.by_node, self._held = {}, {}, {}
+        self.slices, self.by_node, self._held = {}, {}, Shared()
         for s in slices:
             self._add(s)
 
@@ -56,20 +57,14 @@ class DRAObjects:
 
     def _share(self, s: dra.Slice) -> dra.Slice:
         """``s`` holding the copies of its tuples slices here hold already."""
-        def hold(t: tuple[Any, ...]) -> tuple[Any, ...]:
-            held, count = self._held.setdefault(t, (t, [0]))
-            count[0] += 1
-            return held
-        return dataclasses.replace(s, names=hold(s.names), shared=hold(s.shared),
-                                   varying=tuple((k, hold(v)) for k, v in s.varying))
+        hold = self._held.hold
+        return dataclasses.replace(s, names=hold(s.names, s.names),
+                                   shared=hold(s.shared, s.shared),
+                                   varying=tuple((k, hold(v, v)) for k, v in s.varying))
 
     def _release(self, s: dra.Slice) -> None:
         for t in (s.names, s.shared, *(v for _, v in s.varying)):
-            entry = self._held.get(t)
-            if entry is not None:
-                entry[1][0] -= 1
-                if entry[1][0] <= 0:
-                    del self._held[t]
+            self._held.release(t)
 
     def slices_for(self, node: str, own: bool = False) -> tuple[dra.Slice, ...]:
         mine = tuple(self.by_node.get(node, {}).values())

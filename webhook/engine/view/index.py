@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from webhook.api.inventory import PLUGIN_RESOURCE
+from webhook.api.inventory import PLUGIN_RESOURCE, RuntimeInfo
 from webhook.engine.view.labels import NodeLabels
 from webhook.engine.view.nodes import NodeInfo
+from webhook.engine.view.sharing import Shared
 
 
 class NodeIndex:
@@ -30,8 +31,8 @@ class NodeIndex:
         self._by_shared: dict[int, tuple[Mapping[str, str], set[str]]] = {}
         #: the shared label dicts held, by their content's hash: (content, dict)
         self._shared_by_content: dict[int, tuple[Any, dict[str, str]]] = {}
-        #: the runtime sections held, by content: [the one kept, how many nodes hold it]
-        self._runtimes: dict[str, list[Any]] = {}
+        #: the runtime sections held, by content
+        self._runtimes: Shared[RuntimeInfo] = Shared()
         #: nodes where HAMi runs a GPU in MIG mode (its steering label cannot tell)
         self.hami_mig: set[str] = set()
         #: nodes whose device plugin registered MIG devices as nvidia.com/gpu (its single
@@ -92,14 +93,10 @@ class NodeIndex:
         if inv is not None:
             if PLUGIN_RESOURCE in (inv.mig or {}):
                 self.single_mig.add(node.name)
-            runtime = self._runtimes.get(content := inv.runtime.content)
-            if runtime is None:
-                self._runtimes[content] = [inv.runtime, 1]
-            else:
-                runtime[1] += 1
-                if runtime[0] is not inv.runtime:
-                    # (an equal value for the one parsed: the inventory reads the same)
-                    object.__setattr__(inv, "runtime", runtime[0])
+            runtime = self._runtimes.hold(inv.runtime.content, inv.runtime)
+            if runtime is not inv.runtime:
+                # (an equal value for the one parsed: the inventory reads the same)
+                object.__setattr__(inv, "runtime", runtime)
 
     def _unindex(self, node: NodeInfo) -> None:
         key = node.labels.get(self.pool_label)
@@ -128,12 +125,7 @@ class NodeIndex:
         self.hami_mig.discard(node.name)
         self.single_mig.discard(node.name)
         if node.inventory is not None:
-            content = node.inventory.runtime.content
-            runtime = self._runtimes.get(content)
-            if runtime is not None:
-                runtime[1] -= 1
-                if not runtime[1]:
-                    del self._runtimes[content]
+            self._runtimes.release(node.inventory.runtime.content)
 
 
 def _split(labels: Mapping[str, str]) -> tuple[Mapping[str, str], Mapping[str, str]]:
