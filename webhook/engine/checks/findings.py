@@ -9,22 +9,25 @@ message is changed in one place.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from webhook.engine.core.decision import NodeFinding, Reason
 
-#: facts by name, in the order given (a tuple: a finding is never changed once made)
-Facts = tuple[tuple[str, Any], ...]
+#: facts by name, read-only: a finding is never changed once made
+Facts = Mapping[str, Any]
+_NONE: Facts = MappingProxyType({})
 
 
 class Note(NamedTuple):
     """Something a check says beside its finding: a warning the pod gets when allowed."""
 
     what: str
-    facts: Facts = ()
+    facts: Facts = _NONE
 
     def fact(self, name: str) -> Any:
-        return dict(self.facts)[name]
+        return self.facts[name]
 
 
 class PodFinding(NamedTuple):
@@ -37,7 +40,7 @@ class PodFinding(NamedTuple):
     denies: bool = False
     reason: Reason = Reason.ROUTED
     #: what decided, by name, as the words need it
-    facts: Facts = ()
+    facts: Facts = _NONE
     #: the nodes that decided, as the reply lists them
     nodes: tuple[NodeFinding, ...] = ()
     #: said beside it, when the pod is allowed
@@ -50,16 +53,16 @@ class PodFinding(NamedTuple):
         return self.what.partition(".")[0]
 
     def fact(self, name: str) -> Any:
-        return dict(self.facts)[name]
+        return self.facts[name]
 
 
 def found(what: str, pool: str, *, denies: bool = False, reason: Reason = Reason.ROUTED,
           nodes: tuple[NodeFinding, ...] | list[NodeFinding] = (),
           notes: tuple[Note, ...] | list[Note] = (), unchecked: str = "",
           **facts: Any) -> PodFinding:
-    return PodFinding(what, pool, denies, reason, tuple(facts.items()), tuple(nodes),
+    return PodFinding(what, pool, denies, reason, MappingProxyType(facts), tuple(nodes),
                       tuple(notes), unchecked)
 
 
 def note(what: str, **facts: Any) -> Note:
-    return Note(what, tuple(facts.items()))
+    return Note(what, MappingProxyType(facts))
