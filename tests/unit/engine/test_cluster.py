@@ -1,6 +1,7 @@
-"""The cluster view's caches: each has one owner, and what invalidates it is tested here,
-not described. The pool-node memo and the per-shape folds follow every node change; reading
-never writes; the shared-label table stays bounded."""
+"""The cluster view: what it keeps, and what takes it away, tested here rather than
+described. A pool's nodes and the folds follow every node change; reading never writes;
+labels, runtimes and slice columns that nodes share are held once and let go with their
+last holder."""
 
 from __future__ import annotations
 
