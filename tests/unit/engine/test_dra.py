@@ -613,7 +613,9 @@ def test_what_keeps_a_pod_off_a_node_is_one_answer(policy):
     """Issue 48: ``Placement.kept_off`` answers for the candidates, the checks and the
     allocated claims alike, and says what is in the way, first found: the pod's own fields,
     then the pool, then a claim allocated to devices elsewhere (the denial above names it
-    from there)."""
+    from there). That an allocated claim keeps its pods to its allocation's nodes is what
+    the real kube-scheduler does with such a claim: tests/e2e/test_dra_chain.py,
+    ``test_a_claim_allocated_already_pins_its_next_pods_as_the_scheduler_does``."""
     resources = [*docs("nvidia.yaml"), _shared_claim("dra-node-2")]
     view = make_view(policy, resources)
     pinned = PodFacts.parse(_shared_pod(nodeSelector={"kubernetes.io/hostname": "dra-node-1"}),
