@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from webhook.api.inventory import DEFAULT_KIND, Inventory
+from webhook.api.said import Said, said
 from webhook.api.ways import CDI_DEVICES as CDI_DEVICES
 from webhook.api.ways import CDI_STRATEGIES as CDI_STRATEGIES
 from webhook.api.ways import DETECT as DETECT
@@ -36,15 +37,17 @@ from webhook.api.ways import strategy_way as strategy_way
 #: The kind the NVIDIA and HAMi device plugins' CDI specs use.
 DEVICE_PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"
 #: Why an unprivileged container's GPUs never arrive where the toolkit's switch is off.
-UNPRIVILEGED_ENVVAR_IGNORED = (
-    "the NVIDIA runtime's accept-nvidia-visible-devices-envvar-when-unprivileged is false: an "
-    "unprivileged container's NVIDIA_VISIBLE_DEVICES is ignored and it starts without its GPUs")
+UNPRIVILEGED_ENVVAR_IGNORED = said("delivery.envvarIgnored")
 #: The kind the NVIDIA runtime resolves without any spec file, for the node's own GPUs (by
 #: UUID or index): it generates the spec just in time (toolkit 1.15+). containerd's CDI
 #: library does not, so a device plugin's CDI names of this kind are still looked up.
 JIT_KIND = "runtime.nvidia.com/gpu"
 #: Runtime modes in which NVIDIA_VISIBLE_DEVICES never goes through CDI.
 NON_CDI_MODES = ("legacy", "csv")
+#: The node's inventory does not say the NVIDIA runtime's mode.
+MODE_UNKNOWN = said("delivery.modeUnknown")
+_BY_CONTAINERD = said("delivery.byContainerd")
+_JUST_IN_TIME = said("delivery.justInTime")
 
 #: Steering labels the agent keeps on its own node: "true" when every GPU the node has
 #: resolves when delivered that way, "false" when one does not, absent when unknown.
@@ -62,7 +65,8 @@ class Resolution:
     missing: tuple[str, ...] = ()  # qualified CDI names no spec defines
     mode: str | None = None
     kind: str = ""
-    note: str = ""
+    #: what decided, for the node's note (``webhook.engine.checks.words`` words it)
+    note: Said | None = None
     #: The GPUs never reach the container: it starts without them (``ok`` is False)
     undelivered: bool = False
 
@@ -114,7 +118,7 @@ def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | 
         have = inv.kinds.get(device_kind, frozenset())
         missing = tuple(f"{device_kind}={u}" for u in gpus if u not in have)
         return Resolution(way, not missing, missing, kind=device_kind,
-                          note="resolved by containerd whatever the runtime mode")
+                          note=_BY_CONTAINERD)
     default = inv.runtime.default_handler
     if not runtime_class and default is not None and default not in inv.runtime.handlers:
         # Only the NVIDIA runtime reads NVIDIA_VISIBLE_DEVICES; under containerd's default
@@ -123,9 +127,7 @@ def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | 
         # RuntimeClass naming a handler the inventory does not list may not exist at all:
         # that is judged as before.)
         return Resolution(way, False, undelivered=True,
-                          note=f"containerd's default handler {default} is not the NVIDIA "
-                               "runtime: NVIDIA_VISIBLE_DEVICES is ignored and the pod's "
-                               "containers start without their GPUs")
+                          note=said("delivery.otherDefaultHandler", handler=default))
     if envvar_ignored(inv, privileged):
         # The toolkit reads NVIDIA_VISIBLE_DEVICES of an unprivileged container (no
         # CAP_SYS_ADMIN) only when this is true (nvidia-container-toolkit v1.20.2,
@@ -135,19 +137,16 @@ def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | 
         return Resolution(way, False, undelivered=True, note=UNPRIVILEGED_ENVVAR_IGNORED)
     mode = inv.runtime.effective_mode(runtime_class)
     if mode is None:
-        return Resolution(way, None, mode=mode, note="runtime mode unknown")
+        return Resolution(way, None, mode=mode, note=MODE_UNKNOWN)
     if mode != "cdi":
-        why = ("no CDI" if mode in NON_CDI_MODES
-               else "the runtime generates a spec for the node's own GPUs")
-        return Resolution(way, True, mode=mode, note=f"runtime mode {mode}: {why}")
+        return Resolution(way, True, mode=mode, note=said("delivery.modeWithoutSpecs",
+                                                          mode=mode))
     kind = inv.runtime.default_kind or DEFAULT_KIND
     if kind == JIT_KIND:
         # Names of this kind are not looked up in spec files: the runtime generates them just
         # in time for the node's own GPUs (nvidia-container-toolkit v1.20.2,
         # internal/modifier/cdi.go: newCDIModifier -> newJitCDIModifier).
-        return Resolution(way, True, mode=mode, kind=kind,
-                          note=f"default kind {JIT_KIND}: generated just in time, no spec "
-                               "file needed")
+        return Resolution(way, True, mode=mode, kind=kind, note=_JUST_IN_TIME)
     have = inv.kinds.get(kind, frozenset())
     missing = tuple(f"{kind}={u}" for u in gpus if u not in have)
     return Resolution(way, not missing, missing, mode=mode, kind=kind)
@@ -159,15 +158,17 @@ NO_DEVICES = ("", "void", "none")
 
 
 def resolve_own(inv: Inventory, value: str, handler: str | None, gpus: tuple[str, ...],
-                privileged: bool = False, said: str | None = None) -> Resolution | None:
+                privileged: bool = False, container: str | None = None
+                ) -> Resolution | None:
     """A container that sets NVIDIA_VISIBLE_DEVICES itself: the kubelet puts the container's
     own variables after the device plugin's (Kubernetes ``kubelet_pods.go``,
     ``GenerateRunContainerOptions``) and the NVIDIA runtime keeps the last of a name
     (toolkit v1.20.2 ``internal/config/image/builder.go`` ``WithEnv``), so its value, not
     the plugin's UUIDs, is what the runtime resolves. None: the runtime does not read it
     here (another handler, or ignored for an unprivileged container). ``gpus``: the node's.
-    ``said``: how the notes name where the value comes from, when not from the pod (a
-    restarted container's cached answer, ``aftercare.restart``).
+    ``container``: the container the value is handed back to, when it comes from a
+    restarted container's cached answer rather than the pod (``aftercare.restart``); the
+    notes say which.
 
     Fully qualified names skip the default kind (and make ``auto`` mode use CDI:
     ``OnlyFullyQualifiedCDIDevices``); bare names in ``auto`` mode, like the just-in-time
@@ -183,23 +184,22 @@ def resolve_own(inv: Inventory, value: str, handler: str | None, gpus: tuple[str
     if envvar_ignored(inv, privileged):
         return None
     names = [n.strip() for n in value.split(",")]
-    told = said or (f"the pod sets NVIDIA_VISIBLE_DEVICES={value} itself, which overrides "
-                    "the device plugin's")
     if all(n in NO_DEVICES for n in names):
         return Resolution(VISIBLE_DEVICES, False, undelivered=True,
-                          note=f"{told}: its containers get no GPU")
+                          note=said("own.noDevice", value=value, container=container))
     qualified = all("=" in n for n in names)
     mode = rt.effective_mode(handler)
     if mode is None:
-        return Resolution(VISIBLE_DEVICES, None, note="runtime mode unknown")
+        return Resolution(VISIBLE_DEVICES, None, note=MODE_UNKNOWN)
     if mode in NON_CDI_MODES:
-        return _legacy_hook(inv, value, names, gpus, mode, said)
+        return _legacy_hook(inv, value, names, gpus, mode, container)
     kind = rt.default_kind or DEFAULT_KIND
     if mode != "cdi" and not qualified:
         kind = JIT_KIND  # auto mode: generated just in time for the node's own GPUs
     wanted = [n.partition("=")[::2] if "=" in n else (kind, n) for n in names]
     missing = tuple(f"{k}={d}" for k, d in wanted if not _defined(inv, k, d, gpus))
-    return Resolution(VISIBLE_DEVICES, not missing, missing, mode=mode, kind=kind, note=told)
+    return Resolution(VISIBLE_DEVICES, not missing, missing, mode=mode, kind=kind,
+                      note=said("own.overrides", value=value, container=container))
 
 
 _MIG_INDEX = re.compile(r"^[0-9]+:[0-9]+$")
@@ -207,7 +207,7 @@ _PCI_BUS_ID = re.compile(r"^[0-9a-fA-F]+:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}\.0$")
 
 
 def _legacy_hook(inv: Inventory, value: str, names: list[str], gpus: tuple[str, ...],
-                 mode: str, said: str | None = None) -> Resolution:
+                 mode: str, container: str | None = None) -> Resolution:
     """NVIDIA_VISIBLE_DEVICES as the legacy hook reads it, and as ``nvidia-container-cli``
     selects the devices it names.
 
@@ -222,15 +222,14 @@ def _legacy_hook(inv: Inventory, value: str, names: list[str], gpus: tuple[str, 
     plugin registered; a PCI bus id, a MIG index, or a MIG UUID where no MIG device is
     known cannot be told here: doubt. Empty names between commas are dropped first
     (``devicesFromEnvvars``)."""
-    short = said or f"the pod sets NVIDIA_VISIBLE_DEVICES={value} itself"
     names = [n for n in names if n]
     for n in names:
         if n == "all":
             return Resolution(VISIBLE_DEVICES, True, mode=mode)
         if n in NO_DEVICES:
             return Resolution(VISIBLE_DEVICES, False, undelivered=True, mode=mode,
-                              note=f"{short}: the legacy hook reads {n} as no GPU, "
-                                   "so its containers get none")
+                              note=said("legacy.noDevice", value=value, container=container,
+                                        name=n))
     known_gpus = {g.lower() for g in gpus}
     migs = {m.lower() for ids in (inv.mig or {}).values() for m in ids}
     unknown, doubt = [], []
@@ -254,22 +253,15 @@ def _legacy_hook(inv: Inventory, value: str, names: list[str], gpus: tuple[str, 
         unknown.append(n)
     if not gpus:
         return Resolution(VISIBLE_DEVICES, None, mode=mode,
-                          note="the node's GPUs are not known (no driver list in its "
-                               "inventory): the names "
-                               + ("it is handed" if said else "its pod sets")
-                               + " cannot be checked")
+                          note=said("legacy.gpusUnknown", value=value, container=container))
     if unknown:
         return Resolution(VISIBLE_DEVICES, False, tuple(unknown), mode=mode,
-                          note=f"{short}: nvidia-container-cli fails the container with "
-                               f"'{unknown[0]}: unknown device' (not a GPU or MIG device of "
-                               "the node by UUID or index)")
+                          note=said("legacy.unknownDevice", value=value, container=container,
+                                    name=unknown[0]))
     if doubt:
         return Resolution(VISIBLE_DEVICES, None, mode=mode,
-                          note=(f"{said}, which names " if said else
-                                f"NVIDIA_VISIBLE_DEVICES={value}, set by the pod, names ")
-                          + f"{', '.join(doubt[:3])}: a PCI bus id, a MIG index or a MIG "
-                               "device the node's inventory does not list, which "
-                               "nvidia-container-cli resolves from the driver; not checked")
+                          note=said("legacy.unchecked", value=value, container=container,
+                                    names=tuple(doubt[:3])))
     return Resolution(VISIBLE_DEVICES, True, mode=mode)
 
 

@@ -25,6 +25,7 @@ from webhook.engine import (
     fix_text,
     node_verdict,
     release_note,
+    words,
 )
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
         for resource in mig:
             m = node_verdict(node, view, policy, resource)
             if m.state is NodeState.MISSING:
-                shown = ", ".join(m.missing[:2]) or m.note
+                shown = ", ".join(m.missing[:2]) or words(m.note)
                 hazards.append(f"{resource}: its MIG devices fail here ({shown}); fix: "
                                f"{fix_text(pool, [m], policy, view)}")
         errors = [f"{p}: {r}" for p, r in inv.errors] if inv else []
@@ -94,7 +95,7 @@ def diagnose(view: ClusterView, policy: Policy) -> list[Row]:
             cdi_kinds={k: len(v) for k, v in sorted(inv.kinds.items())} if inv else {},
             mode=(inv.runtime.mode or "unknown") if inv else "unknown",
             default_kind=(inv.runtime.default_kind or "-") if inv else "-",
-            state=(f"unknown: {check.note}" if check.state is NodeState.UNKNOWN
+            state=(f"unknown: {words(check.note)}" if check.state is NodeState.UNKNOWN
                    else check.state),
             missing=list(check.missing), fix=fix, errors=errors,
             steering={k.removeprefix(LABEL_PREFIX): v for k, v in sorted(node.labels.items())

@@ -55,7 +55,7 @@ _SURFACE = {
     # per node, for doctor
     "NodeState": "checks.assessment", "NodeAssessment": "checks.assessment",
     "enforce_declarations": "checks.assessment",
-    "node_verdict": "checks.cdi", "fix_text": "checks.render",
+    "node_verdict": "checks.cdi", "fix_text": "checks.render", "words": "checks.words",
     # naming objects in messages and records
     "clip": "core.objects", "describe": "core.objects", "meta_of": "core.objects",
     "name_of": "core.objects", "template_pod": "admission.workloads",
@@ -121,6 +121,7 @@ if TYPE_CHECKING:  # written by python -m tests.engine_surface from _SURFACE
     from webhook.engine.checks.assessment import enforce_declarations as enforce_declarations
     from webhook.engine.checks.cdi import node_verdict as node_verdict
     from webhook.engine.checks.render import fix_text as fix_text
+    from webhook.engine.checks.words import words as words
     from webhook.engine.core.decision import MESSAGE_LIMIT as MESSAGE_LIMIT
     from webhook.engine.core.decision import WARNING_LIMIT as WARNING_LIMIT
     from webhook.engine.core.decision import Decision as Decision

@@ -101,7 +101,7 @@ def test_pod_checks_write_no_words_and_every_finding_has_some():
         assert not built, f"{module.__name__} builds a decision itself: {built}"
     policy = load_policy_text(default_policy_text())
     pool = policy.default_pool
-    s = cdi.Verdicts(total=0, unfit=[], ok=0, missing=[], unknown=[], findings=[])
+    s = cdi.Verdicts(total=0, unfit=[], ok=0, missing=[], unknown=[], shown=())
     for finding in cdi.Finding:
         for denies in (False, True):
             d = render.decision(found(f"cdi.{finding.value}", pool, denies=denies,

@@ -15,7 +15,7 @@ from harness.kit import ROOT
 from tests.docs import blocks
 from tests.unit.engine.test_steering import agent_node, gpu_pod
 from webhook.engine.admission import admit
-from webhook.engine.checks import nodechecks
+from webhook.engine.checks import nodechecks, words
 from webhook.engine.checks.assessment import NodeCheck, UndeclaredRead
 from webhook.engine.core.decision import Reason
 from webhook.engine.view.cluster import view_from_objects
@@ -27,13 +27,17 @@ REGISTERED = nodechecks.NODE_CHECKS
 BROKEN = "/etc/cdi/broken.yaml"
 
 
-def example() -> NodeCheck:
-    """The page's python block, run as a module of its own."""
+def example(monkeypatch: pytest.MonkeyPatch | None = None) -> NodeCheck:
+    """The page's python block, run as a module of its own; its words registered where the
+    page says (``words.WORDS``), when ``monkeypatch`` is given."""
     (block,) = [b for b in blocks([ROOT / "docs" / "checks.md"]) if b.lang == "python"]
     module: dict[str, Any] = {"__name__": "checks_md_example"}
     exec(compile(block.text, block.where, "exec"), module)
     check = module["UNREAD_SPECS"]
     assert isinstance(check, NodeCheck)
+    if monkeypatch is not None:
+        for what, worded in module["WORDS"].items():
+            monkeypatch.setitem(words.WORDS, what, worded)
     return check
 
 
@@ -68,7 +72,7 @@ def _said(view, policy) -> str:
 
 
 def test_the_worked_example_takes_effect_once_registered(nodes, monkeypatch):
-    check = example()
+    check = example(monkeypatch)
     policy = default_policy()
     objects = [nodes[0], _with_unread_spec(nodes[1])]
     before = _review(view_from_objects(objects, policy), policy)

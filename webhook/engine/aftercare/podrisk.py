@@ -22,6 +22,7 @@ from typing import Any
 from webhook.engine.admission.admit import Stage, Subject, decide
 from webhook.engine.aftercare.restart import restart_answer
 from webhook.engine.checks.assessment import NodeState
+from webhook.engine.checks.words import words
 from webhook.engine.core.decision import Decision, Reason
 from webhook.engine.core.objects import as_mapping, meta_of
 from webhook.engine.core.policy import ANY_WRITER, Policy, Ungranted
@@ -170,7 +171,7 @@ def recheck(pod: Mapping[str, Any], view: ClusterView, policy: Policy,
         restart = restart_answer(pod, facts, d.pool, bound, view, rejudge)
         if restart is not None:
             outcome = _RESTART_OUTCOMES[restart.state]
-            reason, message, missing = restart.reason, restart.message, restart.missing
+            reason, message, missing = restart.reason, words(restart.said), restart.missing
     return PodAnswer(namespace=namespace or "default", name=str(meta.get("name") or ""),
                      uid=str(meta.get("uid") or ""), node=node, pool=d.pool,
                      scheduler=d.scheduler_name, outcome=outcome, reason=str(reason),

@@ -31,9 +31,17 @@ from typing import Any
 
 from webhook.api import delivery
 from webhook.api.held import Held, HeldError, parse_held
+from webhook.api.said import Said, said
 from webhook.engine.checks import nodechecks, nriannotations, owndevices
-from webhook.engine.checks.assessment import Ask, Combine, NodeAssessment, NodeCheck, NodeState
-from webhook.engine.core.decision import SHOW_DEVICES, Reason
+from webhook.engine.checks.assessment import (
+    Ask,
+    Combine,
+    NodeAssessment,
+    NodeCheck,
+    NodeState,
+    no_inventory,
+)
+from webhook.engine.core.decision import Reason
 from webhook.engine.core.objects import as_mapping, meta_of
 from webhook.engine.core.policy import Policy
 from webhook.engine.placement import candidates as cand
@@ -67,7 +75,8 @@ class RestartAnswer:
 
     state: NodeState
     reason: str
-    message: str
+    #: what it finds, as data (``checks.words`` words it)
+    said: Said
     missing: tuple[str, ...] = ()
     basis: Basis | None = None
 
@@ -150,19 +159,15 @@ def judge_held(node: NodeInfo, entries: tuple[Held, ...], runtime_class: str | N
     """Would every container's cached answer resolve on the node as it is now?"""
     inv = node.inventory
     if inv is None:
-        return NodeAssessment(node.name, NodeState.UNKNOWN, note=node.inventory_error or
-                              "no CDI inventory published (is gpupool's agent running?)")
+        return NodeAssessment(node.name, NodeState.UNKNOWN, note=no_inventory(node))
     rt = inv.runtime
     if runtime_class and handler and rt.runtime_handlers is not None \
             and handler not in rt.runtime_handlers:
         return NodeAssessment(
             node.name, NodeState.MISSING, missing=(f"runtime handler {handler}",),
             reason=Reason.RUNTIME_HANDLER_MISSING,
-            note=f"containerd's config there no longer defines runtime handler {handler} "
-                 f"(RuntimeClass {runtime_class}), and containerd creates each container "
-                 "with its pod sandbox's handler: the container cannot be created",
-            fix=f"restore runtime handler {handler} in containerd's config on {node.name}, "
-                f"or recreate the pod with a RuntimeClass whose handler the node has")
+            note=said("restart.handlerGone", handler=handler, runtime_class=runtime_class),
+            fix=said("restart.handlerGoneFix", handler=handler, node=node.name))
     gpus = (*node.gpu_uuids(), *(m for ids in (inv.mig or {}).values() for m in ids))
     doubt: NodeAssessment | None = None
     for h in entries:
@@ -188,20 +193,17 @@ def _judge_one(node: NodeInfo, h: Held, handler: str | None, gpus: tuple[str, ..
             return NodeAssessment(
                 node.name, NodeState.MISSING, missing=missing, way=delivery.CDI_DEVICES,
                 kind=_split(missing[0])[0],
-                note=f"container {h.container} is handed back CDI device(s) "
-                     f"{_shown(missing)}, which no CDI spec on the node defines now "
-                     "(containerd resolves them with the CDI library)")
+                note=said("restart.cdiMissing", container=h.container, missing=missing))
     if h.visible_devices is not None and not (names and h.visible_devices in
                                               delivery.NO_DEVICES):
-        said = (f"container {h.container} is handed back "
-                f"NVIDIA_VISIBLE_DEVICES={h.visible_devices}")
-        r = delivery.resolve_own(inv, h.visible_devices, handler, gpus, privileged, said)
+        handed = {"container": h.container, "value": h.visible_devices}
+        r = delivery.resolve_own(inv, h.visible_devices, handler, gpus, privileged,
+                                 h.container)
         if r is None:
-            why = delivery.UNPRIVILEGED_ENVVAR_IGNORED if delivery.envvar_ignored(
-                inv, privileged) else ("its runtime handler there is not the NVIDIA "
-                                       "runtime, which alone reads NVIDIA_VISIBLE_DEVICES")
             return NodeAssessment(node.name, NodeState.MISSING, undelivered=True,
-                                  way=delivery.VISIBLE_DEVICES, note=f"{said}: {why}")
+                                  way=delivery.VISIBLE_DEVICES,
+                                  note=said("restart.notRead", **handed,
+                                            ignored=delivery.envvar_ignored(inv, privileged)))
         if r.ok is None:
             return NodeAssessment(node.name, NodeState.UNKNOWN, note=r.note, mode=r.mode,
                                   way=delivery.VISIBLE_DEVICES)
@@ -213,17 +215,13 @@ def _judge_one(node: NodeInfo, h: Held, handler: str | None, gpus: tuple[str, ..
             # was not read, or HAMi creates its own, which the kubelet never lists).
             return NodeAssessment(
                 node.name, NodeState.UNKNOWN, mode=r.mode, way=delivery.VISIBLE_DEVICES,
-                note=f"{said}: MIG device(s) {_shown(r.missing)}, which the runtime generates "
-                     "just in time if the driver still has them; the node's MIG devices are "
-                     "not all known here")
+                note=said("restart.migJustInTime", **handed, missing=r.missing))
         if r.ok is False:
             note = r.note
             if r.missing and r.mode == "cdi":
-                note = (f"{said}, which the NVIDIA runtime (mode cdi) resolves as "
-                        f"{_shown(r.missing)}: no CDI spec on the node defines it now")
+                note = said("restart.specMissing", **handed, missing=r.missing)
             elif r.missing and r.mode not in delivery.NON_CDI_MODES:
-                note = (f"{said}, but the node has no such device for the runtime to "
-                        f"generate just in time ({_shown(r.missing)})")
+                note = said("restart.noSuchDevice", **handed, missing=r.missing)
             return NodeAssessment(node.name, NodeState.MISSING, missing=r.missing, note=note,
                                   mode=r.mode, kind=r.kind, way=delivery.VISIBLE_DEVICES,
                                   undelivered=r.undelivered)
@@ -231,19 +229,13 @@ def _judge_one(node: NodeInfo, h: Held, handler: str | None, gpus: tuple[str, ..
                               mode=r.mode)
     if h.other and not names:
         return NodeAssessment(node.name, NodeState.UNKNOWN,
-                              note=f"container {h.container} is handed back device nodes or "
-                                   "mounts only, which gpupool does not judge")
+                              note=said("restart.mountsOnly", container=h.container))
     return NodeAssessment(node.name, NodeState.OK, way=delivery.CDI_DEVICES if names else "")
 
 
 def _split(name: str) -> tuple[str, str]:
     kind, _, device = name.partition("=")
     return kind, device
-
-
-def _shown(names: tuple[str, ...]) -> str:
-    more = len(names) - SHOW_DEVICES
-    return ", ".join(names[:SHOW_DEVICES]) + (f" and {more} more" if more > 0 else "")
 
 
 def restart_answer(pod: Mapping[str, Any], facts: PodFacts, pool: str, node: NodeInfo,
@@ -259,48 +251,36 @@ def restart_answer(pod: Mapping[str, Any], facts: PodFacts, pool: str, node: Nod
     cached = cached_answer(pod, node)
     if cached is None:
         return None
-    who = who_of(facts.obj, facts.namespace)
+    at: dict[str, Any] = {"who": who_of(facts.obj, facts.namespace), "node": node.name}
     if isinstance(cached, str):
-        return RestartAnswer(
-            NodeState.UNKNOWN, Reason.DEVICES_UNVERIFIED,
-            f"{who} may fail on its next container start on node {node.name}: what it holds "
-            f"there cannot be read: {cached}")
+        return RestartAnswer(NodeState.UNKNOWN, Reason.DEVICES_UNVERIFIED,
+                             said("restart.unreadable", **at, error=cached))
     found = _with_pod_checks(node, cached.entries, facts, pool, view, policy)
     if cached.otherwise is not None:
         other = _with_pod_checks(node, cached.otherwise, facts, pool, view, policy)
         if other.state is not found.state:
-            runs, fails = ("UUIDs", "CDI names") if found.state is NodeState.OK else \
-                ("CDI names", "UUIDs")
             bad = other if found.state is NodeState.OK else found
             found = NodeAssessment(
                 node.name, NodeState.UNKNOWN,
-                note=f"handed as {runs} they resolve, handed as {fails} they do not "
-                     f"({bad.note}); whether HAMi's device plugin handed them one way or the "
-                     "other when the pod started is in the kubelet's checkpoint alone (let "
-                     "gpupool's agent read it: --kubelet-checkpoint)")
-    held = sorted({i.split("::", 1)[0] for h in cached.entries for i in h.ids})
-    holds = f"it holds {_shown(tuple(held))}" if held else "it holds no device"
+                note=said("restart.eitherWay", uuids_resolve=found.state is NodeState.OK,
+                          failing=bad.note))
+    at["held"] = tuple(sorted({i.split("::", 1)[0] for h in cached.entries for i in h.ids}))
+    at["basis"] = cached.basis
     if found.state is NodeState.OK:
-        return RestartAnswer(NodeState.OK, Reason.ROUTED,
-                             f"{who} restarts with its devices on node {node.name}: {holds}, "
-                             f"{cached.basis}, and they resolve there", basis=cached.basis)
+        return RestartAnswer(NodeState.OK, Reason.ROUTED, said("restart.runs", **at),
+                             basis=cached.basis)
     if found.state is NodeState.UNKNOWN:
         return RestartAnswer(NodeState.UNKNOWN, Reason.DEVICES_UNVERIFIED,
-                             f"{who} may fail on its next container start on node "
-                             f"{node.name}: {holds}, {cached.basis}; {found.note}",
+                             said("restart.mayFail", **at, note=found.note),
                              basis=cached.basis)
     reason = found.reason or (
         Reason.GPU_NOT_DELIVERED if found.undelivered else
         Reason.GPU_NOT_ACCOUNTED if found.misaccounted else
         Reason.UNKNOWN_DEVICE if found.mode in delivery.NON_CDI_MODES and found.missing else
         Reason.CDI_DEVICE_MISSING)
-    fix = found.fix or ("restore a CDI spec that defines them, or delete the pod so that "
-                        "its replacement is allocated afresh on the node as it is now"
-                        if found.missing else "delete the pod so that its replacement is "
-                        "allocated afresh on the node as it is now")
     return RestartAnswer(NodeState.MISSING, reason,
-                         f"{who} fails on its next container start on node {node.name}: "
-                         f"{holds}, {cached.basis}; {found.note}; {fix}",
+                         said("restart.fails", **at, note=found.note, fix=found.fix,
+                              missing=found.missing),
                          missing=found.missing, basis=cached.basis)
 
 

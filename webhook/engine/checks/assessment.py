@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple, cast
 
 from webhook.api import delivery
+from webhook.api.said import Said, said
 from webhook.engine.core.policy import Policy, Pool
 from webhook.engine.placement.candidates import GPUDemand
 from webhook.engine.pod.podfacts import PodFacts
@@ -37,7 +38,8 @@ class NodeAssessment:
     node: str
     state: NodeState
     missing: tuple[str, ...] = ()
-    note: str = ""
+    #: what decided, as data (``checks.words`` words it)
+    note: Said | None = None
     kind: str = ""
     mode: str | None = None
     way: str = ""
@@ -47,12 +49,17 @@ class NodeAssessment:
     #: pod's NRI annotation injects one where the plugin's never arrives)
     misaccounted: bool = False
     #: the fix, where the finding itself knows it (``fix_text`` works out the others)
-    fix: str = ""
+    fix: Said | None = None
     #: unknown, yet some GPU there can fail the pod (one HAMi's cordon names, which its
     #: scheduler may still hand out): a warning, not a denial, but steering keeps the pod off
     may_fail: bool = False
     #: the reason code (``Reason``), where the finding itself knows it
     reason: str = ""
+
+
+def no_inventory(node: NodeInfo) -> Said:
+    """A node whose devices cannot be judged: its agent's inventory is absent or unreadable."""
+    return said("node.noInventory", error=node.inventory_error)
 
 
 _SEVERITY = {NodeState.OK: 0, NodeState.UNKNOWN: 1, NodeState.MISSING: 2}

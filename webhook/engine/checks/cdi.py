@@ -29,7 +29,6 @@ from webhook.engine.checks.assessment import (
 from webhook.engine.checks.findings import PodFinding, found
 from webhook.engine.core.decision import (
     MAX_FINDINGS,
-    NodeFinding,
     Reason,
 )
 from webhook.engine.core.policy import OnFinding, Policy
@@ -54,7 +53,8 @@ class Verdicts:
     ok: int
     missing: list[NodeAssessment]
     unknown: list[NodeAssessment]
-    findings: list[NodeFinding]
+    #: the failing nodes the reply lists, first by name (``MAX_FINDINGS`` at most)
+    shown: tuple[NodeAssessment, ...]
     #: True when these are the nodes the pod can reach with its node affinity as it stands;
     #: False when that leaves none and they are the nodes gpupool's steering kept it off
     reachable: bool = True
@@ -96,7 +96,7 @@ def _summarise(verdicts: dict[str, _NodeVerdict]) -> Verdicts:
     return Verdicts(
         total=len(verdicts), unfit=unfit, ok=len(judged) - len(failing),
         missing=missing, unknown=unknown,
-        findings=[NodeFinding(c.node, c.missing, c.note) for c in failing][:MAX_FINDINGS],
+        shown=tuple(failing[:MAX_FINDINGS]),
         reachable=bool(placed) or not fit,
         every_failing=tuple(every_failing),
         can_fail=tuple(sorted(c.node for c in every_failing
@@ -323,7 +323,7 @@ def cdi_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
         return None
     outcome = OUTCOMES[finding]
     return found(f"cdi.{finding.value}", pool_name, denies=outcome.denies(policy),
-                 reason=outcome.reason, nodes=s.findings, finding=finding, verdicts=s)
+                 reason=outcome.reason, finding=finding, verdicts=s)
 
 
 def node_verdict(node: NodeInfo, view: ClusterView, policy: Policy,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.api import delivery
+from webhook.api.said import said
 from webhook.engine.checks.assessment import (
     Ask,
     Combine,
@@ -67,22 +68,11 @@ def _assess(node: NodeInfo, ask: Ask, plugin: Any, so_far: NodeAssessment | None
     covered = _covers_accounted(node, ask)
     if covered:
         return NodeAssessment(
-            node.name, NodeState.OK, way=nri.WAY,
-            note=f"the GPU Operator's NRI plugin injects {covered} into every GPU container "
-                 f"(its {nri.DOMAIN} annotations), the GPU its device plugin accounted for "
-                 "among them")
+            node.name, NodeState.OK, way=nri.WAY, note=said("nri.covers", covered=covered))
     return NodeAssessment(
         node.name, NodeState.MISSING, way=so_far.way,
         kind=so_far.kind, mode=so_far.mode, misaccounted=True,
-        note="the GPUs its device plugin accounted for, handed in NVIDIA_VISIBLE_DEVICES, "
-             "are not delivered there, but "
-             f"the GPU Operator's NRI plugin injects what its {nri.DOMAIN} annotations name "
-             f"({', '.join(named[:3])}): its containers get a GPU, not the one accounted "
-             "for, so two pods can share a GPU its device plugin believes is split",
-        fix=f"drop the pod's {nri.DOMAIN} annotation and set HAMi's chart value "
-            "devicePlugin.deviceListStrategy=cdi-annotations (a CDI strategy, which the NRI "
-            "plugin delivers under any handler), or make the NVIDIA runtime containerd's "
-            "default runtime on those nodes")
+        note=said("nri.misaccounted", named=tuple(named)), fix=said("nri.misaccountedFix"))
 
 
 def _covers_accounted(node: NodeInfo, ask: Ask) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.api import delivery
+from webhook.api.said import said
 from webhook.engine.checks.assessment import (
     Ask,
     Combine,
@@ -41,10 +42,7 @@ def assess_own_devices(node: NodeInfo, facts: PodFacts, handler: str | None,
         # other nodes can take the pod, since the plugin's own value fails there.
         return NodeAssessment(
             node.name, NodeState.UNKNOWN, kind=check.kind, mode=check.mode, way=check.way,
-            may_fail=True,
-            note="a GPU container takes NVIDIA_VISIBLE_DEVICES from valueFrom, which replaces "
-                 "the device plugin's; its value cannot be known at admission (the plugin's "
-                 f"own would fail: {check.note or ', '.join(check.missing[:2])})")
+            may_fail=True, note=said("own.valueFrom", plugin=check.note, missing=check.missing))
     own = [delivery.resolve_own(inv, v, handler, node.gpu_uuids(), facts.privileged_gpus)
            for v in facts.own_visible_devices]
     for r in own:
@@ -53,14 +51,12 @@ def assess_own_devices(node: NodeInfo, facts: PodFacts, handler: str | None,
         state = NodeState.UNKNOWN if r.ok is None else NodeState.MISSING
         return worse(check, NodeAssessment(
             node.name, state, missing=r.missing, note=r.note, kind=r.kind, mode=r.mode,
-            way=delivery.VISIBLE_DEVICES, undelivered=r.undelivered,
-            fix="remove NVIDIA_VISIBLE_DEVICES from the pod's GPU containers: the device "
-                "plugin sets it"))
+            way=delivery.VISIBLE_DEVICES, undelivered=r.undelivered, fix=said("own.fix")))
     if check.state is not NodeState.OK and facts.only_own_visible_devices \
             and check.way == delivery.VISIBLE_DEVICES and not check.undelivered \
             and all(r is not None and r.ok for r in own):
         return NodeAssessment(node.name, NodeState.OK, way=delivery.VISIBLE_DEVICES,
-                              note="every GPU container's own NVIDIA_VISIBLE_DEVICES resolves")
+                              note=said("own.allResolve"))
     return check
 
 

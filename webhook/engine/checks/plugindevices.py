@@ -13,18 +13,18 @@ from typing import Any
 
 from webhook.api import delivery
 from webhook.api.inventory import MIG_RESOURCE_PREFIX, PLUGIN_RESOURCE, Inventory
+from webhook.api.said import said
 from webhook.engine.checks.assessment import (
     Ask,
     Combine,
     NodeAssessment,
     NodeCheck,
     NodeState,
+    no_inventory,
     node_fact,
 )
-from webhook.engine.core.decision import SHOW_DEVICES
 from webhook.engine.core.policy import Policy, Pool
 from webhook.engine.placement import candidates as cand
-from webhook.engine.stacks import hami
 from webhook.engine.view.nodes import NodeInfo
 
 
@@ -41,8 +41,7 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
         return NodeAssessment(node.name, NodeState.OK)
     inv = node.inventory
     if inv is None:
-        note = node.inventory_error or "no CDI inventory published (is gpupool's agent running?)"
-        return NodeAssessment(node.name, NodeState.UNKNOWN, note=note)
+        return NodeAssessment(node.name, NodeState.UNKNOWN, note=no_inventory(node))
     way = req.delivery
     inferred = False
     if way is delivery.Way.DETECT:
@@ -54,7 +53,7 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
     if way == delivery.VISIBLE_DEVICES and runtime_class in policy.non_cdi_runtime_classes \
             and not delivery.envvar_ignored(inv, privileged):
         return NodeAssessment(node.name, NodeState.OK, way=way,
-                              note=f"RuntimeClass {runtime_class} uses no CDI")
+                              note=said("plugin.nonCdiClass", runtime_class=runtime_class))
     # Under the single MIG strategy nvidia.com/gpu is MIG devices: the kubelet's list says
     # which; without it, a plugin known to run that strategy makes them doubt.
     mig = [name for name, _ in demand.requests if name.startswith(MIG_RESOURCE_PREFIX)
@@ -66,8 +65,7 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
     gpus = cand.eligible_gpus(node, demand)
     if not gpus:
         return NodeAssessment(node.name, NodeState.UNKNOWN, way=way,
-                              note="no GPU UUIDs known (no driver list in the inventory, no "
-                                   "hami.io/node-nvidia-register annotation)")
+                              note=said("plugin.gpusUnknown"))
     r = delivery.resolve(inv, way, gpus, handler, req.device_kind, privileged)
     if r.ok is None:
         return NodeAssessment(node.name, NodeState.UNKNOWN, note=r.note, mode=r.mode,
@@ -90,12 +88,9 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
         rest = tuple(u for u in gpus if u not in node.cordoned)
         if not rest or delivery.resolve(inv, way, rest, handler, req.device_kind,
                                         privileged).ok:
-            shown = ", ".join(sorted(set(gpus) - set(rest))[:SHOW_DEVICES])
             return NodeAssessment(
                 node.name, NodeState.UNKNOWN, kind=r.kind, mode=r.mode, way=way, may_fail=True,
-                note=f"only GPUs cordoned by {hami.CORDON_ANNOTATION} lack their CDI devices "
-                     f"({shown}); HAMi's scheduler may still hand them out until it next "
-                     "re-registers the node's GPUs")
+                note=said("plugin.onlyCordoned", gpus=tuple(sorted(set(gpus) - set(rest)))))
     return NodeAssessment(node.name, NodeState.OK if r.ok else NodeState.MISSING,
                           missing=r.missing, note=r.note, kind=r.kind, mode=r.mode, way=way,
                           undelivered=r.undelivered)
@@ -120,12 +115,7 @@ def _inferred_doubt(node: NodeInfo, inv: Inventory, gpus: tuple[str, ...],
                                 device_kind, privileged)
     if as_uuids.ok is None or as_uuids.ok == as_cdi.ok:
         return None
-    fails, runs = ("UUIDs (envvar)", "CDI names") if as_cdi.ok else \
-        ("CDI names", "UUIDs (envvar)")
     missing = as_uuids.missing if as_cdi.ok else as_cdi.missing
-    shown = ", ".join(missing[:SHOW_DEVICES])
-    spec = f"a {device_kind} spec on the node" if inv.kinds.get(device_kind) else \
-        f"no {device_kind} spec on the node"
     # Doubt, not a denial. Steering follows the disk's guess, as the agent's label does: where
     # the guessed way fails, pods are kept off the node as off one that fails (``may_fail``),
     # where other nodes can take them; where it resolves, the node stays open to them.
@@ -133,20 +123,9 @@ def _inferred_doubt(node: NodeInfo, inv: Inventory, gpus: tuple[str, ...],
     return NodeAssessment(
         node.name, NodeState.UNKNOWN, kind=failing.kind, mode=failing.mode,
         may_fail=guessed_fails, way=guessed,
-        note=f"how the device plugin hands GPUs is only inferred from {spec}: handed as "
-             f"{runs} they resolve, handed as {fails} they do not"
-             + (f" ({shown})" if shown else "")
-             + f"; not learned from its pod: {_not_learned(inv)}; pin the pool's "
-               "cdi.delivery in the policy, or let gpupool's agent read the plugin's pod")
-
-
-def _not_learned(inv: Inventory) -> str:
-    """Why the agent's inventory does not say how the node's device plugin hands GPUs."""
-    why = delivery.learned_way(inv).why
-    if why:
-        return why
-    return ("the agent did not look at the node's device-plugin pods (it runs with "
-            "--no-plugin-pods, cannot reach the API server, or predates the look)")
+        note=said("plugin.inferred", kind=device_kind, has_spec=bool(inv.kinds.get(device_kind)),
+                  cdi_resolves=bool(as_cdi.ok), missing=missing,
+                  why=delivery.learned_way(inv).why))
 
 
 def _assess_mig(node: NodeInfo, inv: Inventory, resources: list[str], way: delivery.Way,
@@ -166,15 +145,10 @@ def _assess_mig(node: NodeInfo, inv: Inventory, resources: list[str], way: deliv
         # The plugin's id for a MIG device is its MIG-<uuid> (or <gpu>:<mig> with the index
         # strategy): a kind that defines neither resolves none, whichever it hands out.
         return NodeAssessment(node.name, NodeState.MISSING, kind=r.kind, mode=r.mode, way=way,
-                              note=f"no CDI spec there defines any MIG device of kind "
-                                   f"{r.kind} (MIG-<uuid> or <gpu>:<mig>)")
-    why = ("gpupool's agent does not read the kubelet's device checkpoint there"
-           if inv.mig is None else f"the kubelet lists no {', '.join(resources)} device there")
-    asks = "the pod asks for MIG devices" if resources != [PLUGIN_RESOURCE] else \
-        f"its device plugin runs the single MIG strategy, so {PLUGIN_RESOURCE} may be MIG " \
-        "devices"
+                              note=said("mig.noMigKind", kind=r.kind))
     return NodeAssessment(node.name, NodeState.UNKNOWN, mode=r.mode, way=way, kind=r.kind,
-                          note=f"{asks}, whose CDI names cannot be checked: {why}")
+                          note=said("mig.unchecked", resources=tuple(resources),
+                                    checkpoint_read=inv.mig is not None))
 
 
 def _hami_mig_failure(node: NodeInfo, r: delivery.Resolution, created: list[str],
@@ -184,15 +158,9 @@ def _hami_mig_failure(node: NodeInfo, r: delivery.Resolution, created: list[str]
     ``migMgr.EnsureAllocation``), while its CDI spec is written once, when the plugin
     starts (``plugin-manager.go``: ``CreateSpecFile``). No spec can name such a device in
     advance: wherever names are looked up in spec files, the container fails."""
-    shown = ", ".join(created[:SHOW_DEVICES])
-    fix = (f"run HAMi's GPUs on {node.name} in hami-core mode, or hand GPUs through "
-           f"NVIDIA_VISIBLE_DEVICES to a runtime that generates MIG devices just in time "
-           f"(mode auto, or default kind {delivery.JIT_KIND})")
     return NodeAssessment(node.name, NodeState.MISSING, missing=r.missing, kind=r.kind,
-                          mode=r.mode, way=way, fix=fix,
-                          note=f"HAMi runs GPU(s) {shown} in MIG mode: it creates a MIG device "
-                               f"when it allocates one, which no {r.kind} CDI spec on the node "
-                               "can define")
+                          mode=r.mode, way=way, fix=said("hamiMig.fix", node=node.name),
+                          note=said("hamiMig.created", gpus=tuple(created), kind=r.kind))
 
 
 def _mig_name(device: str) -> bool:

@@ -4,8 +4,8 @@
 Checks return ``PodFinding`` data (``checks.findings``) and write no user-facing text; what
 a finding says, and the fix it names, is here, one function per check. The messages name
 the object (``Decision.about`` puts the pod's name before them), the nodes and the fix;
-their reason codes come with the finding. (The nodes' own notes, a line per node, are the
-node checks' findings and come with them.)
+their reason codes come with the finding. The nodes' own notes, a line per node, and the
+fixes node checks know are worded by ``checks.words``, which this module asks.
 """
 
 from __future__ import annotations
@@ -17,7 +17,16 @@ from webhook.engine.checks import allocation, cdi
 from webhook.engine.checks.assessment import NodeAssessment
 from webhook.engine.checks.cdi import Finding, Verdicts
 from webhook.engine.checks.findings import Note, PodFinding
-from webhook.engine.core.decision import SHOW_DEVICES, SHOW_NODES, Decision, Reason, allow, deny
+from webhook.engine.checks.words import words
+from webhook.engine.core.decision import (
+    SHOW_DEVICES,
+    SHOW_NODES,
+    Decision,
+    NodeFinding,
+    Reason,
+    allow,
+    deny,
+)
 from webhook.engine.core.policy import Policy, Pool
 from webhook.engine.stacks import dra, nri
 from webhook.engine.view.cluster import ClusterView
@@ -32,11 +41,12 @@ def decision(f: PodFinding, policy: Policy, view: ClusterView | None) -> Decisio
     """The decision a finding makes: a denial naming it, or the pod allowed, routed, with
     its statement (where it makes one), its nodes and its warnings."""
     statement, warning = _TEXTS[f.check](f, policy, view)
+    nodes = _cdi_nodes(f) if f.check == "cdi" and f.what != cdi.NO_VIEW else f.nodes
     if f.denies:
         return deny(f.reason, statement, of_subject=True, gpu=True, pool=f.pool,
-                    nodes=f.nodes)._replace(unchecked=f.unchecked)
+                    nodes=nodes)._replace(unchecked=f.unchecked)
     return allow(Reason.ROUTED, gpu=True, pool=f.pool, message=statement,
-                 of_subject=bool(statement), nodes=f.nodes,
+                 of_subject=bool(statement), nodes=nodes,
                  warnings=(*(_NOTES[n.what](n) for n in f.notes), warning),
                  unchecked=f.unchecked)
 
@@ -56,6 +66,12 @@ def _cdi(f: PodFinding, policy: Policy, view: ClusterView | None) -> tuple[str, 
                       view, f.denies)
 
 
+def _cdi_nodes(f: PodFinding) -> tuple[NodeFinding, ...]:
+    """The judged nodes that would fail the pod, a line each with its own note."""
+    return tuple(NodeFinding(c.node, c.missing, words(c.note))
+                 for c in f.fact("verdicts").shown)
+
+
 def _summary(checks: list[NodeAssessment]) -> str:
     """The failing nodes, as messages quote them."""
     parts = []
@@ -65,7 +81,7 @@ def _summary(checks: list[NodeAssessment]) -> str:
             more = len(c.missing) - SHOW_DEVICES
             parts.append(f"{c.node} lacks {devs}{f' (+{more} more)' if more > 0 else ''}")
         else:
-            parts.append(f"{c.node}: {c.note}")
+            parts.append(f"{c.node}: {words(c.note)}")
     if len(checks) > SHOW_NODES:
         parts.append(f"and {len(checks) - SHOW_NODES} more node(s)")
     return "; ".join(parts)
@@ -92,8 +108,8 @@ def fix_text(pool: Pool, checks: list[NodeAssessment], policy: Policy,
 
 def _fix_for(pool: Pool, c: NodeAssessment, policy: Policy, view: ClusterView) -> str:
     """The fix for one failing node."""
-    if c.fix:
-        return c.fix
+    if c.fix is not None:
+        return words(c.fix)
     # HAMi's chart sets its plugin's strategy from devicePlugin.deviceListStrategy.
     strategy = ("HAMi's chart value devicePlugin.deviceListStrategy=cdi-annotations"
                 if policy.is_hami_pool(pool.name) else

@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from webhook.api.said import Said, said
+
 DOMAIN = "nvidia.cdi.k8s.io"
 MANAGEMENT = "management.nvidia.com/gpu"
 #: The toolkit container's variable for namespaces allowed management devices, besides its
@@ -51,9 +53,10 @@ class NRIPlugin:
             return True
         return None if self.operator_namespace is None else False
 
-    def allowed_text(self) -> str:
-        names = sorted({*self.extra_namespaces, *filter(None, [self.operator_namespace])})
-        return ", ".join(names) or "none known"
+    def allowed(self) -> tuple[str, ...]:
+        """The namespaces whose pods it gives management devices, as far as known."""
+        return tuple(sorted({*self.extra_namespaces,
+                             *filter(None, [self.operator_namespace])}))
 
 
 #: (container name, the annotation value the plugin reads for it)
@@ -88,8 +91,8 @@ class Shortfall:
     missing: tuple[str, ...] = ()  # names containerd cannot resolve there
     undelivered: bool = False  # dropped by the plugin: the container starts without them
     unknown: bool = False  # whether they are dropped cannot be told
-    note: str = ""
-    fix: str = ""
+    note: Said | None = None
+    fix: Said | None = None
 
 
 def judge(reqs: Requests, namespace: str | None, plugin: NRIPlugin,
@@ -101,11 +104,8 @@ def judge(reqs: Requests, namespace: str | None, plugin: NRIPlugin,
     ``internal/cri/nri``: a disabled NRI adjusts nothing), so nothing is injected."""
     if containerd_nri is False:
         return Shortfall(
-            tuple(c for c, _ in reqs), undelivered=True,
-            note=f"containerd's NRI is disabled on the node: the GPU Operator's NRI plugin "
-                 f"cannot inject the devices the pod's {DOMAIN} annotations name",
-            fix='enable NRI in containerd on those nodes (plugins."io.containerd.nri.v1.nri" '
-                "disable = false)")
+            tuple(c for c, _ in reqs), undelivered=True, note=said("nri.disabled"),
+            fix=said("nri.disabledFix"))
     dropped, doubt, missing, failing = [], [], [], []
     for container, value in reqs:
         if MANAGEMENT in value:
@@ -123,28 +123,17 @@ def judge(reqs: Requests, namespace: str | None, plugin: NRIPlugin,
     ns = namespace or "(none)"
     if missing:
         return Shortfall(
-            tuple(failing), tuple(missing),
-            note=f"no CDI spec on the node defines {', '.join(missing[:3])}, named in "
-                 f"{DOMAIN} annotations the GPU Operator's NRI plugin injects",
-            fix=f"correct the pod's {DOMAIN} annotation to devices the node's CDI specs "
-                f"define (the GPU Operator writes {MANAGEMENT}=all), or define "
-                f"{', '.join(missing[:3])} on those nodes")
+            tuple(failing), tuple(missing), note=said("nri.undefined", missing=tuple(missing)),
+            fix=said("nri.undefinedFix", missing=tuple(missing)))
     if dropped:
         return Shortfall(
             tuple(dropped), undelivered=True,
-            note=f"the GPU Operator's NRI plugin drops {MANAGEMENT} devices for namespace "
-                 f"{ns} (allowed: {plugin.allowed_text()}): container(s) "
-                 f"{', '.join(dropped)} start without the devices their {DOMAIN} "
-                 "annotation names",
-            fix=f"add namespace {ns} to {NAMESPACES_ENV} in the ClusterPolicy's "
-                f"spec.toolkit.env, or ask for GPUs through the device plugin instead of a "
-                f"{DOMAIN} annotation")
+            note=said("nri.dropped", namespace=ns, allowed=plugin.allowed(),
+                      containers=tuple(dropped)),
+            fix=said("nri.droppedFix", namespace=ns))
     if doubt:
-        return Shortfall(
-            tuple(doubt), unknown=True,
-            note=f"the GPU Operator's namespace is not known (its ClusterPolicy has no "
-                 f"status.namespace): whether its NRI plugin gives namespace {ns} "
-                 f"{MANAGEMENT} devices cannot be told")
+        return Shortfall(tuple(doubt), unknown=True,
+                         note=said("nri.namespaceUnknown", namespace=ns))
     return None
 
 

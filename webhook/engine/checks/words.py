@@ -1,0 +1,306 @@
+"""The one place a node's finding becomes words: the note each node gets in a decision's
+``nodes``, in doctor's rows and in a re-checked pod's answer, and the fix a finding names.
+
+Whether GPUs resolve on a node (``webhook.api.delivery``), the node checks
+(``checks.plugindevices``, ``checks.owndevices``, ``checks.nriannotations``), the NRI
+plugin's model (``stacks.nri``) and a restarted container's judge (``aftercare.restart``)
+answer with ``Said`` data and write no text; ``words`` looks each up here by its ``what``.
+So one node's note reads like every other's, and a sentence is changed in one place.
+``checks.render`` words the pod-level findings the same way; a new ``what`` without words
+fails a test (``tests/unit/engine/test_words.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from webhook.api import delivery
+from webhook.api.inventory import PLUGIN_RESOURCE
+from webhook.api.said import Said
+from webhook.engine.core.decision import SHOW_DEVICES
+from webhook.engine.stacks import hami, nri
+
+
+def words(s: Said | None) -> str:
+    """What ``s`` says, as the user reads it ("" for nothing said)."""
+    if s is None:
+        return ""
+    return WORDS[s.what](s)
+
+
+def known(what: str) -> bool:
+    """Does the wording module word ``what``?"""
+    return what in WORDS
+
+
+def _shown(names: tuple[str, ...]) -> str:
+    """Device names as a restarted container's notes list them."""
+    more = len(names) - SHOW_DEVICES
+    return ", ".join(names[:SHOW_DEVICES]) + (f" and {more} more" if more > 0 else "")
+
+
+# ------------------------------------------------------------- delivery (webhook.api.delivery)
+
+
+def _handed(s: Said) -> str:
+    """Where an NVIDIA_VISIBLE_DEVICES value comes from: a restarted container's cached
+    answer (``container``), or the pod."""
+    return f"container {s.fact('container')} is handed back " \
+           f"NVIDIA_VISIBLE_DEVICES={s.fact('value')}"
+
+
+def _told(s: Said) -> str:
+    if s.fact("container") is not None:
+        return _handed(s)
+    return (f"the pod sets NVIDIA_VISIBLE_DEVICES={s.fact('value')} itself, which overrides "
+            "the device plugin's")
+
+
+def _short(s: Said) -> str:
+    if s.fact("container") is not None:
+        return _handed(s)
+    return f"the pod sets NVIDIA_VISIBLE_DEVICES={s.fact('value')} itself"
+
+
+def _mode_without_specs(s: Said) -> str:
+    mode = s.fact("mode")
+    why = ("no CDI" if mode in delivery.NON_CDI_MODES
+           else "the runtime generates a spec for the node's own GPUs")
+    return f"runtime mode {mode}: {why}"
+
+
+def _legacy_unchecked(s: Said) -> str:
+    lead = f"{_handed(s)}, which names " if s.fact("container") is not None else \
+        f"NVIDIA_VISIBLE_DEVICES={s.fact('value')}, set by the pod, names "
+    return (lead + f"{', '.join(s.fact('names'))}: a PCI bus id, a MIG index or a MIG "
+            "device the node's inventory does not list, which nvidia-container-cli resolves "
+            "from the driver; not checked")
+
+
+_DELIVERY: dict[str, Callable[[Said], str]] = {
+    "delivery.byContainerd": lambda s: "resolved by containerd whatever the runtime mode",
+    "delivery.otherDefaultHandler": lambda s: (
+        f"containerd's default handler {s.fact('handler')} is not the NVIDIA runtime: "
+        "NVIDIA_VISIBLE_DEVICES is ignored and the pod's containers start without their "
+        "GPUs"),
+    "delivery.envvarIgnored": lambda s: (
+        "the NVIDIA runtime's accept-nvidia-visible-devices-envvar-when-unprivileged is "
+        "false: an unprivileged container's NVIDIA_VISIBLE_DEVICES is ignored and it starts "
+        "without its GPUs"),
+    "delivery.modeUnknown": lambda s: "runtime mode unknown",
+    "delivery.modeWithoutSpecs": _mode_without_specs,
+    "delivery.justInTime": lambda s: (
+        f"default kind {delivery.JIT_KIND}: generated just in time, no spec file needed"),
+    "own.noDevice": lambda s: f"{_told(s)}: its containers get no GPU",
+    "own.overrides": _told,
+    "legacy.noDevice": lambda s: (
+        f"{_short(s)}: the legacy hook reads {s.fact('name')} as no GPU, so its containers "
+        "get none"),
+    "legacy.gpusUnknown": lambda s: (
+        "the node's GPUs are not known (no driver list in its inventory): the names "
+        + ("it is handed" if s.fact("container") is not None else "its pod sets")
+        + " cannot be checked"),
+    "legacy.unknownDevice": lambda s: (
+        f"{_short(s)}: nvidia-container-cli fails the container with '{s.fact('name')}: "
+        "unknown device' (not a GPU or MIG device of the node by UUID or index)"),
+    "legacy.unchecked": _legacy_unchecked,
+}
+
+
+# ------------------------------------------------------------ the device plugin's GPUs
+
+
+def _inferred(s: Said) -> str:
+    kind = s.fact("kind")
+    spec = f"a {kind} spec on the node" if s.fact("has_spec") else f"no {kind} spec on the node"
+    fails, runs = ("UUIDs (envvar)", "CDI names") if s.fact("cdi_resolves") else \
+        ("CDI names", "UUIDs (envvar)")
+    shown = ", ".join(s.fact("missing")[:SHOW_DEVICES])
+    why = s.fact("why") or ("the agent did not look at the node's device-plugin pods (it "
+                            "runs with --no-plugin-pods, cannot reach the API server, or "
+                            "predates the look)")
+    return (f"how the device plugin hands GPUs is only inferred from {spec}: handed as "
+            f"{runs} they resolve, handed as {fails} they do not"
+            + (f" ({shown})" if shown else "")
+            + f"; not learned from its pod: {why}; pin the pool's cdi.delivery in the "
+              "policy, or let gpupool's agent read the plugin's pod")
+
+
+def _mig_unchecked(s: Said) -> str:
+    resources: tuple[str, ...] = s.fact("resources")
+    why = ("gpupool's agent does not read the kubelet's device checkpoint there"
+           if not s.fact("checkpoint_read")
+           else f"the kubelet lists no {', '.join(resources)} device there")
+    asks = "the pod asks for MIG devices" if resources != (PLUGIN_RESOURCE,) else \
+        f"its device plugin runs the single MIG strategy, so {PLUGIN_RESOURCE} may be MIG " \
+        "devices"
+    return f"{asks}, whose CDI names cannot be checked: {why}"
+
+
+_PLUGIN: dict[str, Callable[[Said], str]] = {
+    "node.noInventory": lambda s: (
+        s.fact("error") or "no CDI inventory published (is gpupool's agent running?)"),
+    "plugin.nonCdiClass": lambda s: f"RuntimeClass {s.fact('runtime_class')} uses no CDI",
+    "plugin.gpusUnknown": lambda s: (
+        "no GPU UUIDs known (no driver list in the inventory, no "
+        "hami.io/node-nvidia-register annotation)"),
+    "plugin.onlyCordoned": lambda s: (
+        f"only GPUs cordoned by {hami.CORDON_ANNOTATION} lack their CDI devices "
+        f"({', '.join(s.fact('gpus')[:SHOW_DEVICES])}); HAMi's scheduler may still hand "
+        "them out until it next re-registers the node's GPUs"),
+    "plugin.inferred": _inferred,
+    "mig.noMigKind": lambda s: (
+        f"no CDI spec there defines any MIG device of kind {s.fact('kind')} (MIG-<uuid> or "
+        "<gpu>:<mig>)"),
+    "mig.unchecked": _mig_unchecked,
+    "hamiMig.created": lambda s: (
+        f"HAMi runs GPU(s) {', '.join(s.fact('gpus')[:SHOW_DEVICES])} in MIG mode: it "
+        f"creates a MIG device when it allocates one, which no {s.fact('kind')} CDI spec on "
+        "the node can define"),
+    "hamiMig.fix": lambda s: (
+        f"run HAMi's GPUs on {s.fact('node')} in hami-core mode, or hand GPUs through "
+        f"NVIDIA_VISIBLE_DEVICES to a runtime that generates MIG devices just in time "
+        f"(mode auto, or default kind {delivery.JIT_KIND})"),
+}
+
+
+# ------------------------------------------------------- the pod's own NVIDIA_VISIBLE_DEVICES
+
+
+_OWN: dict[str, Callable[[Said], str]] = {
+    "own.valueFrom": lambda s: (
+        "a GPU container takes NVIDIA_VISIBLE_DEVICES from valueFrom, which replaces the "
+        "device plugin's; its value cannot be known at admission (the plugin's own would "
+        f"fail: {words(s.fact('plugin')) or ', '.join(s.fact('missing')[:2])})"),
+    "own.fix": lambda s: (
+        "remove NVIDIA_VISIBLE_DEVICES from the pod's GPU containers: the device plugin "
+        "sets it"),
+    "own.allResolve": lambda s: "every GPU container's own NVIDIA_VISIBLE_DEVICES resolves",
+}
+
+
+# ------------------------------------------------------ NRI annotations (stacks.nri)
+
+
+_NRI: dict[str, Callable[[Said], str]] = {
+    "nri.disabled": lambda s: (
+        "containerd's NRI is disabled on the node: the GPU Operator's NRI plugin cannot "
+        f"inject the devices the pod's {nri.DOMAIN} annotations name"),
+    "nri.disabledFix": lambda s: (
+        'enable NRI in containerd on those nodes (plugins."io.containerd.nri.v1.nri" '
+        "disable = false)"),
+    "nri.undefined": lambda s: (
+        f"no CDI spec on the node defines {', '.join(s.fact('missing')[:3])}, named in "
+        f"{nri.DOMAIN} annotations the GPU Operator's NRI plugin injects"),
+    "nri.undefinedFix": lambda s: (
+        f"correct the pod's {nri.DOMAIN} annotation to devices the node's CDI specs define "
+        f"(the GPU Operator writes {nri.MANAGEMENT}=all), or define "
+        f"{', '.join(s.fact('missing')[:3])} on those nodes"),
+    "nri.dropped": lambda s: (
+        f"the GPU Operator's NRI plugin drops {nri.MANAGEMENT} devices for namespace "
+        f"{s.fact('namespace')} (allowed: {', '.join(s.fact('allowed')) or 'none known'}): "
+        f"container(s) {', '.join(s.fact('containers'))} start without the devices their "
+        f"{nri.DOMAIN} annotation names"),
+    "nri.droppedFix": lambda s: (
+        f"add namespace {s.fact('namespace')} to {nri.NAMESPACES_ENV} in the ClusterPolicy's "
+        "spec.toolkit.env, or ask for GPUs through the device plugin instead of a "
+        f"{nri.DOMAIN} annotation"),
+    "nri.namespaceUnknown": lambda s: (
+        "the GPU Operator's namespace is not known (its ClusterPolicy has no "
+        f"status.namespace): whether its NRI plugin gives namespace {s.fact('namespace')} "
+        f"{nri.MANAGEMENT} devices cannot be told"),
+    "nri.covers": lambda s: (
+        f"the GPU Operator's NRI plugin injects {s.fact('covered')} into every GPU container "
+        f"(its {nri.DOMAIN} annotations), the GPU its device plugin accounted for among "
+        "them"),
+    "nri.misaccounted": lambda s: (
+        "the GPUs its device plugin accounted for, handed in NVIDIA_VISIBLE_DEVICES, are not "
+        f"delivered there, but the GPU Operator's NRI plugin injects what its {nri.DOMAIN} "
+        f"annotations name ({', '.join(s.fact('named')[:3])}): its containers get a GPU, "
+        "not the one accounted for, so two pods can share a GPU its device plugin believes "
+        "is split"),
+    "nri.misaccountedFix": lambda s: (
+        f"drop the pod's {nri.DOMAIN} annotation and set HAMi's chart value "
+        "devicePlugin.deviceListStrategy=cdi-annotations (a CDI strategy, which the NRI "
+        "plugin delivers under any handler), or make the NVIDIA runtime containerd's "
+        "default runtime on those nodes"),
+}
+
+
+# ----------------------------------------------- a restarted container (aftercare.restart)
+
+
+def _not_read(s: Said) -> str:
+    why = words(delivery.UNPRIVILEGED_ENVVAR_IGNORED) if s.fact("ignored") else \
+        "its runtime handler there is not the NVIDIA runtime, which alone reads " \
+        "NVIDIA_VISIBLE_DEVICES"
+    return f"{_handed(s)}: {why}"
+
+
+def _either_way(s: Said) -> str:
+    runs, fails = ("UUIDs", "CDI names") if s.fact("uuids_resolve") else \
+        ("CDI names", "UUIDs")
+    return (f"handed as {runs} they resolve, handed as {fails} they do not "
+            f"({words(s.fact('failing'))}); whether HAMi's device plugin handed them one way "
+            "or the other when the pod started is in the kubelet's checkpoint alone (let "
+            "gpupool's agent read it: --kubelet-checkpoint)")
+
+
+def _at(s: Said) -> str:
+    """The pod, its node and what it holds there, as a restart answer opens."""
+    held = s.fact("held")
+    holds = f"it holds {_shown(held)}" if held else "it holds no device"
+    return f"on node {s.fact('node')}: {holds}, {s.fact('basis')}"
+
+
+def _fails(s: Said) -> str:
+    fix = words(s.fact("fix")) or (
+        "restore a CDI spec that defines them, or delete the pod so that its replacement is "
+        "allocated afresh on the node as it is now" if s.fact("missing") else
+        "delete the pod so that its replacement is allocated afresh on the node as it is now")
+    return (f"{s.fact('who')} fails on its next container start {_at(s)}; "
+            f"{words(s.fact('note'))}; {fix}")
+
+
+_RESTART: dict[str, Callable[[Said], str]] = {
+    "restart.unreadable": lambda s: (
+        f"{s.fact('who')} may fail on its next container start on node {s.fact('node')}: "
+        f"what it holds there cannot be read: {s.fact('error')}"),
+    "restart.runs": lambda s: (
+        f"{s.fact('who')} restarts with its devices {_at(s)}, and they resolve there"),
+    "restart.mayFail": lambda s: (
+        f"{s.fact('who')} may fail on its next container start {_at(s)}; "
+        f"{words(s.fact('note'))}"),
+    "restart.fails": _fails,
+    "restart.handlerGone": lambda s: (
+        f"containerd's config there no longer defines runtime handler {s.fact('handler')} "
+        f"(RuntimeClass {s.fact('runtime_class')}), and containerd creates each container "
+        "with its pod sandbox's handler: the container cannot be created"),
+    "restart.handlerGoneFix": lambda s: (
+        f"restore runtime handler {s.fact('handler')} in containerd's config on "
+        f"{s.fact('node')}, or recreate the pod with a RuntimeClass whose handler the node "
+        "has"),
+    "restart.cdiMissing": lambda s: (
+        f"container {s.fact('container')} is handed back CDI device(s) "
+        f"{_shown(s.fact('missing'))}, which no CDI spec on the node defines now "
+        "(containerd resolves them with the CDI library)"),
+    "restart.notRead": _not_read,
+    "restart.migJustInTime": lambda s: (
+        f"{_handed(s)}: MIG device(s) {_shown(s.fact('missing'))}, which the runtime "
+        "generates just in time if the driver still has them; the node's MIG devices are "
+        "not all known here"),
+    "restart.specMissing": lambda s: (
+        f"{_handed(s)}, which the NVIDIA runtime (mode cdi) resolves as "
+        f"{_shown(s.fact('missing'))}: no CDI spec on the node defines it now"),
+    "restart.noSuchDevice": lambda s: (
+        f"{_handed(s)}, but the node has no such device for the runtime to generate just in "
+        f"time ({_shown(s.fact('missing'))})"),
+    "restart.mountsOnly": lambda s: (
+        f"container {s.fact('container')} is handed back device nodes or mounts only, which "
+        "gpupool does not judge"),
+    "restart.eitherWay": _either_way,
+}
+
+
+WORDS: dict[str, Callable[[Said], str]] = {
+    **_DELIVERY, **_PLUGIN, **_OWN, **_NRI, **_RESTART}
