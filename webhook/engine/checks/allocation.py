@@ -16,10 +16,10 @@ import heapq
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from webhook.api.said import Said, said
 from webhook.engine.checks.findings import PodFinding, found, note
 from webhook.engine.core.decision import (
     MAX_FINDINGS,
-    NodeFinding,
     Reason,
 )
 from webhook.engine.core.policy import OnFinding, Policy
@@ -29,7 +29,6 @@ from webhook.engine.pod import podclaims
 from webhook.engine.pod.placement import OTHER_POOL, OWN_FIELDS, claim_reaches, term_matches
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import allocator, dra
-from webhook.engine.stacks.releases import release_note
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
@@ -37,8 +36,8 @@ from webhook.engine.view.nodes import NodeInfo
 class _NodeCheck(NamedTuple):
     node: str
     ok: bool
-    why: str = ""
-    doubt: str = ""
+    why: Said | None = None
+    doubt: Said | None = None
     undelivered: bool = False
     device_plugin: bool = False
     fatal: str = ""  # a selector's runtime failure here (``dra.RuntimeFailure``)
@@ -59,9 +58,7 @@ def _extended_claims(d: dra.ClaimDemand, spec: Mapping[str, Any]
 def _pinned_off(node: NodeInfo, source: str) -> _NodeCheck:
     """A node the pod's placement reaches but an allocated claim it uses does not
     (``Placement.kept_off``)."""
-    return _NodeCheck(node.name, False,
-                      f"{source} is allocated already, to devices this node cannot reach (its "
-                      "status.allocation.nodeSelector does not match it)", pinned=source)
+    return _NodeCheck(node.name, False, said("dra.pinnedOff", source=source), pinned=source)
 
 
 def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodClaim],
@@ -78,10 +75,10 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
         # a device plugin serves all it asks here (its CDI devices: the CDI check's business)
         short = cand.unfit_reason(node, cand.GPUDemand(requests=tuple(sorted(
             (r, c.spec.requests[0][0].amount) for r, c in extra.items()))))
-        return _NodeCheck(node.name, short is None, short or "", device_plugin=short is None)
+        return _NodeCheck(node.name, short is None, short, device_plugin=short is None)
     release = view.release()
     if not release.supported:
-        why = release_note(release)
+        why = said("dra.releaseUnsupported", release=release)
         return _NodeCheck(node.name, False, why, why)
     # Once every held device is free: whether the node can ever take the pod.
     slices = view.slices_for(node.name)
@@ -106,17 +103,15 @@ def _check_node(node: NodeInfo, d: dra.ClaimDemand, extra: Mapping[str, dra.PodC
         if alone is None:
             alone = dra.judge_node(claims, slices, classes, verdicts)
         return _NodeCheck(node.name, False, alone.why or result.why)
-    return _accept(node, True, "")
+    return _accept(node, True, None)
 
 
-def _accept(node: NodeInfo, ok: bool, why: str) -> _NodeCheck:
+def _accept(node: NodeInfo, ok: bool, why: Said | None) -> _NodeCheck:
     if not ok:
         return _NodeCheck(node.name, False, why)
     runtime = node.inventory.runtime if node.inventory is not None else None
     if runtime is not None and runtime.containerd_cdi is False:
-        return _NodeCheck(node.name, False,
-                          "containerd has CDI disabled (enable_cdi = false): the DRA driver's "
-                          "CDI devices would not reach the container", undelivered=True)
+        return _NodeCheck(node.name, False, said("dra.cdiDisabled"), undelivered=True)
     return _NodeCheck(node.name, True)
 
 
@@ -136,7 +131,7 @@ def _one_plain_request(claims: Iterable[dra.PodClaim], slices: Iterable[dra.Slic
 NOW_TRIES = 16
 
 
-def _waits(facts: PodFacts, d: dra.ClaimDemand, able: Iterable[NodeFinding],
+def _waits(facts: PodFacts, d: dra.ClaimDemand, able: Iterable[str],
            view: ClusterView) -> int | None:
     """Of the nodes that could ever allocate the pod, how many cannot now, the devices
     allocated claims hold being in use: 0 when one can; None when not known (more nodes
@@ -148,8 +143,8 @@ def _waits(facts: PodFacts, d: dra.ClaimDemand, able: Iterable[NodeFinding],
     extra = _extended_claims(d, facts.spec)
     tried = 0
     compiled: dra.Verdicts = {}  # (the selectors, compiled once for the nodes tried)
-    for finding in able:
-        node = view.node(finding.node)
+    for name in able:
+        node = view.node(name)
         if node is None:
             continue
         tried += 1
@@ -170,12 +165,12 @@ class _Summary(NamedTuple):
     ``MAX_FINDINGS``, first by name; the counts are whole)."""
 
     able: int  # nodes that could allocate its claims through DRA
-    able_findings: tuple[NodeFinding, ...]
+    able_first: tuple[str, ...]
     served: int  # nodes where device plugins serve all it asks
     failing: int
     failing_first: tuple[_NodeCheck, ...]
     all_undelivered: bool  # every failing node fails it only for want of CDI
-    doubt: str
+    doubt: Said | None
     mixed: tuple[str, str, str] | None  # (node, resource, class): served both ways there
     fatal: tuple[str, str] | None  # (node, failure): a selector fails at run time there
 
@@ -190,7 +185,7 @@ def _summarise(values: dict[str, tuple[_NodeCheck, tuple[str, str] | None]]) -> 
     failing: list[_NodeCheck] = []
     served = 0
     undelivered = True
-    doubt: tuple[str, str] | None = None
+    doubt: tuple[str, Said] | None = None
     mixed: tuple[str, str, str] | None = None
     fatal: tuple[str, str] | None = None
     for name, (c, hit) in values.items():
@@ -208,11 +203,10 @@ def _summarise(values: dict[str, tuple[_NodeCheck, tuple[str, str] | None]]) -> 
             doubt = (name, c.doubt)
         if hit and (mixed is None or name < mixed[0]):
             mixed = (name, *hit)
-    return _Summary(len(able), tuple(NodeFinding(n, note="can allocate its DRA claims")
-                                     for n in heapq.nsmallest(MAX_FINDINGS, able)),
+    return _Summary(len(able), tuple(heapq.nsmallest(MAX_FINDINGS, able)),
                     served, len(failing),
                     tuple(heapq.nsmallest(MAX_FINDINGS, failing, key=lambda c: c.node)),
-                    undelivered, doubt[1] if doubt else "", mixed, fatal)
+                    undelivered, doubt[1] if doubt else None, mixed, fatal)
 
 
 def _summary(facts: PodFacts, d: dra.ClaimDemand, pool: str, view: ClusterView, policy: Policy
@@ -333,39 +327,36 @@ def dra_decision(facts: PodFacts, pool_name: str, view: ClusterView, policy: Pol
     if s.fatal is not None:
         node, failure = s.fatal
         return found("dra.selectorFails", pool_name, denies=pending,
-                     reason=Reason.NO_MATCHING_DEVICES, node=node, failure=failure,
-                     nodes=[NodeFinding(node, note=failure)])
+                     reason=Reason.NO_MATCHING_DEVICES, node=node, failure=failure)
     if not s.total:
         return found("dra.noDevicesInPool", pool_name, denies=pending,
                      reason=Reason.NO_MATCHING_DEVICES)
     if s.able or s.served:
-        waits = _waits(facts, d, s.able_findings, view) if s.able and not s.served and \
-            s.able <= len(s.able_findings) else 0
+        waits = _waits(facts, d, s.able_first, view) if s.able and not s.served and \
+            s.able <= len(s.able_first) else 0
         if waits:
             notes.append(note(WAITS, nodes=waits, pool=pool_name))
-        if not notes and not s.able_findings:
+        if not notes and not s.able_first:
             return None
         return found("dra.allocatable", pool_name, able=s.able, total=s.total, waits=waits,
-                     nodes=s.able_findings, notes=notes)
-    findings = [NodeFinding(c.node, note=c.why) for c in s.failing_first]
+                     able_first=s.able_first, notes=notes)
     failing = tuple((c.node, c.why) for c in s.failing_first)
     if s.doubt:
         release = view.release()
         notes.append(note(DOUBT, supported=release.supported, release=str(release)))
         return found("dra.doubt", pool_name, doubt=s.doubt, failing=failing,
-                     count=s.failing, nodes=findings, notes=notes)
+                     count=s.failing, notes=notes)
     pinned = _pinned_elsewhere(d, s, view)
     if pinned is not None:
         source, where = pinned
         return found("dra.pinnedElsewhere", pool_name, denies=pending,
                      reason=Reason.NO_MATCHING_DEVICES, source=source, where=where,
-                     failing=failing, count=s.failing, nodes=findings)
+                     failing=failing, count=s.failing)
     if s.all_undelivered:
         return found("dra.notDelivered", pool_name, denies=True,
-                     reason=Reason.GPU_NOT_DELIVERED, failing=failing, count=s.failing,
-                     nodes=findings)
+                     reason=Reason.GPU_NOT_DELIVERED, failing=failing, count=s.failing)
     return found("dra.noDevices", pool_name, denies=pending, reason=Reason.NO_MATCHING_DEVICES,
-                 failing=failing, count=s.failing, nodes=findings)
+                 failing=failing, count=s.failing)
 
 
 #: what the DRA check says beside its finding

@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from webhook.api import delivery
+from webhook.api.said import Said
 from webhook.engine.checks import nodechecks
 from webhook.engine.checks.assessment import (
     Ask,
@@ -49,7 +50,7 @@ class Verdicts:
     """The pool's candidate nodes for one pod, judged."""
 
     total: int  # nodes the pod's placement allows
-    unfit: list[tuple[str, str]]  # of those, nodes its GPU demand rules out, and why
+    unfit: list[tuple[str, Said]]  # of those, nodes its GPU demand rules out, and why
     ok: int
     missing: list[NodeAssessment]
     unknown: list[NodeAssessment]
@@ -75,7 +76,7 @@ class Verdicts:
 
 #: (why the pod's GPU demand rules the node out, whether its node affinity as it stands
 #: reaches the node, the assessment when not OK)
-_NodeVerdict = tuple[str | None, bool, NodeAssessment | None]
+_NodeVerdict = tuple[Said | None, bool, NodeAssessment | None]
 _FIT_OK_REACHABLE: _NodeVerdict = (None, True, None)
 _FIT_OK_UNREACHABLE: _NodeVerdict = (None, False, None)
 

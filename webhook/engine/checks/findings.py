@@ -1,10 +1,10 @@
 """What a pod check finds, as data.
 
 A pod check answers with a ``PodFinding``: what it found (``what``, the key ``render`` words
-it by), whether the policy makes that a denial and under which reason code, the nodes that
-decided, and the facts the words need. It writes no text: ``render`` is the one place a
-finding becomes a ``Decision`` and its message, so every check's findings read alike and a
-message is changed in one place.
+it by), whether the policy makes that a denial and under which reason code, and the facts
+that decided (the nodes among them), as the words need them. It writes no text: ``render``
+is the one place a finding becomes a ``Decision``, its message and its node lines, so every
+check's findings read alike and a message is changed in one place.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from webhook.engine.core.decision import NodeFinding, Reason
+from webhook.engine.core.decision import Reason
 
 #: facts by name, read-only: a finding is never changed once made
 Facts = Mapping[str, Any]
@@ -41,8 +41,6 @@ class PodFinding(NamedTuple):
     reason: Reason = Reason.ROUTED
     #: what decided, by name, as the words need it
     facts: Facts = _NONE
-    #: the nodes that decided, as the reply lists them
-    nodes: tuple[NodeFinding, ...] = ()
     #: said beside it, when the pod is allowed
     notes: tuple[Note, ...] = ()
     #: why the check could not run ("no-nodes", "not-synced"; "" when it did)
@@ -57,11 +55,10 @@ class PodFinding(NamedTuple):
 
 
 def found(what: str, pool: str, *, denies: bool = False, reason: Reason = Reason.ROUTED,
-          nodes: tuple[NodeFinding, ...] | list[NodeFinding] = (),
           notes: tuple[Note, ...] | list[Note] = (), unchecked: str = "",
           **facts: Any) -> PodFinding:
-    return PodFinding(what, pool, denies, reason, MappingProxyType(facts), tuple(nodes),
-                      tuple(notes), unchecked)
+    return PodFinding(what, pool, denies, reason, MappingProxyType(facts), tuple(notes),
+                      unchecked)
 
 
 def note(what: str, **facts: Any) -> Note:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from webhook.api import delivery
+from webhook.api.said import Said
 from webhook.engine.checks import allocation, cdi
 from webhook.engine.checks.assessment import NodeAssessment
 from webhook.engine.checks.cdi import Finding, Verdicts
@@ -41,7 +42,7 @@ def decision(f: PodFinding, policy: Policy, view: ClusterView | None) -> Decisio
     """The decision a finding makes: a denial naming it, or the pod allowed, routed, with
     its statement (where it makes one), its nodes and its warnings."""
     statement, warning = _TEXTS[f.check](f, policy, view)
-    nodes = _cdi_nodes(f) if f.check == "cdi" and f.what != cdi.NO_VIEW else f.nodes
+    nodes = _NODES[f.check](f)
     if f.denies:
         return deny(f.reason, statement, of_subject=True, gpu=True, pool=f.pool,
                     nodes=nodes)._replace(unchecked=f.unchecked)
@@ -68,6 +69,8 @@ def _cdi(f: PodFinding, policy: Policy, view: ClusterView | None) -> tuple[str, 
 
 def _cdi_nodes(f: PodFinding) -> tuple[NodeFinding, ...]:
     """The judged nodes that would fail the pod, a line each with its own note."""
+    if f.what == cdi.NO_VIEW:
+        return ()
     return tuple(NodeFinding(c.node, c.missing, words(c.note))
                  for c in f.fact("verdicts").shown)
 
@@ -185,7 +188,7 @@ def _cdi_texts(finding: Finding, s: Verdicts, pool: Pool, policy: Policy,
     allowed pod gets."""
     name, count = pool.name, len(s.missing) + len(s.unknown)
     failing = _summary(s.missing + s.unknown)
-    unfit = "; ".join(f"{n}: {why}" for n, why in s.unfit[:SHOW_NODES])
+    unfit = "; ".join(f"{n}: {words(why)}" for n, why in s.unfit[:SHOW_NODES])
     match finding:
         case Finding.NO_CANDIDATES:
             return (f": no node of pool {name} matches its nodeName, nodeSelector, "
@@ -256,10 +259,23 @@ def _cdi_texts(finding: Finding, s: Verdicts, pool: Pool, policy: Policy,
 
 def _shown(f: PodFinding) -> str:
     """The failing nodes, as messages quote them."""
-    failing: tuple[tuple[str, str], ...] = f.fact("failing")
+    failing: tuple[tuple[str, Said | None], ...] = f.fact("failing")
     count: int = f.fact("count")
-    return "; ".join(f"{node}: {why}" for node, why in failing[:SHOW_NODES]) + \
+    return "; ".join(f"{node}: {words(why)}" for node, why in failing[:SHOW_NODES]) + \
         (f" (and {count - SHOW_NODES} more)" if count > SHOW_NODES else "")
+
+
+def _dra_nodes(f: PodFinding) -> tuple[NodeFinding, ...]:
+    """The nodes that decided, a line each: those that can allocate the pod's claims, the
+    one where a selector fails, or those that cannot, each with why."""
+    if f.what == "dra.allocatable":
+        return tuple(NodeFinding(n, note="can allocate its DRA claims")
+                     for n in f.fact("able_first"))
+    if f.what == "dra.selectorFails":
+        return (NodeFinding(f.fact("node"), note=f.fact("failure")),)
+    if "failing" in f.facts:
+        return tuple(NodeFinding(node, note=words(why)) for node, why in f.fact("failing"))
+    return ()
 
 
 def _dra(f: PodFinding, policy: Policy, view: ClusterView | None) -> tuple[str, str]:
@@ -303,10 +319,10 @@ def _dra(f: PodFinding, policy: Policy, view: ClusterView | None) -> tuple[str, 
                     + ("; it waits for devices allocated claims hold" if f.fact("waits")
                        else ""), "")
         case "dra.doubt":
-            return f": DRA claims not verified: {f.fact('doubt')}; {_shown(f)}", ""
+            return f": DRA claims not verified: {words(f.fact('doubt'))}; {_shown(f)}", ""
         case "dra.pinnedElsewhere":
             where: tuple[str, ...] = f.fact("where")
-            failing: tuple[tuple[str, str], ...] = f.fact("failing")
+            failing: tuple[tuple[str, Said | None], ...] = f.fact("failing")
             count: int = f.fact("count")
             at = (f"node(s) {', '.join(where[:SHOW_NODES])}"
                   + (f" and {len(where) - SHOW_NODES} more" if len(where) > SHOW_NODES
@@ -380,6 +396,10 @@ def _user_namespace(f: PodFinding, policy: Policy, view: ClusterView | None
 #: each check's words, by the check's part of ``PodFinding.what``
 _TEXTS: dict[str, Callable[[PodFinding, Policy, ClusterView | None], tuple[str, str]]] = {
     "cdi": _cdi, "dra": _dra, "userNamespace": _user_namespace,
+}
+#: each check's node lines (``Decision.nodes``)
+_NODES: dict[str, Callable[[PodFinding], tuple[NodeFinding, ...]]] = {
+    "cdi": _cdi_nodes, "dra": _dra_nodes, "userNamespace": lambda f: (),
 }
 _NOTES: dict[str, Callable[[Note], str]] = {
     allocation.UNRESOLVED: _unresolved, allocation.CLASSES_UNKNOWN: _classes_unknown,

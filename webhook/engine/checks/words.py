@@ -19,6 +19,7 @@ from webhook.api.inventory import PLUGIN_RESOURCE
 from webhook.api.said import Said
 from webhook.engine.core.decision import SHOW_DEVICES
 from webhook.engine.stacks import hami, nri
+from webhook.engine.stacks.releases import release_note
 
 
 def words(s: Said | None) -> str:
@@ -302,5 +303,60 @@ _RESTART: dict[str, Callable[[Said], str]] = {
 }
 
 
+# ------------------------------------- a node's GPUs for the demand (placement.candidates)
+
+
+_FIT: dict[str, Callable[[Said], str]] = {
+    "fit.noneAllowed": lambda s: "none of its GPUs is allowed by the pod's HAMi annotations",
+    "fit.tooFewGPUs": lambda s: (
+        f"a container asks for {s.fact('asks')} GPUs, the node has {s.fact('has')} it may "
+        "use"),
+    "fit.tooFewAllocatable": lambda s: (
+        f"the pod asks for {s.fact('asks')} {s.fact('resource')}, the node has "
+        f"{s.fact('has')} allocatable"),
+}
+
+
+# ------------------------------------ DRA allocation (checks.allocation, stacks.allocator)
+
+
+def _too_few(s: Said) -> str:
+    amount: int = s.fact("amount")
+    need = "at least one device" if amount == 0 else \
+        f"{amount} device{'s' if amount > 1 else ''}"
+    tainted = s.fact("tainted")
+    return (f"{s.fact('source')} request {s.fact('request')} needs {need} of class "
+            f"{s.fact('device_class')}"
+            f"{' matching its selectors' if s.fact('selectors') else ''}; "
+            f"{s.fact('found')} found"
+            + (f", {tainted} more behind device taints it does not tolerate" if tainted
+               else ""))
+
+
+_DRA: dict[str, Callable[[Said], str]] = {
+    # the allocator's own error, as it returns it
+    "dra.error": lambda s: str(s.fact("error")),
+    "dra.searchUnfinished": lambda s: (
+        f"the allocation search was not finished ({s.fact('why')})"),
+    "dra.searchTooDeep": lambda s: "the allocation search went too deep",
+    "dra.noSet": lambda s: (
+        "no set of devices there satisfies all its requests together (counts, selectors, "
+        "taints, constraints, capacity, counters)"),
+    "dra.noClass": lambda s: f"DeviceClass {s.fact('device_class')} does not exist",
+    "dra.allTainted": lambda s: (
+        f"{s.fact('source')} request {s.fact('request')} asks for all devices of class "
+        f"{s.fact('device_class')}, and {s.fact('tainted')} of them are behind device "
+        "taints it does not tolerate"),
+    "dra.tooFew": _too_few,
+    "dra.pinnedOff": lambda s: (
+        f"{s.fact('source')} is allocated already, to devices this node cannot reach (its "
+        "status.allocation.nodeSelector does not match it)"),
+    "dra.releaseUnsupported": lambda s: release_note(s.fact("release")),
+    "dra.cdiDisabled": lambda s: (
+        "containerd has CDI disabled (enable_cdi = false): the DRA driver's CDI devices "
+        "would not reach the container"),
+}
+
+
 WORDS: dict[str, Callable[[Said], str]] = {
-    **_DELIVERY, **_PLUGIN, **_OWN, **_NRI, **_RESTART}
+    **_DELIVERY, **_PLUGIN, **_OWN, **_NRI, **_RESTART, **_FIT, **_DRA}

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.api.said import Said, said
 from webhook.engine.core.objects import json_key
 from webhook.engine.core.policy import Policy
 from webhook.engine.core.resources import most_per_container, pod_requests
@@ -127,7 +128,7 @@ def eligible_gpus(node: NodeInfo, demand: GPUDemand) -> tuple[str, ...]:
                       or hami.type_allowed(types[u], demand.use_types, demand.nouse_types)))
 
 
-def unfit_reason(node: NodeInfo, demand: GPUDemand) -> str | None:
+def unfit_reason(node: NodeInfo, demand: GPUDemand) -> Said | None:
     """Why the pod's scheduler would not place the pod on this node's GPUs (None: it could).
 
     Only what the node itself reports is held against it: a node whose GPUs or allocatable
@@ -137,14 +138,13 @@ def unfit_reason(node: NodeInfo, demand: GPUDemand) -> str | None:
         if known:
             eligible = eligible_gpus(node, demand)
             if not eligible and demand.narrows:
-                return "none of its GPUs is allowed by the pod's HAMi annotations"
+                return said("fit.noneAllowed")
             if demand.per_container > len(eligible):
-                return (f"a container asks for {demand.per_container} GPUs, the node has "
-                        f"{len(eligible)} it may use")
+                return said("fit.tooFewGPUs", asks=demand.per_container, has=len(eligible))
         return None
     if node.allocatable is not None:
         for name, n in demand.requests:
             have = node.allocatable.get(name, 0)
             if have < n:
-                return f"the pod asks for {n} {name}, the node has {have} allocatable"
+                return said("fit.tooFewAllocatable", asks=n, resource=name, has=have)
     return None

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple
 
+from webhook.api.said import Said, said
 from webhook.engine.core import taints
 from webhook.engine.stacks import cel
 from webhook.engine.stacks.dra import (
@@ -61,7 +62,7 @@ class Outcome(NamedTuple):
     returns, which ends the pod's scheduling attempt."""
 
     ok: bool | None
-    why: str = ""
+    why: Said | None = None
     fatal: str = ""
 
 
@@ -580,12 +581,11 @@ def allocate(claims: Sequence[ClaimSpec], node: str, labels: Mapping[str, str],
                              f"{MAX_RESULTS}")
         ok = search.run()
     except _Error as exc:
-        return Outcome(False, str(exc), fatal=str(exc))
+        return Outcome(False, said("dra.error", error=str(exc)), fatal=str(exc))
     except _Budget as exc:
-        return Outcome(None, f"the allocation search was not finished ({exc})")
+        return Outcome(None, said("dra.searchUnfinished", why=str(exc)))
     except RecursionError:
-        return Outcome(None, "the allocation search went too deep")
+        return Outcome(None, said("dra.searchTooDeep"))
     if ok:
         return Outcome(True)
-    return Outcome(False, "no set of devices there satisfies all its requests together "
-                          "(counts, selectors, taints, constraints, capacity, counters)")
+    return Outcome(False, said("dra.noSet"))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, NamedTuple
 
+from webhook.api.said import Said, said
 from webhook.engine.core import objects, taints
 from webhook.engine.stacks import cel
 
@@ -553,19 +554,19 @@ class NodeResult(NamedTuple):
     failure on one of its devices (``RuntimeFailure``)."""
 
     ok: bool
-    why: str = ""
+    why: Said | None = None
     doubt: str = ""
     fatal: str = ""
 
 
 def _judge_request(claim: PodClaim, r: DeviceRequest, slices: tuple[Slice, ...],
                    classes: Mapping[str, DeviceClass], verdicts: Verdicts | None
-                   ) -> tuple[bool, str, str, str]:
+                   ) -> tuple[bool, Said | None, str, str]:
     """(served, why not, doubt, fatal) for one request, or one ``firstAvailable``
     alternative."""
     dc = classes.get(r.device_class)
     if dc is None:
-        return False, f"DeviceClass {r.device_class} does not exist", "", ""
+        return False, said("dra.noClass", device_class=r.device_class), "", ""
     found = tainted = 0
     doubt = fatal = ""
     for s in slices:
@@ -574,23 +575,19 @@ def _judge_request(claim: PodClaim, r: DeviceRequest, slices: tuple[Slice, ...],
         doubt = doubt or m.error
         fatal = fatal or (f"{claim.source} request {r.name}: {m.fatal}" if m.fatal else "")
     if fatal:
-        return False, fatal, doubt, fatal
+        return False, said("dra.error", error=fatal), doubt, fatal
     if r.amount == 0 and tainted:
         # allocationMode All takes every device the class and selectors match, tainted or
         # not, then refuses one whose taint the request does not tolerate
         # (k8s.io/dynamic-resource-allocation v0.35.4, allocator_stable.go: allDevices
         # from isSelectable, which reads no taint; allocateDevice -> allTaintsTolerated).
-        return False, (f"{claim.source} request {r.name} asks for all devices of class "
-                       f"{r.device_class}, and {tainted} of them are behind device taints it "
-                       "does not tolerate"), doubt, ""
+        return False, said("dra.allTainted", source=claim.source, request=r.name,
+                           device_class=r.device_class, tainted=tainted), doubt, ""
     if (r.amount == 0 and found) or (r.amount and found >= r.amount):
-        return True, "", doubt, ""
-    need = "at least one device" if r.amount == 0 else \
-        f"{r.amount} device{'s' if r.amount > 1 else ''}"
-    return False, (f"{claim.source} request {r.name} needs {need} of class {r.device_class}"
-                   f"{' matching its selectors' if r.selectors else ''}; {found} found"
-                   + (f", {tainted} more behind device taints it does not tolerate"
-                      if tainted else "")), doubt, ""
+        return True, None, doubt, ""
+    return False, said("dra.tooFew", source=claim.source, request=r.name, amount=r.amount,
+                       device_class=r.device_class, selectors=bool(r.selectors), found=found,
+                       tainted=tainted), doubt, ""
 
 
 def judge_node(claims: Iterable[PodClaim], slices: Iterable[Slice],
@@ -602,13 +599,13 @@ def judge_node(claims: Iterable[PodClaim], slices: Iterable[Slice],
     doubt = ""
     for claim in claims:
         for alternatives in claim.spec.requests:
-            why = ""
+            why: Said | None = None
             for r in alternatives:
                 served, reason, seen, fatal = _judge_request(claim, r, slices, classes,
                                                              verdicts)
                 doubt = doubt or seen
                 if fatal:
-                    return NodeResult(False, fatal, doubt, fatal)
+                    return NodeResult(False, reason, doubt, fatal)
                 if served:
                     break
                 why = why or reason
