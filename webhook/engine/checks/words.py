@@ -1,13 +1,17 @@
-"""The one place a node's finding becomes words: the note each node gets in a decision's
-``nodes``, in doctor's rows and in a re-checked pod's answer, and the fix a finding names.
+"""The one place a ``Said`` becomes words: the note each node gets in a decision's
+``nodes``, in doctor's rows and in a re-checked pod's answer, the fix a finding names,
+routing's evidence and findings, and a pod's admission messages.
 
 Whether GPUs resolve on a node (``webhook.api.delivery``), the node checks
 (``checks.plugindevices``, ``checks.owndevices``, ``checks.nriannotations``), the NRI
-plugin's model (``stacks.nri``) and a restarted container's judge (``aftercare.restart``)
-answer with ``Said`` data and write no text; ``words`` looks each up here by its ``what``.
-So one node's note reads like every other's, and a sentence is changed in one place.
-``checks.render`` words the pod-level findings the same way; a new ``what`` without words
-fails a test (``tests/unit/engine/test_words.py``).
+plugin's model (``stacks.nri``), DRA allocation (``stacks.dra``, ``stacks.allocator``,
+``checks.allocation``), a restarted container's judge (``aftercare.restart``), routing
+(``placement.routing``) and a pod's admission stage (``admission.pods``) answer with
+``Said`` data and write no text; ``words`` looks each up here by its ``what``. So one node's
+note reads like every other's, and a sentence is changed in one place. ``checks.render``
+builds the pod checks' decisions and asks this module for every ``Said`` they carry; a
+``said(...)`` key without words here, or words nothing says, fails a test
+(``tests/unit/engine/test_words.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from webhook.api import delivery
 from webhook.api.inventory import PLUGIN_RESOURCE
 from webhook.api.said import Said
 from webhook.engine.core.decision import SHOW_DEVICES
+from webhook.engine.core.objects import clip
+from webhook.engine.core.policy import HAMI_IGNORE_LABEL, HAMI_IGNORE_VALUE, POOL_LABEL
+from webhook.engine.pod.podfacts import DEFAULT_SCHEDULER
 from webhook.engine.stacks import hami, nri
 from webhook.engine.stacks.releases import release_note
 
@@ -358,5 +365,137 @@ _DRA: dict[str, Callable[[Said], str]] = {
 }
 
 
+# ------------------------------------------------ routing's evidence and findings (routing)
+
+
+def _node_names(s: Said) -> str:
+    nodes: tuple[str, ...] = s.fact("nodes")
+    shown = ", ".join(clip(n) for n in nodes[:3]) + (" ..." if len(nodes) > 3 else "")
+    return f"node affinity on metadata.name {shown} (nodes of pool {s.fact('pool')!r})"
+
+
+def _no_single_pool(s: Said) -> str:
+    parts = "; ".join(f"{', '.join(hits)} only in pool {pool!r}"
+                      for pool, hits in s.fact("exclusive"))
+    return f"the pod asks for things no single pool serves: {parts}"
+
+
+_ROUTING: dict[str, Callable[[Said], str]] = {
+    "evidence.label": lambda s: f"label {POOL_LABEL}={s.fact('pool')}",
+    "evidence.nodeName": lambda s: (
+        f"spec.nodeName {s.fact('node')} (a node of pool {s.fact('pool')!r})"),
+    "evidence.nodeNames": _node_names,
+    "evidence.nodeSelector": lambda s: f"nodeSelector {s.fact('key')}={s.fact('value')}",
+    "evidence.nodeAffinity": lambda s: f"required node affinity on {s.fact('key')}",
+    "evidence.namespace": lambda s: (
+        f"namespace {clip(s.fact('namespace'))} label {POOL_LABEL}={s.fact('pool')}"),
+    "evidence.servedOnly": lambda s: f"{s.fact('hit')} (served only by pool {s.fact('pool')!r})",
+    "evidence.onlyServing": lambda s: (
+        f"{s.fact('resource')} (served only in pool {s.fact('pool')!r}, through DeviceClass "
+        f"{s.fact('device_class')}'s extendedResourceName)"),
+    "evidence.defaultPool": lambda s: "the default pool",
+    "evidence.firstAlternative": lambda s: (
+        f"the first firstAvailable alternative a node of pool {s.fact('pool')!r} can "
+        "allocate"),
+    "route.conflict": lambda s: (
+        f"{words(s.fact('source'))} puts the pod in pool {clip(s.fact('pool'))!r} but "
+        f"{words(s.fact('bound'))} puts it in pool {clip(s.fact('bound_pool'))!r}; remove one "
+        "of them or make them agree"),
+    "route.unknownPool": lambda s: (
+        f"label {POOL_LABEL}={clip(s.fact('label'))} names no pool; known pools: "
+        f"{', '.join(s.fact('pools'))}"),
+    "route.nodeUnknown": lambda s: (
+        f"node {clip(s.fact('node'))} is not in gpupool's node cache; its pool was not "
+        "checked"),
+    "route.noPoolAdmitted": lambda s: (
+        f"the pod's nodeSelector and required node affinity on {s.fact('key')} admit no node "
+        f"of any pool ({', '.join(s.fact('pools'))})"),
+    "route.notAdmitted": lambda s: (
+        f"{words(s.fact('constraint'))} allows only pools {', '.join(s.fact('admitted'))} but "
+        f"{words(s.fact('bound'))} puts the pod in pool {s.fact('bound_pool')!r}"),
+    "route.namespaceNoPool": lambda s: (
+        f"namespace {s.fact('namespace')} label {POOL_LABEL}={s.fact('pool')} names no pool; "
+        "ignored"),
+    "route.noSinglePool": _no_single_pool,
+    "route.servedElsewhere": lambda s: (
+        f"{', '.join(s.fact('hits'))} is served only by pool {s.fact('pool')!r}, but "
+        f"{words(s.fact('bound'))} puts the pod in pool {s.fact('bound_pool')!r}; drop "
+        f"{s.fact('hits')[0]} or move the pod to pool {s.fact('pool')!r}"),
+}
+
+
+# ------------------------------------------ a pod's admission stage (admission.pods)
+
+HAMI_DRA_REWRITE = (
+    ". HAMi-DRA's webhook rewrote this pod's GPU resources into ResourceClaims of its own "
+    "DeviceClass (label hami.io/dra=true) after gpupool had routed it, so it can only run on "
+    "HAMi's DRA nodes; keep HAMi-DRA's webhook to HAMi's namespaces "
+    "(webhook.config.scope.excludedNamespaces in its chart) or label the pod "
+    "gpupool.io/pool with HAMi's pool")
+WEBHOOK_ORDER_FIX = ("name gpupool's MutatingWebhookConfiguration so it sorts before "
+                     "hami-webhook and keep reinvocationPolicy: IfNeeded")
+
+
+def _scheduler_cause(current: object, wanted: str) -> str:
+    """Why a pod reached validation unrouted, as far as the object itself tells."""
+    if not isinstance(current, str) or not current:
+        return (f"it has no spec.schedulerName, so it is not routed as its pool requires "
+                f"({wanted}). The API server sets one on every pod, so this review did not "
+                "come through the API server's mutating webhooks: it was sent by hand or by "
+                "another tool; send the pod to /mutate first, or create it through the API "
+                "server")
+    if current == DEFAULT_SCHEDULER:
+        return (f"its schedulerName is still {DEFAULT_SCHEDULER}, not {wanted}: it is not "
+                "routed as its pool requires. Either gpupool's mutating webhook did not run "
+                "on it (check its rules, objectSelector, matchConditions and failurePolicy "
+                "Ignore with gpupool down) or a later mutating webhook reset the field; "
+                f"{WEBHOOK_ORDER_FIX}")
+    return (f"its schedulerName is {clip(current)}, not {wanted}: another mutating "
+            f"webhook changed it after gpupool; {WEBHOOK_ORDER_FIX}")
+
+
+_POD: dict[str, Callable[[Said], str]] = {
+    "pod.claimNotFound": lambda s: (
+        f"gpupool: {s.fact('ref')} not found; if it asks for GPUs, the pod is not routed to a "
+        "GPU pool"),
+    "pod.customScheduler": lambda s: (
+        f" uses scheduler {clip(s.fact('scheduler'))}; gpupool leaves it alone"),
+    "pod.notRouted": lambda s: (
+        f"gpupool: scheduler {s.fact('scheduler')} is not a pool's; pod not routed to a GPU "
+        "pool"),
+    "pod.routeDenied": lambda s: (
+        f": {words(s.fact('finding'))}" + (HAMI_DRA_REWRITE if s.fact("hami_dra") else "")),
+    "pod.routed": lambda s: f" routed to pool {s.fact('pool')} (by {words(s.fact('source'))})",
+    "pod.ignoreLabelRemoved": lambda s: (
+        f"gpupool: label {HAMI_IGNORE_LABEL} removed: pool {s.fact('pool')} is HAMi's, whose "
+        "webhook must see the pod"),
+    "pod.schedulerReplaced": lambda s: (
+        f"gpupool: schedulerName {s.fact('current')} replaced by {s.fact('scheduler')} for "
+        f"pool {s.fact('pool')}"),
+    "pod.repaired": lambda s: (
+        f" routed to pool {s.fact('pool')} (by {words(s.fact('source'))}); runtimeClassName "
+        f"{s.fact('runtime_class')} set: without it every candidate node would fail it with "
+        "'unresolvable CDI devices' (cdi.repair)"),
+    "pod.repairedWarning": lambda s: (
+        f"gpupool: runtimeClassName {s.fact('runtime_class')} set: its GPUs' CDI devices are "
+        "missing on every candidate node (cdi.repair)"),
+    "pod.schedulerMismatch": lambda s: (
+        f" is in pool {s.fact('pool')} (by {words(s.fact('source'))}) but "
+        f"{_scheduler_cause(s.fact('current'), s.fact('wanted'))}"),
+    "pod.affinityMismatch": lambda s: (
+        f" is in pool {s.fact('pool')} but its node affinity also allows pools "
+        f"{', '.join(s.fact('others')) or 'none'}: the gpupool mutating webhook did not run "
+        "on it; check its webhook configuration (objectSelector, matchConditions, "
+        "failurePolicy)"),
+    "pod.stays": lambda s: f" stays in pool {s.fact('pool')}",
+    "pod.hamiResourceOutsidePool": lambda s: (
+        f" is in pool {s.fact('pool')} (by {words(s.fact('source'))}) but carries "
+        f"{', '.join(s.fact('hits'))}, which only HAMi's pool {s.fact('hami_pool')} serves. "
+        "If the pod did not ask for it, HAMi's webhook added it before gpupool labelled the "
+        f"pod {HAMI_IGNORE_LABEL}={HAMI_IGNORE_VALUE}: {WEBHOOK_ORDER_FIX}; otherwise drop it "
+        f"or label the pod gpupool.io/pool={s.fact('hami_pool')}"),
+}
+
+
 WORDS: dict[str, Callable[[Said], str]] = {
-    **_DELIVERY, **_PLUGIN, **_OWN, **_NRI, **_RESTART, **_FIT, **_DRA}
+    **_DELIVERY, **_PLUGIN, **_OWN, **_NRI, **_RESTART, **_FIT, **_DRA, **_ROUTING, **_POD}

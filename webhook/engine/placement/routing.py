@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from webhook.engine.core import objects
+from webhook.api.said import Said, said
 from webhook.engine.core.decision import Reason
 from webhook.engine.core.policy import POOL_LABEL, Policy
 from webhook.engine.pod import affinity
@@ -21,14 +21,20 @@ from webhook.engine.stacks import dra
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
+#: the evidence of a pod nothing else routes
+DEFAULT_POOL = said("evidence.defaultPool")
+
 
 @dataclass(slots=True)
 class Route:
+    """The pod's pool and the evidence for it, as data (``checks.words`` words the evidence,
+    a denial's finding and the warnings)."""
+
     pool: str | None = None
-    source: str = ""
+    source: Said | None = None
     admitted: frozenset[str] = frozenset()  # pools the pod's selector/affinity allow
-    denial: tuple[Reason, str] | None = None
-    warnings: list[str] = field(default_factory=list)
+    denial: tuple[Reason, Said] | None = None
+    warnings: list[Said] = field(default_factory=list)
     #: the pools that serve one alternative of every request of its claims, in the order
     #: the scheduler tries the alternatives (the first is where ``routed_classes`` routes)
     alternatives: tuple[str, ...] = ()
@@ -142,7 +148,7 @@ def _pools(values: dict[str, str]) -> frozenset[str]:
 
 
 def _only_pool_serving(facts: PodFacts, view: ClusterView, policy: Policy
-                       ) -> tuple[str, str] | None:
+                       ) -> tuple[str, Said] | None:
     """(pool, evidence) when the resources a DeviceClass serves by ``extendedResourceName``
     (which the pod asks for) are served in one pool alone, that pool not being the default
     one: the default scheduler would place the pod there, and pinning it to the default
@@ -155,8 +161,7 @@ def _only_pool_serving(facts: PodFacts, view: ClusterView, policy: Policy
         return None
     (pool,) = pools
     r, cls = extended[0]
-    return pool, (f"{r} (served only in pool {pool!r}, through DeviceClass {cls}'s "
-                  "extendedResourceName)")
+    return pool, said("evidence.onlyServing", resource=r, pool=pool, device_class=cls)
 
 
 def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
@@ -165,16 +170,15 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
     placement = facts.placement
     out = Route()
 
-    def bind(pool: str, source: str) -> bool:
+    def bind(pool: str, source: Said) -> bool:
         """Take the first evidence; later evidence must agree or the pod is denied."""
         if out.pool is None:
             out.pool, out.source = pool, source
             return True
         if pool != out.pool:
             out.denial = (Reason.POOL_CONFLICT,
-                          f"{source} puts the pod in pool {objects.clip(pool)!r} but "
-                          f"{out.source} puts it in pool {objects.clip(out.pool)!r}; remove one "
-                          "of them or make them agree")
+                          said("route.conflict", source=source, pool=pool, bound=out.source,
+                               bound_pool=out.pool))
             return False
         return True
 
@@ -183,21 +187,19 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
     if label is not None:
         if not isinstance(label, str) or label not in policy.by_name:
             out.denial = (Reason.UNKNOWN_POOL,
-                          f"label {POOL_LABEL}={objects.clip(label)} names no pool; known "
-                          f"pools: {', '.join(policy.pool_names)}")
+                          said("route.unknownPool", label=label, pools=tuple(policy.pool_names)))
             return out
-        bind(label, f"label {POOL_LABEL}={label}")
+        bind(label, said("evidence.label", pool=label))
 
     # 2. Where the pod is pinned: nodeName, then nodeSelector / required affinity.
     node_name = facts.node_name
     if node_name:
         node = view.node(node_name) if view is not None else None
         if node is None:
-            out.warnings.append(f"node {objects.clip(node_name)} is not in gpupool's node "
-                                "cache; its pool was not checked")
+            out.warnings.append(said("route.nodeUnknown", node=node_name))
         elif node.is_gpu_node(policy):
             node_pool = node.pool(policy)
-            if not bind(node_pool, f"spec.nodeName {node_name} (a node of pool {node_pool!r})"):
+            if not bind(node_pool, said("evidence.nodeName", node=node_name, pool=node_pool)):
                 return out
     # DaemonSet pods are pinned by matchFields on metadata.name: as good as a nodeName.
     named = affinity.pinned_node_names(placement)
@@ -207,10 +209,8 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
                  for n in nodes if n is not None and n.is_gpu_node(policy)}
         if len(pools) == 1 and all(n is not None for n in nodes):
             (node_pool,) = pools
-            shown = ", ".join(objects.clip(n) for n in named[:3]) + \
-                (" ..." if len(named) > 3 else "")
-            if not bind(node_pool, f"node affinity on metadata.name {shown} "
-                                   f"(nodes of pool {node_pool!r})"):
+            if not bind(node_pool, said("evidence.nodeNames", nodes=tuple(named),
+                                        pool=node_pool)):
                 return out
     admitted = out.admitted = affinity.pools_admitted(placement, policy)
     if len(admitted) == 1:
@@ -219,15 +219,15 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
             return out
     elif not admitted:
         out.denial = (Reason.POOL_CONFLICT,
-                      f"the pod's nodeSelector and required node affinity on "
-                      f"{policy.pool_label} admit no node of any pool "
-                      f"({', '.join(policy.pool_names)})")
+                      said("route.noPoolAdmitted", key=policy.pool_label,
+                           pools=tuple(policy.pool_names)))
         return out
     elif out.pool is not None and out.pool not in admitted:
         out.denial = (Reason.POOL_CONFLICT,
-                      f"{affinity.pool_constraint_source(placement, policy)} allows only pools "
-                      f"{', '.join(sorted(admitted))} but {out.source} puts the pod in pool "
-                      f"{out.pool!r}")
+                      said("route.notAdmitted",
+                           constraint=affinity.pool_constraint_source(placement, policy),
+                           admitted=tuple(sorted(admitted)), bound=out.source,
+                           bound_pool=out.pool))
         return out
 
     # 3. The namespace's label.
@@ -236,20 +236,19 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
         ns_pool = ns_labels.get(POOL_LABEL)
         if ns_pool is not None:
             if ns_pool in policy.by_name and ns_pool in admitted:
-                bind(ns_pool, f"namespace {objects.clip(namespace)} label "
-                              f"{POOL_LABEL}={ns_pool}")
+                bind(ns_pool, said("evidence.namespace", namespace=namespace, pool=ns_pool))
             elif ns_pool not in policy.by_name:
-                out.warnings.append(f"namespace {namespace} label {POOL_LABEL}={ns_pool} "
-                                    "names no pool; ignored")
+                out.warnings.append(said("route.namespaceNoPool", namespace=namespace,
+                                         pool=ns_pool))
 
     # 4. Resources or annotations only one pool serves.
     claimed = _dra_routes(facts, policy)
     out.alternatives = claimed.order
     exclusive = _exclusive_pools(facts, claimed, policy)
     if len(exclusive) > 1:
-        parts = "; ".join(f"{', '.join(v)} only in pool {k!r}" for k, v in exclusive.items())
         out.denial = (Reason.EXCLUSIVE_RESOURCE_CONFLICT,
-                      f"the pod asks for things no single pool serves: {parts}")
+                      said("route.noSinglePool", exclusive=tuple(
+                          (pool, tuple(hits)) for pool, hits in exclusive.items())))
         return out
     for pool, hits in exclusive.items():
         if out.pool is not None and out.pool != pool \
@@ -258,11 +257,10 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
             continue  # the pod's own pin picks among its claims' alternatives
         if out.pool is not None and out.pool != pool:
             out.denial = (Reason.EXCLUSIVE_RESOURCE_CONFLICT,
-                          f"{', '.join(hits)} is served only by pool {pool!r}, but "
-                          f"{out.source} puts the pod in pool {out.pool!r}; drop "
-                          f"{hits[0]} or move the pod to pool {pool!r}")
+                          said("route.servedElsewhere", hits=tuple(hits), pool=pool,
+                               bound=out.source, bound_pool=out.pool))
             return out
-        bind(pool, f"{hits[0]} (served only by pool {pool!r})")
+        bind(pool, said("evidence.servedOnly", hit=hits[0], pool=pool))
 
     # 5. An extended resource only one pool serves at all, where a DeviceClass serves it too
     # (its extendedResourceName): the pod cannot start anywhere else.
@@ -277,5 +275,5 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
             # Pinned to several pools but none by name: take the first the pod allows.
             bind(sorted(admitted)[0], affinity.pool_constraint_source(placement, policy))
         else:
-            bind(policy.default_pool, "the default pool")
+            bind(policy.default_pool, DEFAULT_POOL)
     return out

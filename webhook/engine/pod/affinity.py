@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from webhook.api.delivery import LABEL_PREFIX
+from webhook.api.said import Said, said
 from webhook.engine.core import patch
 from webhook.engine.core.patch import Op
 from webhook.engine.core.policy import Policy
@@ -87,12 +88,14 @@ def pinned_node_names(placement: Placement) -> list[str]:
     return names
 
 
-def pool_constraint_source(placement: Placement, policy: Policy) -> str:
-    """Human words for where a pod's pool constraint comes from, for denial messages."""
+def pool_constraint_source(placement: Placement, policy: Policy) -> Said:
+    """Where a pod's pool constraint comes from: its nodeSelector, else its required node
+    affinity (as routing's evidence, and in its denials)."""
     selector = placement.selector
     if selector is not None and policy.pool_label in selector:
-        return f"nodeSelector {policy.pool_label}={selector[policy.pool_label]}"
-    return f"required node affinity on {policy.pool_label}"
+        return said("evidence.nodeSelector", key=policy.pool_label,
+                    value=selector[policy.pool_label])
+    return said("evidence.nodeAffinity", key=policy.pool_label)
 
 
 # ------------------------------------------------------------------ the pinning expression
