@@ -65,7 +65,7 @@ class Resolution:
     missing: tuple[str, ...] = ()  # qualified CDI names no spec defines
     mode: str | None = None
     kind: str = ""
-    #: what decided, for the node's note (``webhook.engine.checks.words`` words it)
+    #: what decided, for the node's note (``webhook.engine.wording.words`` words it)
     note: Said | None = None
     #: The GPUs never reach the container: it starts without them (``ok`` is False)
     undelivered: bool = False

@@ -2,7 +2,7 @@
 
 Whether a GPU resolves on a node (``delivery``), and every node check built on it, answer
 with a ``Said``: what they found (``what``, the key the engine's one wording module,
-``webhook.engine.checks.words``, words it by) and the facts the words need. They write no
+``webhook.engine.wording.words``, words it by) and the facts the words need. They write no
 text, so every node's note reads alike and a sentence is changed in one place. A ``Said``
 is frozen and hashable (its facts are name/value pairs), so answers that carry one can be
 kept and compared.

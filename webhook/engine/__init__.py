@@ -55,7 +55,7 @@ _SURFACE = {
     # per node, for doctor
     "NodeState": "checks.assessment", "NodeAssessment": "checks.assessment",
     "enforce_declarations": "checks.assessment",
-    "node_verdict": "checks.cdi", "fix_text": "checks.render", "words": "checks.words",
+    "node_verdict": "checks.cdi", "fix_text": "checks.render", "words": "wording.words",
     # naming objects in messages and records
     "clip": "core.objects", "describe": "core.objects", "meta_of": "core.objects",
     "name_of": "core.objects", "template_pod": "admission.workloads",
@@ -121,7 +121,6 @@ if TYPE_CHECKING:  # written by python -m tests.engine_surface from _SURFACE
     from webhook.engine.checks.assessment import enforce_declarations as enforce_declarations
     from webhook.engine.checks.cdi import node_verdict as node_verdict
     from webhook.engine.checks.render import fix_text as fix_text
-    from webhook.engine.checks.words import words as words
     from webhook.engine.core.decision import MESSAGE_LIMIT as MESSAGE_LIMIT
     from webhook.engine.core.decision import WARNING_LIMIT as WARNING_LIMIT
     from webhook.engine.core.decision import Decision as Decision
@@ -161,3 +160,4 @@ if TYPE_CHECKING:  # written by python -m tests.engine_surface from _SURFACE
     from webhook.engine.view.cluster import runtime_classes_of as runtime_classes_of
     from webhook.engine.view.cluster import view_from_objects as view_from_objects
     from webhook.engine.view.nodes import NodeInfo as NodeInfo
+    from webhook.engine.wording.words import words as words

@@ -1,5 +1,5 @@
 """Issue 48: node checks write no text. What a node check, ``delivery`` or a restarted
-container's judge finds is ``Said`` data, and ``checks.words`` is the one place it becomes
+container's judge finds is ``Said`` data, and ``wording.words`` is the one place it becomes
 words: every key said anywhere has words there, and no words are kept for a key nothing
 says."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from harness.kit import ROOT
 from webhook.api import delivery
 from webhook.api.said import said
-from webhook.engine.checks.words import WORDS, known, words
+from webhook.engine.wording.words import WORDS, known, words
 
 
 def _said_keys() -> dict[str, list[str]]:
@@ -33,7 +33,7 @@ def test_every_key_said_has_words_and_every_word_is_said():
     keys = _said_keys()
     assert len(keys) >= 80, sorted(keys)
     unworded = {k: where for k, where in keys.items() if not known(k)}
-    assert not unworded, f"said without words in checks/words.py: {unworded}"
+    assert not unworded, f"said without words in wording/words.py: {unworded}"
     unsaid = set(WORDS) - set(keys)
     assert not unsaid, f"words kept for keys nothing says: {sorted(unsaid)}"
 

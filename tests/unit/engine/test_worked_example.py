@@ -15,11 +15,12 @@ from harness.kit import ROOT
 from tests.docs import blocks
 from tests.unit.engine.test_steering import agent_node, gpu_pod
 from webhook.engine.admission import admit
-from webhook.engine.checks import nodechecks, words
+from webhook.engine.checks import nodechecks
 from webhook.engine.checks.assessment import NodeCheck, UndeclaredRead
 from webhook.engine.core.decision import Reason
 from webhook.engine.view.cluster import view_from_objects
 from webhook.engine.view.nodes import NodeInfo
+from webhook.engine.wording import words
 from webhook.policyfile import default_policy
 
 INVENTORY = "gpupool.io/cdi-inventory"

@@ -33,13 +33,15 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from webhook.api import delivery
+from webhook.api.said import said
 from webhook.engine.core import patch
-from webhook.engine.core.decision import SHOW_NODES, Decision, Reason, deny
+from webhook.engine.core.decision import Decision, Reason, deny
 from webhook.engine.core.policy import Policy, Ungranted
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import nri
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
+from webhook.engine.wording.words import words
 
 VARIABLE = "NVIDIA_VISIBLE_DEVICES"
 VOID = "void"
@@ -230,11 +232,6 @@ def exposure(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Expos
     return Exposure(tuple(exposed), nodes if exposed else (), annotated, nri_nodes)
 
 
-def _shown(nodes: tuple[str, ...]) -> str:
-    more = f" and {len(nodes) - SHOW_NODES} more" if len(nodes) > SHOW_NODES else ""
-    return ", ".join(nodes[:SHOW_NODES]) + more
-
-
 def void_ops(facts: PodFacts, e: Exposure) -> list[patch.Op]:
     """``NVIDIA_VISIBLE_DEVICES=void`` appended to each exposed container's env, last, so it
     is the value the runtime keeps (idempotent: one already voided is left alone)."""
@@ -251,48 +248,34 @@ def void_ops(facts: PodFacts, e: Exposure) -> list[patch.Op]:
     return ops
 
 
-def _names(cs: tuple[Ungrantee, ...]) -> str:
-    return ", ".join(c.name or f"{c.field}[{c.position}]" for c in cs)
-
-
 def decision(facts: PodFacts, e: Exposure, policy: Policy, stage_mutates: bool,
              base: Decision) -> Decision:
     """The pod's answer for its ungranted containers: with ``void`` the variable set (the
     mutating stage), ``deny``'s denial, ``warn``'s warning. ``base``: the decision so far
     (a routed GPU pod's, or one that asks for no GPU), which the answer joins."""
     mode = policy.access.ungranted
-    parts = []
-    if e.containers:
-        parts.append(f"container(s) {_names(e.containers)} ask for no GPU, yet on node(s) "
-                     f"{_shown(e.nodes)} the NVIDIA runtime would hand them GPUs from "
-                     f"{VARIABLE} (set by the container or its image)")
-    if e.annotated:
-        parts.append(f"container(s) {', '.join(e.annotated)} ask for no GPU, yet the GPU "
-                     f"Operator's NRI plugin would inject the devices its {nri.DOMAIN} "
-                     f"annotations name on node(s) {_shown(e.nri_nodes)}")
-    what = "; ".join(parts)
-    fix = (f"ask for a GPU in those containers, set {VARIABLE}=void in them, drop the "
-           f"{nri.DOMAIN} annotation, or run the pod in a namespace of "
-           "access.exemptNamespaces (docs/security.md)")
+    exposed = said("access.exposed",
+                   containers=tuple((c.name, c.field, c.position) for c in e.containers),
+                   nodes=e.nodes, annotated=e.annotated, nri_nodes=e.nri_nodes)
     if mode is Ungranted.DENY or (mode is Ungranted.VOID and e.annotated):
-        return deny(Reason.GPU_NOT_GRANTED, f": {what}. Fix: {fix}", of_subject=True,
-                    gpu=base.gpu, pool=base.pool, scheduler_name=base.scheduler_name)
+        return deny(Reason.GPU_NOT_GRANTED, words(said("access.denied", exposed=exposed)),
+                    of_subject=True, gpu=base.gpu, pool=base.pool,
+                    scheduler_name=base.scheduler_name)
     if mode is Ungranted.WARN:
-        said = base.saying(f"{base.statement}; {what}") if base.statement else \
-            base.saying(f": {what}", of_subject=True)
-        return said.warned(f"gpupool: {len(e.containers) + len(e.annotated)} container(s) "
-                           "without a GPU grant could get GPUs here; see docs/security.md")
+        statement = words(said("access.warned", statement=base.statement, exposed=exposed))
+        told = base.saying(statement) if base.statement else \
+            base.saying(statement, of_subject=True)
+        return told.warned(words(said("access.warning",
+                                      count=len(e.containers) + len(e.annotated))))
     if not stage_mutates:
         # validation sees the pod after every mutating webhook: a variable left unvoided
         # there was undone after gpupool set it
-        return deny(Reason.GPU_NOT_GRANTED,
-                    f": {what}, and {VARIABLE}=void, which gpupool set, is not the "
-                    "value it ends with: a later mutating webhook changed it. Fix: " + fix,
+        return deny(Reason.GPU_NOT_GRANTED, words(said("access.undone", exposed=exposed)),
                     of_subject=True, gpu=base.gpu, pool=base.pool,
                     scheduler_name=base.scheduler_name)
     voided = base._replace(patch=(*base.patch, *void_ops(facts, e)))
-    voided = voided.saying(f"{base.statement}; {VARIABLE}=void set: {what}") if base.gpu \
-        else voided.saying(f": {VARIABLE}=void set: {what}",
-                           of_subject=True)._replace(reason=Reason.ACCESS_VOIDED)
-    return voided.warned(f"gpupool: {VARIABLE}=void set in {len(e.containers)} container(s) "
-                         "that ask for no GPU; see docs/security.md")
+    statement = words(said("access.voided", statement=base.statement if base.gpu else None,
+                           exposed=exposed))
+    voided = voided.saying(statement) if base.gpu \
+        else voided.saying(statement, of_subject=True)._replace(reason=Reason.ACCESS_VOIDED)
+    return voided.warned(words(said("access.voidedWarning", count=len(e.containers))))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from webhook.api.said import said
 from webhook.engine.access import schedulerstate
 from webhook.engine.admission import pods, workloads
 from webhook.engine.core import objects, patch
@@ -22,6 +23,7 @@ from webhook.engine.core.policy import Policy, WorkloadTemplates
 from webhook.engine.pod import podclaims
 from webhook.engine.pod.podfacts import PodFacts, decision_metadata, who_of
 from webhook.engine.view.cluster import ClusterView
+from webhook.engine.wording.words import words
 
 
 class Stage(StrEnum):
@@ -82,13 +84,13 @@ def decide(stage: Stage, subject: Subject, view: ClusterView | None, policy: Pol
     if not handles(stage, subject):
         # A webhook rule that sends us other kinds is a configuration slip: blocking
         # unrelated objects over it would be worse than letting them through, loudly.
+        unhandled = {"stage": stage.value, "kind": subject.type_name}
         return allow(Reason.KIND_NOT_HANDLED,
-                     message=f"/{stage.value} does not handle {subject.type_name}; "
-                             "check the webhook configuration's rules",
-                     warnings=(f"gpupool: /{stage.value} does not handle "
-                               f"{subject.type_name}; allowed unchecked",))
+                     message=words(said("admit.kindNotHandled", **unhandled)),
+                     warnings=(words(said("admit.kindNotHandledWarning", **unhandled)),))
     if subject.operation not in ("CREATE", "UPDATE"):
-        return allow(Reason.NOT_A_POD, message=f"{subject.operation} is not checked")
+        return allow(Reason.NOT_A_POD,
+                     message=words(said("admit.notChecked", operation=subject.operation)))
     obj = subject.object if isinstance(subject.object, Mapping) else {}
     if subject.is_pod:
         update = subject.operation != "CREATE"
@@ -111,15 +113,10 @@ def decide(stage: Stage, subject: Subject, view: ClusterView | None, policy: Pol
 def _forged(keys: tuple[str, ...], obj: Mapping[str, Any], subject: Subject, policy: Policy
             ) -> Decision:
     """HAMi's scheduler-owned annotations set by someone else (``schedulerstate``)."""
-    sender = subject.user or "an unknown sender"
-    how = "carries" if subject.operation == "CREATE" else "would set"
     return deny(Reason.FORGED_ALLOCATION,
-                f" {how} {', '.join(keys)}, which only HAMi's scheduler and device plugin "
-                f"write ({', '.join(policy.access.scheduler_identities)}): HAMi's device "
-                f"plugin hands a container the devices they name, whoever wrote them; "
-                f"{sender} may not. Fix: remove those annotations (HAMi's scheduler writes "
-                "them when it binds the pod), or add the writer's identity to "
-                "access.schedulerIdentities if it is HAMi's",
+                words(said("admit.forged", keys=keys, creating=subject.operation == "CREATE",
+                           writers=tuple(policy.access.scheduler_identities),
+                           sender=subject.user)),
                 of_subject=True).about(who_of(obj, subject.namespace))
 
 
@@ -235,11 +232,11 @@ def _validate_workload(obj: Mapping[str, Any], subject: Subject, view: ClusterVi
                      scheduler_name=inner.scheduler_name, nodes=inner.nodes,
                      patch=template_patch, message=": pods would be admitted", of_subject=True,
                      warnings=inner.warnings).about(who)
-    message = f": its pods would be denied: {inner.message}"
+    message = words(said("workload.podsDenied", message=inner.message))
     if policy.workload_templates is WorkloadTemplates.WARN:
         return allow(inner.reason, gpu=True, pool=inner.pool, message=message,
                      of_subject=True, nodes=inner.nodes, scheduler_name=inner.scheduler_name,
-                     warnings=(f"gpupool: pods of this {kind} would be denied "
-                               f"({inner.reason}); see gpupool check",)).about(who)
+                     warnings=(words(said("workload.podsDeniedWarning", kind=kind,
+                                          reason=str(inner.reason))),)).about(who)
     return deny(inner.reason, message, of_subject=True, gpu=True, pool=inner.pool,
                 nodes=inner.nodes, scheduler_name=inner.scheduler_name).about(who)

@@ -14,7 +14,6 @@ from webhook.engine.access import grants
 from webhook.engine.admission import steering
 from webhook.engine.checks import allocation, registry
 from webhook.engine.checks import cdi as cdi_needs
-from webhook.engine.checks.words import words
 from webhook.engine.core import patch
 from webhook.engine.core.decision import Decision, Reason, allow, deny
 from webhook.engine.core.policy import (
@@ -28,6 +27,7 @@ from webhook.engine.placement import routing
 from webhook.engine.pod import affinity
 from webhook.engine.pod.podfacts import DEFAULT_SCHEDULER, PodFacts
 from webhook.engine.view.cluster import ClusterView
+from webhook.engine.wording.words import words
 
 
 def _prelude(facts: PodFacts, view: ClusterView | None, policy: Policy

@@ -16,6 +16,7 @@ nodes that would fail it are excluded by name (``matchFields``).
 from __future__ import annotations
 
 from webhook.api import delivery
+from webhook.api.said import said
 from webhook.engine.checks.cdi import verdicts
 from webhook.engine.core.policy import Policy
 from webhook.engine.placement import candidates as cand
@@ -23,6 +24,7 @@ from webhook.engine.pod.affinity import Requirement
 from webhook.engine.pod.placement import NAME_FIELD
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.view.cluster import ClusterView
+from webhook.engine.wording.words import words
 
 #: More nodes than this to exclude by name and the requirement is left off (with a warning):
 #: a pod object is no place for a node list the size of a cluster.
@@ -97,6 +99,5 @@ def requirements(facts: PodFacts, pool_name: str, view: ClusterView | None,
     if not bad:
         return [], []
     if len(bad) > MAX_EXCLUDED_NAMES:
-        return [], [f"gpupool: {len(bad)} nodes of pool {pool_name} would fail this pod, too "
-                    "many to exclude by name; see gpupool doctor"]
+        return [], [words(said("steering.tooMany", count=len(bad), pool=pool_name))]
     return [("matchFields", {"key": NAME_FIELD, "operator": "NotIn", "values": list(bad)})], []

@@ -6,5 +6,5 @@ re-check and an admission cannot disagree; for a pod that has started, the devic
 is what the pod holds, as the kubelet will hand it back (``restart``), not what the device
 plugin would hand a new pod.
 
-May import: webhook.api, core, stacks, view, pod, placement, checks, admission.
+May import: webhook.api, core, stacks, view, pod, placement, checks, admission, wording.
 """

@@ -22,12 +22,12 @@ from typing import Any
 from webhook.engine.admission.admit import Stage, Subject, decide
 from webhook.engine.aftercare.restart import restart_answer
 from webhook.engine.checks.assessment import NodeState
-from webhook.engine.checks.words import words
 from webhook.engine.core.decision import Decision, Reason
 from webhook.engine.core.objects import as_mapping, meta_of
 from webhook.engine.core.policy import ANY_WRITER, Policy, Ungranted
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.view.cluster import ClusterView
+from webhook.engine.wording.words import words
 
 
 class Outcome(StrEnum):

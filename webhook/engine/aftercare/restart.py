@@ -75,7 +75,7 @@ class RestartAnswer:
 
     state: NodeState
     reason: str
-    #: what it finds, as data (``checks.words`` words it)
+    #: what it finds, as data (``wording.words`` words it)
     said: Said
     missing: tuple[str, ...] = ()
     basis: Basis | None = None

@@ -38,7 +38,7 @@ class NodeAssessment:
     node: str
     state: NodeState
     missing: tuple[str, ...] = ()
-    #: what decided, as data (``checks.words`` words it)
+    #: what decided, as data (``wording.words`` words it)
     note: Said | None = None
     kind: str = ""
     mode: str | None = None

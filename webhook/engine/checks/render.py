@@ -5,7 +5,7 @@ Checks return ``PodFinding`` data (``checks.findings``) and write no user-facing
 a finding says, and the fix it names, is here, one function per check. The messages name
 the object (``Decision.about`` puts the pod's name before them), the nodes and the fix;
 their reason codes come with the finding. The nodes' own notes, a line per node, and the
-fixes node checks know are worded by ``checks.words``, which this module asks.
+fixes node checks know are worded by ``wording.words``, which this module asks.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from webhook.engine.checks import allocation, cdi
 from webhook.engine.checks.assessment import NodeAssessment
 from webhook.engine.checks.cdi import Finding, Verdicts
 from webhook.engine.checks.findings import Note, PodFinding
-from webhook.engine.checks.words import words
 from webhook.engine.core.decision import (
     SHOW_DEVICES,
     SHOW_NODES,
@@ -31,6 +30,7 @@ from webhook.engine.core.decision import (
 from webhook.engine.core.policy import Policy, Pool
 from webhook.engine.stacks import dra, nri
 from webhook.engine.view.cluster import ClusterView
+from webhook.engine.wording.words import words
 
 #: Why no CDI check ran when the view holds no node at all.
 NO_NODES = "gpupool knows no nodes"

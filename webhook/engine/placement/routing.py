@@ -27,7 +27,7 @@ DEFAULT_POOL = said("evidence.defaultPool")
 
 @dataclass(slots=True)
 class Route:
-    """The pod's pool and the evidence for it, as data (``checks.words`` words the evidence,
+    """The pod's pool and the evidence for it, as data (``wording.words`` words the evidence,
     a denial's finding and the warnings)."""
 
     pool: str | None = None

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from webhook.api import delivery
 from webhook.api.inventory import PLUGIN_RESOURCE
 from webhook.api.said import Said
-from webhook.engine.core.decision import SHOW_DEVICES
+from webhook.engine.core.decision import SHOW_DEVICES, SHOW_NODES
 from webhook.engine.core.objects import clip
 from webhook.engine.core.policy import HAMI_IGNORE_LABEL, HAMI_IGNORE_VALUE, POOL_LABEL
 from webhook.engine.pod.podfacts import DEFAULT_SCHEDULER
@@ -497,5 +497,87 @@ _POD: dict[str, Callable[[Said], str]] = {
 }
 
 
+# --------------------------------------- containers without a GPU grant (access.grants)
+
+_VARIABLE = "NVIDIA_VISIBLE_DEVICES"
+_ACCESS_FIX = (f"ask for a GPU in those containers, set {_VARIABLE}=void in them, drop the "
+               f"{nri.DOMAIN} annotation, or run the pod in a namespace of "
+               "access.exemptNamespaces (docs/security.md)")
+
+
+def _nodes_shown(nodes: tuple[str, ...]) -> str:
+    more = f" and {len(nodes) - SHOW_NODES} more" if len(nodes) > SHOW_NODES else ""
+    return ", ".join(nodes[:SHOW_NODES]) + more
+
+
+def _exposed(s: Said) -> str:
+    parts = []
+    containers: tuple[tuple[str, str, int], ...] = s.fact("containers")
+    if containers:
+        names = ", ".join(name or f"{field}[{position}]" for name, field, position in containers)
+        parts.append(f"container(s) {names} ask for no GPU, yet on node(s) "
+                     f"{_nodes_shown(s.fact('nodes'))} the NVIDIA runtime would hand them GPUs "
+                     f"from {_VARIABLE} (set by the container or its image)")
+    if s.fact("annotated"):
+        parts.append(f"container(s) {', '.join(s.fact('annotated'))} ask for no GPU, yet the "
+                     f"GPU Operator's NRI plugin would inject the devices its {nri.DOMAIN} "
+                     f"annotations name on node(s) {_nodes_shown(s.fact('nri_nodes'))}")
+    return "; ".join(parts)
+
+
+def _voided(s: Said) -> str:
+    statement = s.fact("statement")
+    lead = f"{statement}; " if statement is not None else ": "
+    return f"{lead}{_VARIABLE}=void set: {words(s.fact('exposed'))}"
+
+
+_ACCESS: dict[str, Callable[[Said], str]] = {
+    "access.exposed": _exposed,
+    "access.denied": lambda s: f": {words(s.fact('exposed'))}. Fix: {_ACCESS_FIX}",
+    "access.warned": lambda s: (
+        f"{s.fact('statement')}; {words(s.fact('exposed'))}" if s.fact("statement")
+        else f": {words(s.fact('exposed'))}"),
+    "access.warning": lambda s: (
+        f"gpupool: {s.fact('count')} container(s) without a GPU grant could get GPUs here; "
+        "see docs/security.md"),
+    "access.undone": lambda s: (
+        f": {words(s.fact('exposed'))}, and {_VARIABLE}=void, which gpupool set, is not the "
+        "value it ends with: a later mutating webhook changed it. Fix: " + _ACCESS_FIX),
+    "access.voided": _voided,
+    "access.voidedWarning": lambda s: (
+        f"gpupool: {_VARIABLE}=void set in {s.fact('count')} container(s) that ask for no "
+        "GPU; see docs/security.md"),
+}
+
+
+# ------------------------------------ the admission entry and workloads (admission.admit)
+
+
+_ADMIT: dict[str, Callable[[Said], str]] = {
+    "admit.kindNotHandled": lambda s: (
+        f"/{s.fact('stage')} does not handle {s.fact('kind')}; check the webhook "
+        "configuration's rules"),
+    "admit.kindNotHandledWarning": lambda s: (
+        f"gpupool: /{s.fact('stage')} does not handle {s.fact('kind')}; allowed unchecked"),
+    "admit.notChecked": lambda s: f"{s.fact('operation')} is not checked",
+    "admit.forged": lambda s: (
+        f" {'carries' if s.fact('creating') else 'would set'} {', '.join(s.fact('keys'))}, "
+        f"which only HAMi's scheduler and device plugin write "
+        f"({', '.join(s.fact('writers'))}): HAMi's device plugin hands a container the "
+        "devices they name, whoever wrote them; "
+        f"{s.fact('sender') or 'an unknown sender'} may not. Fix: remove those annotations "
+        "(HAMi's scheduler writes them when it binds the pod), or add the writer's identity "
+        "to access.schedulerIdentities if it is HAMi's"),
+    "workload.podsDenied": lambda s: f": its pods would be denied: {s.fact('message')}",
+    "workload.podsDeniedWarning": lambda s: (
+        f"gpupool: pods of this {s.fact('kind')} would be denied ({s.fact('reason')}); see "
+        "gpupool check"),
+    "steering.tooMany": lambda s: (
+        f"gpupool: {s.fact('count')} nodes of pool {s.fact('pool')} would fail this pod, too "
+        "many to exclude by name; see gpupool doctor"),
+}
+
+
 WORDS: dict[str, Callable[[Said], str]] = {
-    **_DELIVERY, **_PLUGIN, **_OWN, **_NRI, **_RESTART, **_FIT, **_DRA, **_ROUTING, **_POD}
+    **_DELIVERY, **_PLUGIN, **_OWN, **_NRI, **_RESTART, **_FIT, **_DRA, **_ROUTING, **_POD,
+    **_ACCESS, **_ADMIT}
