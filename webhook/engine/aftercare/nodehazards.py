@@ -20,11 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.api.said import said
 from webhook.engine.checks.allocation import mixed_resources
-from webhook.engine.core.decision import SHOW_DEVICES, Reason
-from webhook.engine.stacks.clusterpolicy import DEPLOY_LABEL, runs_operator_plugin
+from webhook.engine.core.decision import Reason
+from webhook.engine.stacks.clusterpolicy import runs_operator_plugin
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
+from webhook.engine.wording.words import words
 
 HAMI_PLUGIN = "HAMi's device plugin"
 OPERATOR_PLUGIN = "the GPU Operator's device plugin"
@@ -51,23 +53,15 @@ class NodeHazard:
 
 def advertised_twice(node: NodeInfo, view: ClusterView) -> list[NodeHazard]:
     gpus = node.gpu_uuids()
-    shown = ", ".join(gpus[:SHOW_DEVICES]) + (f" and {len(gpus) - SHOW_DEVICES} more"
-                                              if len(gpus) > SHOW_DEVICES else "")
-    which = f"its GPUs ({shown})" if gpus else "its GPUs"
     out = []
     hami = bool(node.gpus) or view.hami_plugin_runs(node.labels)
     if hami and runs_operator_plugin(node.labels):
         out.append(NodeHazard(
             node.name, (HAMI_PLUGIN, OPERATOR_PLUGIN), gpus,
-            f"node {node.name}: {HAMI_PLUGIN} and {OPERATOR_PLUGIN} both hand out {which} as "
-            "nvidia.com/gpu, so two pods can be given the same GPU; label the node "
-            f"{DEPLOY_LABEL}=false to keep only HAMi's, or move it out of HAMi's pool"))
+            words(said("hazard.twoPlugins", node=node.name, gpus=gpus))))
     for resource, cls in mixed_resources(node, view.device_classes(),
                                          view.slices_for(node.name)):
         out.append(NodeHazard(
             node.name, ("a device plugin", f"DeviceClass {cls} (DRA)"), gpus,
-            f"{resource} is served here both by a device plugin and by DeviceClass {cls} "
-            "(extendedResourceName): the scheduler counts the device plugin's GPUs and "
-            "DRA's apart, so both can hand out the same GPU; remove the device plugin from "
-            "this node or the class's extendedResourceName"))
+            words(said("hazard.pluginAndClass", resource=resource, device_class=cls))))
     return out

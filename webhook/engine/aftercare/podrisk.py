@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from webhook.api.said import said
 from webhook.engine.admission.admit import Stage, Subject, decide
 from webhook.engine.aftercare.restart import restart_answer
 from webhook.engine.checks.assessment import NodeState
@@ -152,13 +153,12 @@ def recheck(pod: Mapping[str, Any], view: ClusterView, policy: Policy,
                   and f.note), "") if outcome is Outcome.FINE else ""
     if doubt:
         outcome = Outcome.MAY_FAIL_ON_RESTART
-        message = (f"pod {namespace}/{meta.get('name')} may fail on its next container start "
-                   f"on node {node}: {doubt}")
+        message = words(said("risk.mayFail", namespace=namespace, name=meta.get("name"),
+                             node=node, doubt=doubt))
     if outcome is Outcome.SCHEDULER_NOT_RUNNING:
         state = (schedulers or {})[str(d.scheduler_name)]
-        message = (f"pod {namespace}/{meta.get('name')} waits for scheduler "
-                   f"{d.scheduler_name}, which is not running ({state.detail}); start it, or "
-                   "the pod stays Pending")
+        message = words(said("risk.schedulerDown", namespace=namespace, name=meta.get("name"),
+                             scheduler=d.scheduler_name, detail=state.detail))
     reason: str = {Outcome.SCHEDULER_NOT_RUNNING: Reason.SCHEDULER_NOT_RUNNING,
                    Outcome.MAY_FAIL_ON_RESTART: Reason.DEVICES_UNVERIFIED}.get(outcome, d.reason)
     missing = tuple(m for f in d.nodes if f.node == node for m in f.missing) if node else ()

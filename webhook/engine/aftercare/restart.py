@@ -55,9 +55,8 @@ from webhook.engine.view.nodes import NodeInfo
 class Basis(StrEnum):
     """Where what a pod holds was read: said in every restart answer."""
 
-    CHECKPOINT = "as the kubelet cached it when the pod started (its checkpoint, published " \
-                 "by gpupool's agent)"
-    HAMI = f"as HAMi's scheduler recorded them ({hami.ALLOCATED_ANNOTATION})"
+    CHECKPOINT = "checkpoint"  # the kubelet's, published by gpupool's agent
+    HAMI = "hami"  # HAMi's scheduler's record (``hami.ALLOCATED_ANNOTATION``)
 
 
 @dataclass(frozen=True)
@@ -97,41 +96,34 @@ def started(pod: Mapping[str, Any]) -> bool:
     return status.get("phase") == "Running"
 
 
-def cached_answer(pod: Mapping[str, Any], node: NodeInfo) -> Cached | str | None:
+def cached_answer(pod: Mapping[str, Any], node: NodeInfo) -> Cached | Said | None:
     """What the pod holds on its node (``Cached``); why it cannot be known for a started
-    pod (a string); None: nothing held and nothing started, so its first start allocates
+    pod (``Said``); None: nothing held and nothing started, so its first start allocates
     afresh."""
     meta = meta_of(pod)
     raw_uid = meta.get("uid")
     uid = raw_uid if isinstance(raw_uid, str) else ""
-    why = ""
+    why: Said | None = None
     if node.held is None:
-        why = (f"gpupool's agent on node {node.name} publishes no "
-               "gpupool.io/held-devices (run it with --kubelet-checkpoint, the chart's "
-               "agent.kubeletCheckpoint)")
+        why = said("held.notPublished", node=node.name)
     else:
         try:
             held = parse_held(node.held)
         except HeldError as exc:
-            held, why = None, f"node {node.name}'s gpupool.io/held-devices: {exc}"
+            held, why = None, said("held.unreadable", node=node.name, error=str(exc))
         if held is not None:
             if held.error:
-                why = f"the kubelet's checkpoint on node {node.name} cannot be read: " \
-                      f"{held.error}"
+                why = said("held.checkpointUnreadable", node=node.name, error=held.error)
             elif uid in held.pods:
                 return Cached(held.pods[uid], Basis.CHECKPOINT)
             elif uid in held.left_out:
-                why = (f"node {node.name}'s gpupool.io/held-devices left this pod out: the "
-                       "node's pods hold more than its budget")
+                why = said("held.leftOut", node=node.name)
             else:
-                when = held.observed_at or "an unknown time"
-                why = (f"the kubelet held nothing for it when gpupool's agent on node "
-                       f"{node.name} last published (at {when}): the agent may not have "
-                       "caught up yet")
+                why = said("held.nothing", node=node.name, when=held.observed_at)
     from_hami = _hami_allocated(pod)
     if from_hami is not None:
         return from_hami
-    return why if started(pod) else None
+    return why if started(pod) and why is not None else None
 
 
 def _hami_allocated(pod: Mapping[str, Any]) -> Cached | None:
@@ -252,7 +244,7 @@ def restart_answer(pod: Mapping[str, Any], facts: PodFacts, pool: str, node: Nod
     if cached is None:
         return None
     at: dict[str, Any] = {"who": who_of(facts.obj, facts.namespace), "node": node.name}
-    if isinstance(cached, str):
+    if isinstance(cached, Said):
         return RestartAnswer(NodeState.UNKNOWN, Reason.DEVICES_UNVERIFIED,
                              said("restart.unreadable", **at, error=cached))
     found = _with_pod_checks(node, cached.entries, facts, pool, view, policy)

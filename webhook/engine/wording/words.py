@@ -25,7 +25,7 @@ from webhook.engine.core.decision import SHOW_DEVICES, SHOW_NODES
 from webhook.engine.core.objects import clip
 from webhook.engine.core.policy import HAMI_IGNORE_LABEL, HAMI_IGNORE_VALUE, POOL_LABEL
 from webhook.engine.pod.podfacts import DEFAULT_SCHEDULER
-from webhook.engine.stacks import hami, nri
+from webhook.engine.stacks import clusterpolicy, hami, nri
 from webhook.engine.stacks.releases import release_note
 
 
@@ -254,11 +254,19 @@ def _either_way(s: Said) -> str:
             "gpupool's agent read it: --kubelet-checkpoint)")
 
 
+#: where what a pod holds was read (``aftercare.restart.Basis``)
+_BASIS = {
+    "checkpoint": "as the kubelet cached it when the pod started (its checkpoint, published "
+                  "by gpupool's agent)",
+    "hami": f"as HAMi's scheduler recorded them ({hami.ALLOCATED_ANNOTATION})",
+}
+
+
 def _at(s: Said) -> str:
     """The pod, its node and what it holds there, as a restart answer opens."""
     held = s.fact("held")
     holds = f"it holds {_shown(held)}" if held else "it holds no device"
-    return f"on node {s.fact('node')}: {holds}, {s.fact('basis')}"
+    return f"on node {s.fact('node')}: {holds}, {_BASIS[s.fact('basis')]}"
 
 
 def _fails(s: Said) -> str:
@@ -273,7 +281,7 @@ def _fails(s: Said) -> str:
 _RESTART: dict[str, Callable[[Said], str]] = {
     "restart.unreadable": lambda s: (
         f"{s.fact('who')} may fail on its next container start on node {s.fact('node')}: "
-        f"what it holds there cannot be read: {s.fact('error')}"),
+        f"what it holds there cannot be read: {words(s.fact('error'))}"),
     "restart.runs": lambda s: (
         f"{s.fact('who')} restarts with its devices {_at(s)}, and they resolve there"),
     "restart.mayFail": lambda s: (
@@ -303,6 +311,21 @@ _RESTART: dict[str, Callable[[Said], str]] = {
     "restart.noSuchDevice": lambda s: (
         f"{_handed(s)}, but the node has no such device for the runtime to generate just in "
         f"time ({_shown(s.fact('missing'))})"),
+    "held.notPublished": lambda s: (
+        f"gpupool's agent on node {s.fact('node')} publishes no gpupool.io/held-devices (run "
+        "it with --kubelet-checkpoint, the chart's agent.kubeletCheckpoint)"),
+    "held.unreadable": lambda s: (
+        f"node {s.fact('node')}'s gpupool.io/held-devices: {s.fact('error')}"),
+    "held.checkpointUnreadable": lambda s: (
+        f"the kubelet's checkpoint on node {s.fact('node')} cannot be read: "
+        f"{s.fact('error')}"),
+    "held.leftOut": lambda s: (
+        f"node {s.fact('node')}'s gpupool.io/held-devices left this pod out: the node's pods "
+        "hold more than its budget"),
+    "held.nothing": lambda s: (
+        f"the kubelet held nothing for it when gpupool's agent on node {s.fact('node')} last "
+        f"published (at {s.fact('when') or 'an unknown time'}): the agent may not have "
+        "caught up yet"),
     "restart.mountsOnly": lambda s: (
         f"container {s.fact('container')} is handed back device nodes or mounts only, which "
         "gpupool does not judge"),
@@ -578,6 +601,37 @@ _ADMIT: dict[str, Callable[[Said], str]] = {
 }
 
 
+# ------------------------------------------------ running pods and nodes (aftercare)
+
+
+def _two_plugins(s: Said) -> str:
+    gpus: tuple[str, ...] = s.fact("gpus")
+    shown = ", ".join(gpus[:SHOW_DEVICES]) + (f" and {len(gpus) - SHOW_DEVICES} more"
+                                              if len(gpus) > SHOW_DEVICES else "")
+    which = f"its GPUs ({shown})" if gpus else "its GPUs"
+    return (f"node {s.fact('node')}: HAMi's device plugin and the GPU Operator's device "
+            f"plugin both hand out {which} as nvidia.com/gpu, so two pods can be given the "
+            f"same GPU; label the node {clusterpolicy.DEPLOY_LABEL}=false to keep only "
+            "HAMi's, or move it out of HAMi's pool")
+
+
+_AFTERCARE: dict[str, Callable[[Said], str]] = {
+    "risk.mayFail": lambda s: (
+        f"pod {s.fact('namespace')}/{s.fact('name')} may fail on its next container start on "
+        f"node {s.fact('node')}: {s.fact('doubt')}"),
+    "risk.schedulerDown": lambda s: (
+        f"pod {s.fact('namespace')}/{s.fact('name')} waits for scheduler "
+        f"{s.fact('scheduler')}, which is not running ({s.fact('detail')}); start it, or the "
+        "pod stays Pending"),
+    "hazard.twoPlugins": _two_plugins,
+    "hazard.pluginAndClass": lambda s: (
+        f"{s.fact('resource')} is served here both by a device plugin and by DeviceClass "
+        f"{s.fact('device_class')} (extendedResourceName): the scheduler counts the device "
+        "plugin's GPUs and DRA's apart, so both can hand out the same GPU; remove the device "
+        "plugin from this node or the class's extendedResourceName"),
+}
+
+
 WORDS: dict[str, Callable[[Said], str]] = {
     **_DELIVERY, **_PLUGIN, **_OWN, **_NRI, **_RESTART, **_FIT, **_DRA, **_ROUTING, **_POD,
-    **_ACCESS, **_ADMIT}
+    **_ACCESS, **_ADMIT, **_AFTERCARE}
