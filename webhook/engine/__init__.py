@@ -47,7 +47,7 @@ _SURFACE = {
     "HAMI_PLUGIN_SELECTOR": "stacks.hamiplugin",
     # the Kubernetes release whose allocator decides
     "Release": "stacks.releases", "parse_release": "stacks.releases",
-    "release_from_version": "stacks.releases", "release_note": "stacks.releases",
+    "release_from_version": "stacks.releases", "release_note": "wording.words",
     "SUPPORTED_RELEASES": "stacks.releases", "NEWEST_RELEASE": "stacks.releases",
     # the policy
     "Policy": "core.policy", "PolicyError": "core.policy", "load_policy_text": "core.policy",
@@ -151,7 +151,6 @@ if TYPE_CHECKING:  # written by python -m tests.engine_surface from _SURFACE
     from webhook.engine.stacks.releases import Release as Release
     from webhook.engine.stacks.releases import parse_release as parse_release
     from webhook.engine.stacks.releases import release_from_version as release_from_version
-    from webhook.engine.stacks.releases import release_note as release_note
     from webhook.engine.view.cluster import DRA_KINDS as DRA_KINDS
     from webhook.engine.view.cluster import RESOURCE_KINDS as RESOURCE_KINDS
     from webhook.engine.view.cluster import ClusterView as ClusterView
@@ -160,4 +159,5 @@ if TYPE_CHECKING:  # written by python -m tests.engine_surface from _SURFACE
     from webhook.engine.view.cluster import runtime_classes_of as runtime_classes_of
     from webhook.engine.view.cluster import view_from_objects as view_from_objects
     from webhook.engine.view.nodes import NodeInfo as NodeInfo
+    from webhook.engine.wording.words import release_note as release_note
     from webhook.engine.wording.words import words as words

@@ -57,3 +57,41 @@ def test_a_said_is_frozen_and_can_be_kept():
     a = said("plugin.onlyCordoned", gpus=("GPU-1",))
     assert hash(a) == hash(said("plugin.onlyCordoned", gpus=("GPU-1",)))
     assert a.fact("gpus") == ("GPU-1",)
+
+
+#: where words are made: the wording room, and the renderer of pod checks' findings
+_WORDING = ("wording/", "checks/render.py")
+_BUILDS = {"allow", "deny", "saying", "warned"}
+
+
+def _texts(node: ast.AST) -> list[int]:
+    """Lines where ``node`` holds text written in place (a literal or an f-string; the key
+    of a ``said(...)`` is not text)."""
+    keys = {id(n.args[0]) for n in ast.walk(node) if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name) and n.func.id == "said" and n.args}
+    return [n.lineno for n in ast.walk(node)
+            if isinstance(n, ast.JoinedStr)
+            or (isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value
+                and id(n) not in keys)]
+
+
+def test_rules_build_decisions_from_words_not_from_text_of_their_own():
+    """Issue 48: no rule writes user-facing text. Every decision a rule builds takes its
+    message and warnings from ``wording`` (or, for pod checks, from ``checks.render``)."""
+    written = []
+    for path in sorted((ROOT / "webhook" / "engine").rglob("*.py")):
+        where = str(path.relative_to(ROOT / "webhook" / "engine"))
+        if where.startswith(_WORDING):
+            continue
+        for n in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(n, ast.Call):
+                continue
+            name = n.func.id if isinstance(n.func, ast.Name) else \
+                n.func.attr if isinstance(n.func, ast.Attribute) else ""
+            if name not in _BUILDS:
+                continue
+            parts = [*n.args[1:], *(k.value for k in n.keywords
+                                    if k.arg in ("message", "warnings"))] \
+                if name in ("allow", "deny") else [*n.args]
+            written += [f"{where}:{line}" for part in parts for line in _texts(part)]
+    assert not written, f"decisions built from text written in place: {written}"

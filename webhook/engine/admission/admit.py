@@ -74,6 +74,12 @@ class Subject(NamedTuple):
         return name + (f"/{self.sub_resource}" if self.sub_resource else "")
 
 
+#: what the entry says of what it leaves alone, and of a workload whose pods pass
+POD_UPDATE = said("admit.podUpdate")
+TEMPLATE_UNCHANGED = said("admit.templateUnchanged")
+PODS_ADMITTED = said("workload.podsAdmitted")
+
+
 def handles(stage: Stage, subject: Subject) -> bool:
     """Whether gpupool's webhook for ``stage`` is registered for this kind (manifests/)."""
     return subject.is_pod or (stage is Stage.VALIDATE and subject.is_workload)
@@ -101,20 +107,21 @@ def decide(stage: Stage, subject: Subject, view: ClusterView | None, policy: Pol
         if forged:
             return _forged(forged, obj, subject, policy)
         if update:
-            return allow(Reason.NOT_A_POD, message="pod updates cannot change routing")
+            return allow(Reason.NOT_A_POD, message=words(POD_UPDATE))
         return _pod_stage(stage, obj, subject.namespace, view, policy)
     if subject.operation == "UPDATE" and isinstance(subject.old_object, Mapping) and \
             workloads.same_template(obj, subject.old_object, subject.kind):
         # Labels, replicas, status...: blocking them would not fix any pod.
-        return allow(Reason.NOT_GPU_POD, message="pod template unchanged")
+        return allow(Reason.NOT_GPU_POD, message=words(TEMPLATE_UNCHANGED))
     return _validate_workload(obj, subject, view, policy)
 
 
 def _forged(keys: tuple[str, ...], obj: Mapping[str, Any], subject: Subject, policy: Policy
             ) -> Decision:
     """HAMi's scheduler-owned annotations set by someone else (``schedulerstate``)."""
+    creating = subject.operation == "CREATE"
     return deny(Reason.FORGED_ALLOCATION,
-                words(said("admit.forged", keys=keys, creating=subject.operation == "CREATE",
+                words(said("admit.forged", keys=keys, creating=creating,
                            writers=tuple(policy.access.scheduler_identities),
                            sender=subject.user)),
                 of_subject=True).about(who_of(obj, subject.namespace))
@@ -230,7 +237,7 @@ def _validate_workload(obj: Mapping[str, Any], subject: Subject, view: ClusterVi
     if inner.allowed:
         return allow(inner.reason, gpu=inner.gpu, pool=inner.pool,
                      scheduler_name=inner.scheduler_name, nodes=inner.nodes,
-                     patch=template_patch, message=": pods would be admitted", of_subject=True,
+                     patch=template_patch, message=words(PODS_ADMITTED), of_subject=True,
                      warnings=inner.warnings).about(who)
     message = words(said("workload.podsDenied", message=inner.message))
     if policy.workload_templates is WorkloadTemplates.WARN:

@@ -146,15 +146,3 @@ def release_from_version(info: object) -> Release | None:
             return None
     return None
 
-
-def release_note(release: Release) -> str:
-    """One line for the log, ``doctor`` and DRA messages: empty where gpupool supports the
-    release and decides DRA allocation as its allocator does."""
-    dra = (f"gpupool does not decide DRA allocation as Kubernetes {release}'s allocator "
-           f"does (it does for 1.{OLDEST} to 1.{NEWEST}): DRA pods are "
-           "admitted with a warning, never denied, for their allocation")
-    if release.supported:
-        return ""
-    side = "older than" if release.minor < OLDEST else "newer than"
-    return (f"Kubernetes {release} is {side} the releases gpupool supports (1.{OLDEST} to "
-            f"1.{NEWEST}); {dra}")

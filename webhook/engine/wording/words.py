@@ -26,7 +26,7 @@ from webhook.engine.core.objects import clip
 from webhook.engine.core.policy import HAMI_IGNORE_LABEL, HAMI_IGNORE_VALUE, POOL_LABEL
 from webhook.engine.pod.podfacts import DEFAULT_SCHEDULER
 from webhook.engine.stacks import clusterpolicy, hami, nri
-from webhook.engine.stacks.releases import release_note
+from webhook.engine.stacks.releases import NEWEST, OLDEST, Release
 
 
 def words(s: Said | None) -> str:
@@ -350,6 +350,19 @@ _FIT: dict[str, Callable[[Said], str]] = {
 # ------------------------------------ DRA allocation (checks.allocation, stacks.allocator)
 
 
+def release_note(release: Release) -> str:
+    """One line for the log, ``doctor`` and DRA messages: empty where gpupool supports the
+    release and decides DRA allocation as its allocator does."""
+    dra = (f"gpupool does not decide DRA allocation as Kubernetes {release}'s allocator "
+           f"does (it does for 1.{OLDEST} to 1.{NEWEST}): DRA pods are "
+           "admitted with a warning, never denied, for their allocation")
+    if release.supported:
+        return ""
+    side = "older than" if release.minor < OLDEST else "newer than"
+    return (f"Kubernetes {release} is {side} the releases gpupool supports (1.{OLDEST} to "
+            f"1.{NEWEST}); {dra}")
+
+
 def _too_few(s: Said) -> str:
     amount: int = s.fact("amount")
     need = "at least one device" if amount == 0 else \
@@ -583,6 +596,9 @@ _ADMIT: dict[str, Callable[[Said], str]] = {
     "admit.kindNotHandledWarning": lambda s: (
         f"gpupool: /{s.fact('stage')} does not handle {s.fact('kind')}; allowed unchecked"),
     "admit.notChecked": lambda s: f"{s.fact('operation')} is not checked",
+    "admit.podUpdate": lambda s: "pod updates cannot change routing",
+    "admit.templateUnchanged": lambda s: "pod template unchanged",
+    "workload.podsAdmitted": lambda s: ": pods would be admitted",
     "admit.forged": lambda s: (
         f" {'carries' if s.fact('creating') else 'would set'} {', '.join(s.fact('keys'))}, "
         f"which only HAMi's scheduler and device plugin write "
