@@ -30,18 +30,17 @@ Pods that cannot reach a node that would hand them GPUs are untouched, and so ar
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 from webhook.api import delivery
-from webhook.api.said import said
+from webhook.api.said import Said, said
 from webhook.engine.core import patch
-from webhook.engine.core.decision import Decision, Reason, deny
 from webhook.engine.core.policy import Policy, Ungranted
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import nri
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
-from webhook.engine.wording.words import words
 
 VARIABLE = "NVIDIA_VISIBLE_DEVICES"
 VOID = "void"
@@ -248,34 +247,41 @@ def void_ops(facts: PodFacts, e: Exposure) -> list[patch.Op]:
     return ops
 
 
-def decision(facts: PodFacts, e: Exposure, policy: Policy, stage_mutates: bool,
-             base: Decision) -> Decision:
+class Outcome(StrEnum):
+    """What the policy makes of containers without a grant that could get GPUs."""
+
+    DENIED = "denied"  # ``deny``, or ``void`` where annotations inject what no void stops
+    WARNED = "warned"  # ``warn``
+    UNDONE = "undone"  # ``void``, undone by a later mutating webhook (seen at validation)
+    VOIDED = "voided"  # ``void``: the variable set to void in each such container
+
+
+class Finding(NamedTuple):
+    """The access rule's answer, as data: the admission stage joins it to the decision so
+    far (``admission.pods``) and ``wording`` words it."""
+
+    outcome: Outcome
+    #: the exposed containers and the nodes that would hand them GPUs (``access.exposed``)
+    exposed: Said
+    #: the containers the warning counts
+    counted: int
+    #: what voiding them takes (``VOIDED``)
+    ops: tuple[patch.Op, ...] = ()
+
+
+def finding(facts: PodFacts, e: Exposure, policy: Policy, stage_mutates: bool) -> Finding:
     """The pod's answer for its ungranted containers: with ``void`` the variable set (the
-    mutating stage), ``deny``'s denial, ``warn``'s warning. ``base``: the decision so far
-    (a routed GPU pod's, or one that asks for no GPU), which the answer joins."""
+    mutating stage), ``deny``'s denial, ``warn``'s warning."""
     mode = policy.access.ungranted
     exposed = said("access.exposed",
                    containers=tuple((c.name, c.field, c.position) for c in e.containers),
                    nodes=e.nodes, annotated=e.annotated, nri_nodes=e.nri_nodes)
     if mode is Ungranted.DENY or (mode is Ungranted.VOID and e.annotated):
-        return deny(Reason.GPU_NOT_GRANTED, words(said("access.denied", exposed=exposed)),
-                    of_subject=True, gpu=base.gpu, pool=base.pool,
-                    scheduler_name=base.scheduler_name)
+        return Finding(Outcome.DENIED, exposed, len(e.containers) + len(e.annotated))
     if mode is Ungranted.WARN:
-        statement = words(said("access.warned", statement=base.statement, exposed=exposed))
-        told = base.saying(statement) if base.statement else \
-            base.saying(statement, of_subject=True)
-        return told.warned(words(said("access.warning",
-                                      count=len(e.containers) + len(e.annotated))))
+        return Finding(Outcome.WARNED, exposed, len(e.containers) + len(e.annotated))
     if not stage_mutates:
         # validation sees the pod after every mutating webhook: a variable left unvoided
         # there was undone after gpupool set it
-        return deny(Reason.GPU_NOT_GRANTED, words(said("access.undone", exposed=exposed)),
-                    of_subject=True, gpu=base.gpu, pool=base.pool,
-                    scheduler_name=base.scheduler_name)
-    voided = base._replace(patch=(*base.patch, *void_ops(facts, e)))
-    statement = words(said("access.voided", statement=base.statement if base.gpu else None,
-                           exposed=exposed))
-    voided = voided.saying(statement) if base.gpu \
-        else voided.saying(statement, of_subject=True)._replace(reason=Reason.ACCESS_VOIDED)
-    return voided.warned(words(said("access.voidedWarning", count=len(e.containers))))
+        return Finding(Outcome.UNDONE, exposed, len(e.containers))
+    return Finding(Outcome.VOIDED, exposed, len(e.containers), tuple(void_ops(facts, e)))

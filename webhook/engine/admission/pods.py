@@ -88,7 +88,28 @@ def _with_access(d: Decision, facts: PodFacts, view: ClusterView | None, policy:
     e = grants.exposure(facts, view, policy)
     if e is None:
         return d
-    return grants.decision(facts, e, policy, mutating, d)
+    return _joined(d, grants.finding(facts, e, policy, mutating))
+
+
+def _joined(base: Decision, a: grants.Finding) -> Decision:
+    """The decision so far (a routed GPU pod's, or one that asks for no GPU) joined by the
+    access rule's finding: replaced by its denial, or told what it warns or voids."""
+    if a.outcome is grants.Outcome.DENIED or a.outcome is grants.Outcome.UNDONE:
+        text = said("access.denied", exposed=a.exposed) if a.outcome is grants.Outcome.DENIED \
+            else said("access.undone", exposed=a.exposed)
+        return deny(Reason.GPU_NOT_GRANTED, words(text), of_subject=True, gpu=base.gpu,
+                    pool=base.pool, scheduler_name=base.scheduler_name)
+    if a.outcome is grants.Outcome.WARNED:
+        statement = words(said("access.warned", statement=base.statement, exposed=a.exposed))
+        told = base.saying(statement) if base.statement else \
+            base.saying(statement, of_subject=True)
+        return told.warned(words(said("access.warning", count=a.counted)))
+    voided = base._replace(patch=(*base.patch, *a.ops))
+    statement = words(said("access.voided", statement=base.statement if base.gpu else None,
+                           exposed=a.exposed))
+    voided = voided.saying(statement) if base.gpu \
+        else voided.saying(statement, of_subject=True)._replace(reason=Reason.ACCESS_VOIDED)
+    return voided.warned(words(said("access.voidedWarning", count=a.counted)))
 
 
 def mutate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decision:
