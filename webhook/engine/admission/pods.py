@@ -61,12 +61,10 @@ def _first_allocatable_alternative(facts: PodFacts, view: ClusterView | None, po
     alternative some node there can allocate (issue 35, item 1), not merely the first
     alternative's pool. Nothing changes where the pool came from other evidence, or where
     no pool can allocate it (its checks then say so). Another pool is a new Route."""
-    if view is None or r.pool is None or r.source is None \
-            or r.source.what != "evidence.servedOnly" \
-            or not r.source.fact("hit").startswith("DeviceClass "):
-        return r
     order = r.alternatives
-    if len(order) < 2 or r.pool != order[0]:
+    if view is None or r.pool is None or len(order) < 2 or r.pool != order[0] \
+            or r.source is None or r.source.what != "evidence.servedOnly" \
+            or not r.source.fact("hit").startswith("DeviceClass "):
         return r
     for pool in order:
         if r.admitted and pool not in r.admitted:

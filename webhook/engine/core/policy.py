@@ -27,6 +27,7 @@ from webhook.api.delivery import (
     WAYS,
     Way,
 )
+from webhook.api.said import Said, said
 from webhook.api.yamltext import yaml_error
 
 API_VERSION = "gpupool.io/v1alpha1"
@@ -194,6 +195,9 @@ class Policy:
     gpu_resource_patterns: tuple[str, ...] = field(init=False, compare=False, repr=False)
     #: whether any pool serves DRA DeviceClasses
     serves_dra: bool = field(init=False, compare=False, repr=False)
+    #: routing's evidence for a pod its required node affinity on the pool label pins
+    #: (``affinity.pool_constraint_source``): the same for every such pod
+    affinity_evidence: Said = field(init=False, compare=False, repr=False)
     _gpu_patterns: tuple[re.Pattern[str], ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -212,6 +216,7 @@ class Policy:
                 r for r in self.gpu_resources if not _is_pattern(r)),
             "gpu_resource_patterns": patterns,
             "serves_dra": any(p.device_classes for p in self.pools),
+            "affinity_evidence": said("evidence.nodeAffinity", key=self.pool_label),
         }
         derived["_gpu_patterns"] = tuple(re.compile(fnmatch.translate(p)) for p in patterns)
         for name, value in derived.items():

@@ -95,7 +95,7 @@ def pool_constraint_source(placement: Placement, policy: Policy) -> Said:
     if selector is not None and policy.pool_label in selector:
         return said("evidence.nodeSelector", key=policy.pool_label,
                     value=selector[policy.pool_label])
-    return said("evidence.nodeAffinity", key=policy.pool_label)
+    return policy.affinity_evidence
 
 
 # ------------------------------------------------------------------ the pinning expression
