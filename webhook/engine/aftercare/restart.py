@@ -123,7 +123,7 @@ def cached_answer(pod: Mapping[str, Any], node: NodeInfo) -> Cached | Said | Non
     from_hami = _hami_allocated(pod)
     if from_hami is not None:
         return from_hami
-    return why if started(pod) and why is not None else None
+    return why if started(pod) else None
 
 
 def _hami_allocated(pod: Mapping[str, Any]) -> Cached | None:

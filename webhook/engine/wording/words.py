@@ -1,13 +1,15 @@
 """The one place a ``Said`` becomes words: the note each node gets in a decision's
 ``nodes``, in doctor's rows and in a re-checked pod's answer, the fix a finding names,
-routing's evidence and findings, and a pod's admission messages.
+routing's evidence and findings, a pod's admission messages and the answers about running
+pods and nodes.
 
 Whether GPUs resolve on a node (``webhook.api.delivery``), the node checks
 (``checks.plugindevices``, ``checks.owndevices``, ``checks.nriannotations``), the NRI
 plugin's model (``stacks.nri``), DRA allocation (``stacks.dra``, ``stacks.allocator``,
-``checks.allocation``), a restarted container's judge (``aftercare.restart``), routing
-(``placement.routing``) and a pod's admission stage (``admission.pods``) answer with
-``Said`` data and write no text; ``words`` looks each up here by its ``what``. So one node's
+``checks.allocation``), routing (``placement.routing``), containers without a grant
+(``access.grants``), the admission entry and a pod's stage (``admission``) and aftercare
+(``aftercare.restart``, ``podrisk``, ``nodehazards``) answer with ``Said`` data and write
+no text; ``words`` looks each up here by its ``what``. So one node's
 note reads like every other's, and a sentence is changed in one place. ``checks.render``
 builds the pod checks' decisions and asks this module for every ``Said`` they carry; a
 ``said(...)`` key without words here, or words nothing says, fails a test
