@@ -56,7 +56,6 @@ class Learned:
 NOT_LOOKED = Learned(None)
 
 
-
 def learned_from(plugins: Sequence[Settled] | None) -> Learned:
     """How the plugins the agent found on a node hand GPUs (``Inventory.learned``, worked
     out once, as the inventory is made)."""

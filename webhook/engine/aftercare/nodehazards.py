@@ -58,7 +58,8 @@ def advertised_twice(node: NodeInfo, view: ClusterView) -> list[NodeHazard]:
     if hami and runs_operator_plugin(node.labels):
         out.append(NodeHazard(
             node.name, (HAMI_PLUGIN, OPERATOR_PLUGIN), gpus,
-            words(said("hazard.twoPlugins", node=node.name, gpus=gpus))))
+            words(said("hazard.twoPlugins", node=node.name, gpus=gpus,
+                       by=(HAMI_PLUGIN, OPERATOR_PLUGIN)))))
     for resource, cls in mixed_resources(node, view.device_classes(),
                                          view.slices_for(node.name)):
         out.append(NodeHazard(

@@ -30,7 +30,7 @@ from webhook.engine.core.decision import (
 from webhook.engine.core.policy import Policy, Pool
 from webhook.engine.stacks import dra, nri
 from webhook.engine.view.cluster import ClusterView
-from webhook.engine.wording.words import words
+from webhook.engine.wording.words import listed, words
 
 #: Why no CDI check ran when the view holds no node at all.
 NO_NODES = "gpupool knows no nodes"
@@ -104,8 +104,7 @@ def fix_text(pool: Pool, checks: list[NodeAssessment], policy: Policy,
         return next(iter(fixes))
     parts = []
     for fix, nodes in fixes.items():
-        more = f" and {len(nodes) - SHOW_NODES} more" if len(nodes) > SHOW_NODES else ""
-        parts.append(f"on {', '.join(nodes[:SHOW_NODES])}{more}: {fix}")
+        parts.append(f"on {listed(nodes, SHOW_NODES)}: {fix}")
     return "; ".join(parts)
 
 
@@ -324,12 +323,8 @@ def _dra(f: PodFinding, policy: Policy, view: ClusterView | None) -> tuple[str, 
             where: tuple[str, ...] = f.fact("where")
             failing: tuple[tuple[str, Said | None], ...] = f.fact("failing")
             count: int = f.fact("count")
-            at = (f"node(s) {', '.join(where[:SHOW_NODES])}"
-                  + (f" and {len(where) - SHOW_NODES} more" if len(where) > SHOW_NODES
-                     else "")
-                  if where else "no node gpupool knows")
-            reach = ", ".join(node for node, _ in failing[:SHOW_NODES]) + \
-                (f" and {count - SHOW_NODES} more" if count > SHOW_NODES else "")
+            at = f"node(s) {listed(where, SHOW_NODES)}" if where else "no node gpupool knows"
+            reach = listed([node for node, _ in failing], SHOW_NODES, total=count)
             return (f": {f.fact('source')} is allocated already, to devices its "
                     f"status.allocation.nodeSelector places on {at}, and no node the pod can "
                     f"reach ({reach}) matches it. The scheduler places a pod only where its "

@@ -18,9 +18,10 @@ builds the pod checks' decisions and asks this module for every ``Said`` they ca
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from webhook.api import delivery
+from webhook.api.held import VISIBLE_DEVICES
 from webhook.api.inventory import PLUGIN_RESOURCE
 from webhook.api.said import Said
 from webhook.engine.core.decision import SHOW_DEVICES, SHOW_NODES
@@ -43,10 +44,16 @@ def known(what: str) -> bool:
     return what in WORDS
 
 
+def listed(names: Sequence[str], limit: int, total: int | None = None) -> str:
+    """The first ``limit`` of ``names`` and how many more there are (of ``total``, where the
+    names given are only the first of them), as every message lists nodes and devices."""
+    more = (len(names) if total is None else total) - limit
+    return ", ".join(names[:limit]) + (f" and {more} more" if more > 0 else "")
+
+
 def _shown(names: tuple[str, ...]) -> str:
     """Device names as a restarted container's notes list them."""
-    more = len(names) - SHOW_DEVICES
-    return ", ".join(names[:SHOW_DEVICES]) + (f" and {more} more" if more > 0 else "")
+    return listed(names, SHOW_DEVICES)
 
 
 # ------------------------------------------------------------- delivery (webhook.api.delivery)
@@ -537,15 +544,9 @@ _POD: dict[str, Callable[[Said], str]] = {
 
 # --------------------------------------- containers without a GPU grant (access.grants)
 
-_VARIABLE = "NVIDIA_VISIBLE_DEVICES"
-_ACCESS_FIX = (f"ask for a GPU in those containers, set {_VARIABLE}=void in them, drop the "
+_ACCESS_FIX = (f"ask for a GPU in those containers, set {VISIBLE_DEVICES}=void in them, drop the "
                f"{nri.DOMAIN} annotation, or run the pod in a namespace of "
                "access.exemptNamespaces (docs/security.md)")
-
-
-def _nodes_shown(nodes: tuple[str, ...]) -> str:
-    more = f" and {len(nodes) - SHOW_NODES} more" if len(nodes) > SHOW_NODES else ""
-    return ", ".join(nodes[:SHOW_NODES]) + more
 
 
 def _exposed(s: Said) -> str:
@@ -554,19 +555,19 @@ def _exposed(s: Said) -> str:
     if containers:
         names = ", ".join(name or f"{field}[{position}]" for name, field, position in containers)
         parts.append(f"container(s) {names} ask for no GPU, yet on node(s) "
-                     f"{_nodes_shown(s.fact('nodes'))} the NVIDIA runtime would hand them GPUs "
-                     f"from {_VARIABLE} (set by the container or its image)")
+                     f"{listed(s.fact('nodes'), SHOW_NODES)} the NVIDIA runtime would hand "
+                     f"them GPUs from {VISIBLE_DEVICES} (set by the container or its image)")
     if s.fact("annotated"):
         parts.append(f"container(s) {', '.join(s.fact('annotated'))} ask for no GPU, yet the "
                      f"GPU Operator's NRI plugin would inject the devices its {nri.DOMAIN} "
-                     f"annotations name on node(s) {_nodes_shown(s.fact('nri_nodes'))}")
+                     f"annotations name on node(s) {listed(s.fact('nri_nodes'), SHOW_NODES)}")
     return "; ".join(parts)
 
 
 def _voided(s: Said) -> str:
     statement = s.fact("statement")
     lead = f"{statement}; " if statement is not None else ": "
-    return f"{lead}{_VARIABLE}=void set: {words(s.fact('exposed'))}"
+    return f"{lead}{VISIBLE_DEVICES}=void set: {words(s.fact('exposed'))}"
 
 
 _ACCESS: dict[str, Callable[[Said], str]] = {
@@ -579,11 +580,11 @@ _ACCESS: dict[str, Callable[[Said], str]] = {
         f"gpupool: {s.fact('count')} container(s) without a GPU grant could get GPUs here; "
         "see docs/security.md"),
     "access.undone": lambda s: (
-        f": {words(s.fact('exposed'))}, and {_VARIABLE}=void, which gpupool set, is not the "
+        f": {words(s.fact('exposed'))}, and {VISIBLE_DEVICES}=void, which gpupool set, is not the "
         "value it ends with: a later mutating webhook changed it. Fix: " + _ACCESS_FIX),
     "access.voided": _voided,
     "access.voidedWarning": lambda s: (
-        f"gpupool: {_VARIABLE}=void set in {s.fact('count')} container(s) that ask for no "
+        f"gpupool: {VISIBLE_DEVICES}=void set in {s.fact('count')} container(s) that ask for no "
         "GPU; see docs/security.md"),
 }
 
@@ -624,13 +625,11 @@ _ADMIT: dict[str, Callable[[Said], str]] = {
 
 def _two_plugins(s: Said) -> str:
     gpus: tuple[str, ...] = s.fact("gpus")
-    shown = ", ".join(gpus[:SHOW_DEVICES]) + (f" and {len(gpus) - SHOW_DEVICES} more"
-                                              if len(gpus) > SHOW_DEVICES else "")
-    which = f"its GPUs ({shown})" if gpus else "its GPUs"
-    return (f"node {s.fact('node')}: HAMi's device plugin and the GPU Operator's device "
-            f"plugin both hand out {which} as nvidia.com/gpu, so two pods can be given the "
-            f"same GPU; label the node {clusterpolicy.DEPLOY_LABEL}=false to keep only "
-            "HAMi's, or move it out of HAMi's pool")
+    which = f"its GPUs ({listed(gpus, SHOW_DEVICES)})" if gpus else "its GPUs"
+    return (f"node {s.fact('node')}: {' and '.join(s.fact('by'))} both hand out {which} as "
+            "nvidia.com/gpu, so two pods can be given the same GPU; label the node "
+            f"{clusterpolicy.DEPLOY_LABEL}=false to keep only HAMi's, or move it out of "
+            "HAMi's pool")
 
 
 _AFTERCARE: dict[str, Callable[[Said], str]] = {
