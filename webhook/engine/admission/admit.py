@@ -97,7 +97,8 @@ def decide(stage: Stage, subject: Subject, view: ClusterView | None, policy: Pol
     if subject.operation not in ("CREATE", "UPDATE"):
         return allow(Reason.NOT_A_POD,
                      message=words(said("admit.notChecked", operation=subject.operation)))
-    obj = subject.object if isinstance(subject.object, Mapping) else {}
+    # (a dict is tested first: an ABC's test is a Python call, and every review asks)
+    obj = subject.object if isinstance(subject.object, (dict, Mapping)) else {}
     if subject.is_pod:
         update = subject.operation != "CREATE"
         old = (subject.old_object if isinstance(subject.old_object, Mapping) else {}) \
@@ -205,7 +206,7 @@ def review(subject: Subject, view: ClusterView | None, policy: Policy) -> Review
     if m is not None and (not m.allowed or not m.gpu or m.reason == Reason.CUSTOM_SCHEDULER):
         return Review(m, None)  # validation would only repeat it
     obj = subject.object
-    if m is not None and m.patch and isinstance(obj, Mapping):
+    if m is not None and m.patch and isinstance(obj, (dict, Mapping)):
         s = subject
         subject = Subject(s.kind, s.group, s.operation, patch.apply(dict(obj), m.patch),
                           s.old_object, s.namespace, s.sub_resource)

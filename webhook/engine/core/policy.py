@@ -227,6 +227,14 @@ class Policy:
         return name in self.exact_gpu_resources or any(
             p.match(name) for p in self._gpu_patterns)
 
+    def gpus_among(self, names: frozenset[str]) -> frozenset[str]:
+        """Those of ``names`` the policy counts as GPUs (``is_gpu_resource``). (A set
+        operation first: every pod parsed asks, for each resource it names.)"""
+        exact = names & self.exact_gpu_resources
+        if not self._gpu_patterns or len(exact) == len(names):
+            return exact
+        return exact | frozenset([r for r in names - exact if self.is_gpu_resource(r)])
+
     def pool_for_label_value(self, value: str | None) -> str:
         """The pool of a node whose ``poolLabel`` has this value (None: label absent)."""
         if value is None:

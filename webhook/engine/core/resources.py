@@ -86,8 +86,9 @@ def asked_by(container: Mapping[str, Any]) -> frozenset[str]:
     for part in ("limits", "requests"):
         values = res.get(part)
         if isinstance(values, dict):
-            names.update(k for k, v in values.items()
-                         if isinstance(k, str) and not is_zero_quantity(v))
+            for k, v in values.items():
+                if isinstance(k, str) and not is_zero_quantity(v):
+                    names.add(k)
     return frozenset(names) if names else _NOTHING
 
 

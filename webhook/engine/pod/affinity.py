@@ -36,7 +36,8 @@ def _pools_for_expression(expr: Mapping[str, Any], policy: Policy,
     values = expression_values(expr)
     default = policy.default_pool
     if op == "In":
-        return frozenset(policy.pool_for_label_value(v) for v in values)
+        pool_of, default = policy.pool_by_label_value.get, policy.default_pool
+        return frozenset([pool_of(v, default) for v in values])
     if op == "NotIn":
         excluded = set(values)
         keep = {p.name for p in policy.pools
@@ -61,14 +62,16 @@ def pools_admitted(placement: Placement, policy: Policy) -> frozenset[str]:
         admitted = frozenset({policy.pool_for_label_value(selector[policy.pool_label])})
     terms = placement.terms
     if terms:
-        union: set[str] = set()
+        label = policy.pool_label
+        union: frozenset[str] = frozenset()
         for term in terms:
             term_pools = everything
-            for expr in expressions(term):
-                if expr.get("key") == policy.pool_label:
+            exprs = term.get("matchExpressions") if isinstance(term, dict) else None
+            for expr in exprs if isinstance(exprs, list) else ():
+                if isinstance(expr, dict) and expr.get("key") == label:
                     term_pools = term_pools & _pools_for_expression(expr, policy, everything)
-            union |= term_pools
-        admitted = admitted & frozenset(union)
+            union = union | term_pools if union else term_pools
+        admitted = admitted & union
     return admitted
 
 
@@ -80,6 +83,8 @@ def pinned_node_names(placement: Placement) -> list[str]:
         return []
     names: list[str] = []
     for term in terms:
+        if not isinstance(term, dict) or not term.get("matchFields"):
+            return []  # (every term of nearly every pod: gpupool's own is matchExpressions)
         fields = [f for f in expressions(term, "matchFields")
                   if f.get("key") == "metadata.name" and f.get("operator") == "In"]
         if not fields:
@@ -151,7 +156,7 @@ def affinity_patch(pod: Mapping[str, Any], expr: Mapping[str, Any] | None = None
     for depth, token in enumerate(levels):
         nxt = cur.get(token) if isinstance(cur, dict) else None
         is_last = depth == len(levels) - 1
-        if not isinstance(nxt, list if is_last else Mapping):
+        if not isinstance(nxt, list if is_last else dict):
             nested: Any = [new_term]
             for t in reversed(levels[depth + 1:]):
                 nested = {t: nested}

@@ -130,9 +130,9 @@ class PodFacts(NamedTuple):
         runtime_class = spec.get("runtimeClassName")
         labels, annotations = meta.get("labels"), meta.get("annotations")
         items = container_list(spec)
-        asked = tuple(asked_by(c) for c in items)
+        asked = tuple([asked_by(c) for c in items])
         names = frozenset().union(*asked)
-        gpus = frozenset(r for r in names if policy.is_gpu_resource(r))
+        gpus = policy.gpus_among(names)
         read_annotations = _read_annotations(annotations, policy) \
             if isinstance(annotations, dict) else {}
         placement = Placement(spec)
@@ -266,7 +266,7 @@ def _gpu_containers(items: tuple[Mapping[str, Any], ...], asked: tuple[frozenset
 
 def _privileged(container: Mapping[str, Any]) -> bool:
     ctx = container.get("securityContext")
-    if not isinstance(ctx, Mapping):
+    if not isinstance(ctx, dict):  # (JSON's mappings are dicts; an ABC's test costs more)
         return False
     if ctx.get("privileged") is True:
         return True
