@@ -105,6 +105,37 @@ def test_pods_that_differ_where_a_rule_reads_get_their_own_decision(tmp_path, me
     assert got.to_json() == fresh.to_json(), f"{differs}: told the decision of a pod without it"
 
 
+def _reordered(value):
+    """``value`` with every mapping's keys in reverse order."""
+    if isinstance(value, dict):
+        return {k: _reordered(value[k]) for k in reversed(value)}
+    if isinstance(value, list):
+        return [_reordered(v) for v in value]
+    return value
+
+
+def test_a_pod_sent_with_its_keys_in_another_order_is_decided_alike(tmp_path):
+    """The kept decision's digest is over the pod as sent, its keys unsorted: the same pod
+    in another key order is another entry, decided as a fresh view decides it, never told
+    the decision of a pod it differs from."""
+    policy = default_policy()
+    bad = agent_node(tmp_path, "hami-1", "hami", "operator-management")  # no per-UUID spec
+    good = agent_node(tmp_path, "hami-2", "hami", "operator-management", per_uuid=True)
+    view = view_from_objects([bad, good], policy)
+    plain = _job_pod("a")
+    turned = _reordered(plain)
+    assert list(turned) != list(plain) and turned == plain
+    first = admit.review_pod(plain, "default", view, policy)
+    again = admit.review_pod(turned, "default", view, policy)
+    fresh = admit.review_pod(turned, "default", view_from_objects([bad, good], policy), policy)
+    assert first.allowed and first.pool == "hami"
+    assert again.to_json() == fresh.to_json() == first.to_json()
+    steered = jsonpatch.apply_patch(copy.deepcopy(turned), again.patch)
+    terms = steered["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms and steered["spec"]["schedulerName"] == "hami-scheduler"
+
+
 def test_the_engine_holds_only_the_labels_and_annotations_it_declares_reading():
     from webhook.engine.pod.podfacts import READ_LABELS, PodFacts, reads_annotation
 
