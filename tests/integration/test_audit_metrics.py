@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 import requests
+from prometheus_client import generate_latest
 
 from harness.kit import ROOT
 from harness.servers import start_server, stop_server
+from webhook.server.metrics import FLUSH_SECONDS
 
 VALIDATE = json.loads((ROOT / "docs/examples/review-hami-pod-validate.json").read_text())
 
@@ -133,9 +135,16 @@ def test_metrics_sum_across_workers(rotating_server):
     before = requests.get(url, verify=rotating_server.ca, timeout=10).text
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda i: rotating_server.post("mutate", denial(10_000 + i)), range(60)))
-    text = requests.get(url, verify=rotating_server.ca, timeout=10).text
-    delta = (_metric(text, "gpupool_admission_requests_total", endpoint="mutate")
-             - _metric(before, "gpupool_admission_requests_total", endpoint="mutate"))
+    # Each worker writes the requests it counted at most a second apart (``metrics.Tally``):
+    # every one is there within that, none twice.
+    deadline = time.monotonic() + 3 * FLUSH_SECONDS
+    while True:
+        text = requests.get(url, verify=rotating_server.ca, timeout=10).text
+        delta = (_metric(text, "gpupool_admission_requests_total", endpoint="mutate")
+                 - _metric(before, "gpupool_admission_requests_total", endpoint="mutate"))
+        if delta >= 60 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert delta == 60
     denied = _metric(text, "gpupool_admission_denials_total", reason="CDIDeviceMissing",
                      pool="hami")
@@ -147,3 +156,29 @@ def test_metrics_sum_across_workers(rotating_server):
     assert _metric(text, "gpupool_inventory_nodes") == 2
     assert _metric(text, "gpupool_certificate_expiry_timestamp_seconds") > 1.7e9
     assert "gpupool_policy_last_update_ok 1.0" in text
+
+
+def test_a_stopping_worker_writes_the_requests_it_counted(tmp_path):
+    """Each worker writes the requests it answered at most a second apart, and the rest as
+    it stops: a rollout loses none of them. The server is stopped the moment its last
+    answer arrives, and its metrics files read afterwards. (A graceful stop here takes
+    about a second, so the background write may come first: ``worker_exit``'s own is
+    shown in ``tests/unit/server/test_metrics_tally.py``.)"""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    files = tmp_path / "metrics"
+    files.mkdir()
+    srv = start_server(tmp_path, workers=2, env={"PROMETHEUS_MULTIPROC_DIR": str(files)})
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda i: srv.post("mutate", denial(20_000 + i)), range(40)))
+    finally:
+        stop_server(srv)
+    assert srv.proc.returncode == 0
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(files))
+    exposition = generate_latest(registry).decode()
+    assert _metric(exposition, "gpupool_admission_requests_total", endpoint="mutate") == 40
+    assert _metric(exposition, "gpupool_admission_duration_seconds_count",
+                   endpoint="mutate") == 40

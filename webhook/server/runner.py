@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from gunicorn.app.base import BaseApplication
 
 from webhook.engine import ClusterView, NodeInfo, Policy, load_resources
+from webhook.server import periodic
 from webhook.server.app import Probe, Webhook, create_app
 from webhook.server.config import ServeConfig
 from webhook.server.policysource import PolicySource
@@ -159,7 +160,9 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     metrics = metrics_mod.Metrics(policies=policies, view=view, informer=informer_ref)
     webhook.hooks.append(lambda ep, req, d, _s: audit.record(ep, req, d, policies.policy))
     webhook.hooks.append(metrics.observe)
-    keep.append(audit)
+    # (an idle worker's last reviews reach /metrics too: ``metrics.Tally``)
+    periodic.every(metrics_mod.FLUSH_SECONDS, "metrics flush", metrics.tally.flush)
+    keep += [audit, metrics]
     return webhook, metrics, keep
 
 
@@ -180,14 +183,17 @@ def _child_exit(server: Any, worker: Any) -> None:
 
 def _worker_exit(server: Any, worker: Any) -> None:
     """Close this worker's audit log, so the loss it counted reaches the file's gap markers
-    even when no later record came its way (gunicorn also calls this in the master, which
-    holds no app)."""
+    even when no later record came its way, and write the reviews it counted last to the
+    metrics files (gunicorn also calls this in the master, which holds no app)."""
     from webhook.server.audit import AuditLog
+    from webhook.server.metrics import Metrics
 
     app = getattr(worker, "wsgi", None)
     for obj in getattr(app, "config", {}).get("gpupool.keep", []):
         if isinstance(obj, AuditLog):
             obj.close()
+        elif isinstance(obj, Metrics):
+            obj.tally.flush()
 
 
 class GunicornApp(BaseApplication):  # type: ignore[misc]  # gunicorn is untyped
@@ -278,7 +284,11 @@ def serve(cfg: ServeConfig) -> None:
         raise RuntimeError("urllib3 was imported before the gevent workers started")
     owned = None
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        owned = tempfile.TemporaryDirectory(prefix="gpupool-metrics-")
+        # In memory where the host has it, as the manifests mount theirs (an emptyDir of
+        # medium Memory): the workers write these files all the time, and on a disk each
+        # write dirties a page the kernel then writes back.
+        owned = tempfile.TemporaryDirectory(
+            prefix="gpupool-metrics-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = owned.name
     from webhook import __version__
 
