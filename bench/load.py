@@ -33,19 +33,33 @@ def _lua(body: bytes, close: bool) -> str:
 
 def wrk(url: str, body: bytes, *, seconds: int, connections: int, threads: int = 2,
         close: bool = False) -> dict[str, Any]:
+    return wrk_together((url,), body, seconds=seconds, connections=connections,
+                        threads=threads, close=close)[0]
+
+
+def wrk_together(urls: tuple[str, ...], body: bytes, *, seconds: int, connections: int,
+                 threads: int = 2, close: bool = False) -> list[dict[str, Any]]:
+    """One ``wrk`` per URL, all running at once: servers loaded together share the machine,
+    so each one's requests per second over another's is what each request costs it, with
+    every moment of a shared machine's noise falling on both (``fixed_rate_together``
+    pairs the latencies the same way)."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
         fh.write(_lua(body, close))
         script = fh.name
     try:
-        r = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s",
-                            "--latency", "-s", script, url], capture_output=True, text=True,
-                           timeout=seconds + 60)
+        procs = [subprocess.Popen(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s",
+                                   "--latency", "-s", script, url], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for url in urls]
+        outs = [p.communicate(timeout=seconds + 60) for p in procs]
     finally:
         Path(script).unlink()
-    out = r.stdout
+    return [_wrk_result(out, err) for out, err in outs]
+
+
+def _wrk_result(out: str, err: str) -> dict[str, Any]:
     found = re.search(r"Requests/sec:\s+([\d.]+)", out)
     if found is None:
-        raise RuntimeError(f"wrk printed no Requests/sec: {out[-500:]} {r.stderr[-500:]}")
+        raise RuntimeError(f"wrk printed no Requests/sec: {out[-500:]} {err[-500:]}")
     rps = float(found.group(1))
     pct = {}
     for p, value, unit in re.findall(r"^\s+(50|75|90|99)%\s+([\d.]+)(us|ms|s)\s*$", out, re.M):

@@ -102,11 +102,15 @@ GUARD_ROUNDS, GUARD_SECONDS = 12, 5
 def paired_ratios(tmp: Path, rounds: int = GUARD_ROUNDS, seconds: int = GUARD_SECONDS,
                   rate: float = 100.0) -> dict[str, dict[str, float]]:
     """gpupool over the baseline, each endpoint, in many short rounds, the median of the
-    per-round ratios: keep-alive requests per second (``wrk``, one server after the other,
-    alternating which goes first) and the fixed-rate p99 with both servers on one schedule
-    at once (``load.fixed_rate_together``), so a shared machine's noise falls on both sides
-    of each p99 ratio. The guard's figures (``make bench-guard``); ``http_bench`` keeps the
-    figures ``make bench`` reports."""
+    per-round ratios: keep-alive requests per second with both servers loaded at once
+    (``load.wrk_together``: each gets the same share of the cores, so the ratio is what a
+    request costs each) and the fixed-rate p99 with both servers on one schedule at once
+    (``load.fixed_rate_together``), so a shared machine's noise falls on both sides of each
+    ratio. (Until 2026-12-07 the requests per second were taken one server after the other:
+    each 3 s run got whatever the machine gave it then, and one round's ratio ranged from
+    0.45 to 1.07 for one tree; bench/README.md, "Issue 48, fourth day".) The guard's
+    figures (``make bench-guard``); ``http_bench`` keeps the figures ``make bench``
+    reports."""
 
     certs_dir = certs(tmp)
     nodes_file = cluster.write(tmp / "cluster-5000.json", 5000)
@@ -124,12 +128,10 @@ def paired_ratios(tmp: Path, rounds: int = GUARD_ROUNDS, seconds: int = GUARD_SE
         b = bodies()
         for endpoint in ("mutate", "validate"):
             rps, p99 = [], []
-            for rnd in range(rounds):
-                # requests per second one server at a time, alternating which goes first: two
-                # at once would measure them fighting over the cores, not serving
-                got = {i: load.wrk(f"https://127.0.0.1:{ports[i]}/{endpoint}", b[endpoint],
-                                   seconds=max(1, seconds - 2), connections=8)
-                       for i in ((0, 1) if rnd % 2 == 0 else (1, 0))}
+            for _ in range(rounds):
+                got = load.wrk_together(tuple(f"https://127.0.0.1:{port}/{endpoint}"
+                                              for port in ports), b[endpoint],
+                                        seconds=max(1, seconds - 2), connections=8)
                 rps.append(got[0]["rps"] / got[1]["rps"])
                 fixed = load.fixed_rate_together("127.0.0.1", ports, f"/{endpoint}",
                                                  b[endpoint], ca, rate=rate, seconds=seconds)
