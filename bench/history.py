@@ -2,7 +2,8 @@
 
 `python -m bench.history REF1 REF2 ... [--sizes 1000] [--rounds 2]` extracts each commit's
 ``webhook/`` and runs this tree's ``bench.decision`` timings against every one (this tree
-last), round after round in a rotating order so machine noise lands on all alike. It prints
+last), round after round in a rotating order so machine noise lands on all alike, every
+run of a round on one hash seed (``bench.versus_ref``). It prints
 each commit's median warm time, and the time of a pod shape never seen before, as a ratio to
 the first commit's: where a feature's cost came in, and whether a later step gave it back.
 """
@@ -34,7 +35,7 @@ def history(refs: list[str], sizes: list[int], rounds: int
         for r in range(rounds):
             order = names[r % len(names):] + names[:r % len(names)]
             for name in order:
-                runs[name].append(timings(trees[name], sizes))
+                runs[name].append(timings(trees[name], sizes, seed=r + 1))
                 print(f"round {r + 1}/{rounds}: {name} done", file=sys.stderr)
     out: dict[str, dict[tuple[str, str], dict[str, float]]] = {}
     for name, rs in runs.items():

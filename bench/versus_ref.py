@@ -5,12 +5,19 @@ with ``git archive`` and runs this tree's ``bench.decision`` timings against bot
 alternating which goes first each round, so machine noise lands on both alike. It reports
 this tree's median time over REF's, per cluster size and pod shape: the check a refactor
 of the engine must pass (no regression beyond noise).
+
+Both runs of a round hash with the same seed (``PYTHONHASHSEED``, another each round):
+a process's hash seed sets the layout of every dict and set it builds, and with it how fast
+that process runs. Left random, a run of this tree against itself read 0.93-1.09 over four
+rounds, every line of a run moved together; paired, 0.96-1.03 (bench/README.md, "Issue
+48, fourth day").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -32,14 +39,16 @@ def extract(ref: str, into: Path) -> None:
             tar.extractall(into, filter="data")
 
 
-def timings(package_root: Path, sizes: list[int]) -> dict[str, Any]:
-    """This tree's benchmark, deciding with the ``webhook`` package under ``package_root``."""
+def timings(package_root: Path, sizes: list[int], seed: int | None = None) -> dict[str, Any]:
+    """This tree's benchmark, deciding with the ``webhook`` package under ``package_root``
+    (``seed``: the process's ``PYTHONHASHSEED``; None, a random one)."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import webhook\n"
             "assert webhook.__file__.startswith(sys.argv[1]), webhook.__file__\n"
             "from bench.decision import timings; import json\n"
             "print(json.dumps(timings([int(x) for x in sys.argv[2:]])))")
+    env = None if seed is None else {**os.environ, "PYTHONHASHSEED": str(seed)}
     r = subprocess.run([sys.executable, "-c", code, str(package_root), *map(str, sizes)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=3600)
+                       cwd=ROOT, capture_output=True, text=True, timeout=3600, env=env)
     if r.returncode:
         raise SystemExit(f"bench.versus_ref: the run against {package_root} failed:\n"
                          f"{r.stderr[-2000:]}")
@@ -52,7 +61,7 @@ METRICS = ("warm_us", "new_shape_us", "new_labels_us", "cold_us", "node_update_u
 
 def compare(ref: str, sizes: list[int], rounds: int) -> dict[tuple[str, str], dict[str, float]]:
     """(nodes, pod shape) -> metric -> this tree's time over REF's, the median of paired
-    rounds (alternating which goes first)."""
+    rounds (alternating which goes first; both runs of a round on one hash seed)."""
     with tempfile.TemporaryDirectory(prefix="gpupool-ref-") as tmp:
         base = Path(tmp)
         extract(ref, base)
@@ -60,7 +69,7 @@ def compare(ref: str, sizes: list[int], rounds: int) -> dict[tuple[str, str], di
         for r in range(rounds):
             order = [("head", ROOT), ("ref", base)]
             for name, tree in order if r % 2 == 0 else order[::-1]:
-                runs[name].append(timings(tree, sizes))
+                runs[name].append(timings(tree, sizes, seed=r + 1))
                 print(f"round {r + 1}/{rounds}: {name} done", file=sys.stderr)
     out: dict[tuple[str, str], dict[str, float]] = {}
     for n in map(str, sizes):
