@@ -11,7 +11,6 @@ Not locked itself: the view holds its lock around every call.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from webhook.api.inventory import PLUGIN_RESOURCE, RuntimeInfo
 from webhook.engine.view.labels import NodeLabels
@@ -29,8 +28,8 @@ class NodeIndex:
         self.by_pool_value: dict[str | None, set[str]] = {}
         self._by_own_label: dict[tuple[str, str], set[str]] = {}
         self._by_shared: dict[int, tuple[Mapping[str, str], set[str]]] = {}
-        #: the shared label dicts held, by their content's hash: (content, dict)
-        self._shared_by_content: dict[int, tuple[Any, dict[str, str]]] = {}
+        #: the shared label dicts held, by their content's hash
+        self._shared_by_content: dict[int, dict[str, str]] = {}
         #: the runtime sections held, by content
         self._runtimes: Shared[RuntimeInfo] = Shared()
         #: nodes where HAMi runs a GPU in MIG mode (its steering label cannot tell)
@@ -81,10 +80,9 @@ class NodeIndex:
         if isinstance(labels, NodeLabels) and labels.shared:
             held = self._shared_by_content.get(labels.content_hash)
             if held is None:
-                self._shared_by_content[labels.content_hash] = (labels.content, labels.shared)
-            elif held[0] is labels.content or held[0] == labels.content:
-                # (equal: the node reads the same labels; its content shared too)
-                labels.content, labels.shared = held
+                self._shared_by_content[labels.content_hash] = labels.shared
+            elif held is not labels.shared and held == labels.shared:
+                labels.shared = held  # (equal: the node reads the same labels)
             shared = labels.shared  # (another content of the same hash: kept apart)
         self._by_shared.setdefault(id(shared), (shared, set()))[1].add(node.name)
         if node.runs_hami_mig():
@@ -119,8 +117,7 @@ class NodeIndex:
                 del self._by_shared[id(shared)]
                 if isinstance(node.labels, NodeLabels):
                     content_hash = node.labels.content_hash
-                    kept = self._shared_by_content.get(content_hash)
-                    if kept is not None and kept[1] is shared:
+                    if self._shared_by_content.get(content_hash) is shared:
                         del self._shared_by_content[content_hash]
         self.hami_mig.discard(node.name)
         self.single_mig.discard(node.name)

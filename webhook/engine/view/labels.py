@@ -26,19 +26,18 @@ _EMPTY: dict[str, str] = {}
 
 
 class NodeLabels(Mapping[str, str]):
-    __slots__ = ("content", "content_hash", "own", "shared")
+    __slots__ = ("content_hash", "own", "shared")
 
     def __init__(self, shared: dict[str, str], own: dict[str, str]) -> None:
         self.shared = shared
         self.own = own
-        #: what ``shared`` holds: equal nodes share one dict (``view.index``). (Keys, then
-        #: values, in the object's order: the API server writes labels sorted, so nodes
-        #: with the same labels have the same content. Two tuples, not a set of pairs:
-        #: cheap to make, and to free when the node is replaced.)
-        self.content = (tuple(shared), tuple(shared.values()))
-        #: its hash, worked out now, as the node is built: a tuple is hashed anew each time
-        #: it is looked up, and the view looks it up on every node update
-        self.content_hash = hash(self.content)
+        #: the hash of what ``shared`` holds, by which the view's index finds the dict an
+        #: equal node holds already (``view.index``), worked out as the node is built: the
+        #: view looks it up on every node update. (Keys, then values, in the object's
+        #: order: the API server writes labels sorted, so nodes with the same labels hash
+        #: alike. The tuples are not kept: a hit is confirmed on the dicts themselves, and
+        #: a node update would pay for freeing them.)
+        self.content_hash = hash((tuple(shared), tuple(shared.values())))
 
     @classmethod
     def build(cls, raw: Any, node_name: str = "") -> NodeLabels:
