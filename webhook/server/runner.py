@@ -185,11 +185,14 @@ def _worker_exit(server: Any, worker: Any) -> None:
     """Close this worker's audit log, so the loss it counted reaches the file's gap markers
     even when no later record came its way, and write the reviews it counted last to the
     metrics files (gunicorn also calls this in the master, which holds no app)."""
+    app = getattr(worker, "wsgi", None)
+    keep = getattr(app, "config", {}).get("gpupool.keep", [])
+    if not keep:
+        return  # (the master: importing the metrics there would give it series of its own)
     from webhook.server.audit import AuditLog
     from webhook.server.metrics import Metrics
 
-    app = getattr(worker, "wsgi", None)
-    for obj in getattr(app, "config", {}).get("gpupool.keep", []):
+    for obj in keep:
         if isinstance(obj, AuditLog):
             obj.close()
         elif isinstance(obj, Metrics):

@@ -36,7 +36,7 @@ def _pools_for_expression(expr: Mapping[str, Any], policy: Policy,
     values = expression_values(expr)
     default = policy.default_pool
     if op == "In":
-        pool_of, default = policy.pool_by_label_value.get, policy.default_pool
+        pool_of = policy.pool_by_label_value.get  # (``pool_for_label_value``, inlined)
         return frozenset([pool_of(v, default) for v in values])
     if op == "NotIn":
         excluded = set(values)
