@@ -182,3 +182,33 @@ def test_a_stopping_worker_writes_the_requests_it_counted(tmp_path):
     assert _metric(exposition, "gpupool_admission_requests_total", endpoint="mutate") == 40
     assert _metric(exposition, "gpupool_admission_duration_seconds_count",
                    endpoint="mutate") == 40
+
+
+def test_a_worker_leaving_keeps_the_metrics_folder_for_the_others(tmp_path):
+    """A worker that stops on its own (TTOU, a recycle) leaves the metrics folder ``gpupool
+    serve`` made to the workers still running: until 2026-12-07 its exit deleted it, and
+    every series a worker made afterwards failed (a traceback per review)."""
+    import os
+    import signal
+
+    from harness.kit import wait_until
+    from tests.integration.test_last_good import _children
+
+    assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ  # (the server makes its own)
+    srv = start_server(tmp_path, workers=2)
+    try:
+        srv.post("mutate", denial(30_000))
+        old = _children(srv.proc.pid)
+        leaving = min(old)
+        os.kill(leaving, signal.SIGTERM)  # a graceful exit, as gunicorn's TTOU asks
+        wait_until(lambda: leaving not in _children(srv.proc.pid)
+                   and len(_children(srv.proc.pid)) == 2, "the worker replaced")
+        for i in range(20):  # both workers, the new one too, make new series
+            assert srv.post("validate", denial(30_001 + i)).json()["response"]["allowed"] \
+                is False
+        text = requests.get(f"{srv.url}/metrics", verify=srv.ca, timeout=10).text
+        assert _metric(text, "gpupool_admission_denials_total") >= 20
+    finally:
+        stop_server(srv)
+    log = srv.log.read_text()
+    assert "Traceback" not in log, log[-3000:]

@@ -275,6 +275,7 @@ class GunicornApp(BaseApplication):  # type: ignore[misc]  # gunicorn is untyped
 def serve(cfg: ServeConfig) -> None:
     """Run until stopped. Sets up the metrics directory before prometheus-client is imported,
     which is when it decides whether to run in multiprocess mode."""
+    import shutil
     import tempfile
 
     logging.basicConfig(level=getattr(logging, cfg.loglevel.upper(), logging.INFO),
@@ -289,17 +290,21 @@ def serve(cfg: ServeConfig) -> None:
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # In memory where the host has it, as the manifests mount theirs (an emptyDir of
         # medium Memory): the workers write these files all the time, and on a disk each
-        # write dirties a page the kernel then writes back.
-        owned = tempfile.TemporaryDirectory(
+        # write dirties a page the kernel then writes back. (A folder made here, not a
+        # TemporaryDirectory: a worker is forked inside ``run`` and leaves it through this
+        # function too, and its exit would then delete the folder every other worker still
+        # writes to.)
+        owned = tempfile.mkdtemp(
             prefix="gpupool-metrics-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = owned.name
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = owned
     from webhook import __version__
 
     source = node_source_of(cfg)
     log.info("gpupool %s: serving on %s, nodes from %s%s", __version__, cfg.bind, source,
              " (--no-cluster: CDI devices are not checked)" if source == "none" else "")
+    master = os.getpid()
     try:
         GunicornApp(cfg).run()
     finally:
-        if owned is not None:
-            owned.cleanup()
+        if owned is not None and os.getpid() == master:  # (the master, once every worker left)
+            shutil.rmtree(owned, ignore_errors=True)
