@@ -208,7 +208,7 @@ def review(subject: Subject, view: ClusterView | None, policy: Policy) -> Review
     obj = subject.object
     if m is not None and m.patch and isinstance(obj, (dict, Mapping)):
         s = subject
-        subject = Subject(s.kind, s.group, s.operation, patch.apply(dict(obj), m.patch),
+        subject = Subject(s.kind, s.group, s.operation, patch.apply(obj, m.patch),
                           s.old_object, s.namespace, s.sub_resource)
     v = decide(Stage.VALIDATE, subject, view, policy) \
         if handles(Stage.VALIDATE, subject) else None

@@ -62,9 +62,7 @@ def _first_allocatable_alternative(facts: PodFacts, view: ClusterView | None, po
     alternative's pool. Nothing changes where the pool came from other evidence, or where
     no pool can allocate it (its checks then say so). Another pool is a new Route."""
     order = r.alternatives
-    if view is None or r.pool is None or len(order) < 2 or r.pool != order[0] \
-            or r.source is None or r.source.what != "evidence.servedOnly" \
-            or not r.source.fact("hit").startswith("DeviceClass "):
+    if view is None or not r.by_claims or len(order) < 2 or r.pool != order[0]:
         return r
     for pool in order:
         if r.admitted and pool not in r.admitted:

@@ -8,7 +8,7 @@ do not touch.
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -65,7 +65,7 @@ def unescape(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
 
 
-def apply(obj: dict[str, Any], ops: Sequence[Op]) -> dict[str, Any]:
+def apply(obj: Mapping[str, Any], ops: Sequence[Op]) -> dict[str, Any]:
     """Apply our own add/replace/remove operations without touching ``obj``.
 
     Only the containers on each operation's path are copied (path copying), so applying a

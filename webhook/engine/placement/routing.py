@@ -38,6 +38,8 @@ class Route:
     #: the pools that serve one alternative of every request of its claims, in the order
     #: the scheduler tries the alternatives (the first is where ``routed_classes`` routes)
     alternatives: tuple[str, ...] = ()
+    #: the pool was taken from its claims' DeviceClasses, which only that pool serves
+    by_claims: bool = False
 
 
 def _exclusive_pools(facts: PodFacts, claimed: _DraRoutes, policy: Policy
@@ -252,14 +254,16 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
         return out
     for pool, hits in exclusive.items():
         if out.pool is not None and out.pool != pool \
-                and all(h.startswith("DeviceClass ") for h in hits) \
+                and len(hits) == len(claimed.found.get(pool, ())) \
                 and {out.pool, pool} <= set(claimed.order):
-            continue  # the pod's own pin picks among its claims' alternatives
+            continue  # its hits are its claims' classes alone: its own pin picks among them
         if out.pool is not None and out.pool != pool:
             out.denial = (Reason.EXCLUSIVE_RESOURCE_CONFLICT,
                           said("route.servedElsewhere", hits=tuple(hits), pool=pool,
                                bound=out.source, bound_pool=out.pool))
             return out
+        if out.pool is None:  # (a pool's hits list its claims' classes first)
+            out.by_claims = pool in claimed.found
         bind(pool, said("evidence.servedOnly", hit=hits[0], pool=pool))
 
     # 5. An extended resource only one pool serves at all, where a DeviceClass serves it too
