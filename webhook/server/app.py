@@ -70,7 +70,7 @@ class Handler:
             unread = BadRequest(400, "the review could not be read (internal error, logged)")
             return unread.status, review.error_response(unread)
         try:
-            decision = engine.decide(self.stage, subject_of(req), self.view,
+            decision = engine.decide(self.stage, req.subject, self.view,
                                      self.policies.policy)
         except Exception:  # the engine failed: log it, never block the pod
             log.exception("internal error deciding on /%s", self.stage.value)
@@ -86,15 +86,8 @@ class Handler:
                 hook(self.stage, req, decision, elapsed)
             except Exception:
                 log.exception("decision hook failed")
-        return 200, review.response(req, decision, mutating=self.stage.mutating,
+        return 200, review.response(req, decision, mutating=self.stage is Stage.MUTATE,
                                     audit_annotations=audit_annotations(decision))
-
-
-def subject_of(req: Request) -> engine.Subject:
-    return engine.Subject(kind=req.kind, group=req.group, operation=req.operation,
-                         object=req.object, old_object=req.old_object,
-                         namespace=req.namespace, sub_resource=req.sub_resource,
-                         user=req.user)
 
 
 @dataclass

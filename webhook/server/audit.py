@@ -419,7 +419,7 @@ class AuditLog:
         return policy.audit_mutations and endpoint == "mutate" and bool(decision.patch)
 
     def record(self, endpoint: str, req: Request, decision: Decision, policy: Policy) -> None:
-        if not self.wants(endpoint, decision, policy):
+        if not self.sinks or not self.wants(endpoint, decision, policy):
             return
         rec = {"audit": "gpupool", **make_record(endpoint, req, decision)}
         line = (json.dumps(rec, separators=(",", ":"), ensure_ascii=True) + "\n").encode()

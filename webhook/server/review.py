@@ -17,6 +17,7 @@ import orjson
 from webhook.engine import (
     MESSAGE_LIMIT,
     Decision,
+    Subject,
     clean_warning,
     clip,
     meta_of,
@@ -42,7 +43,7 @@ class BadRequest(Exception):
         self.api_version = api_version
 
 
-@dataclass
+@dataclass(slots=True)
 class Request:
     api_version: str
     uid: str
@@ -56,6 +57,8 @@ class Request:
     object: Mapping[str, Any] | None
     old_object: Mapping[str, Any] | None
     dry_run: bool
+    #: what the engine decides on (``engine.decide``), made with the request
+    subject: Subject
     user: str = ""
     groups: list[str] = field(default_factory=list)
 
@@ -132,8 +135,8 @@ def parse_review(body: bytes, content_type: str | None) -> Request:
     if operation in ("CREATE", "UPDATE") and obj is None:
         raise _bad(f"request.object is required for {operation}", uid, api_version)
     namespace, name, sub_resource = req.get("namespace"), req.get("name"), req.get("subResource")
-    if not (isinstance(namespace, str | None) and isinstance(name, str | None)
-            and isinstance(sub_resource, str | None)):
+    if not (isinstance(namespace, _STR_OR_NONE) and isinstance(name, _STR_OR_NONE)
+            and isinstance(sub_resource, _STR_OR_NONE)):
         key = next(k for k, v in (("namespace", namespace), ("name", name),
                                   ("subResource", sub_resource))
                    if v is not None and not isinstance(v, str))
@@ -147,14 +150,19 @@ def parse_review(body: bytes, content_type: str | None) -> Request:
     if not isinstance(user, dict):
         user = {}
     groups = user.get("groups")
-    if not isinstance(groups, list):
-        groups = []
+    kind_name, group = kind["kind"], str(kind.get("group", ""))
+    namespace, sub_resource = namespace or None, sub_resource or ""
+    username = str(user.get("username", ""))
+    # (positional, in the fields' order: keywords cost more, on every review)
     return Request(
-        api_version=api_version, uid=uid, kind=kind["kind"], group=str(kind.get("group", "")),
-        resource=str(resource.get("resource", "")), sub_resource=sub_resource or "",
-        operation=operation, namespace=namespace or None, name=name,
-        object=obj, old_object=old, dry_run=dry_run,
-        user=str(user.get("username", "")), groups=[str(g) for g in groups])
+        api_version, uid, kind_name, group, str(resource.get("resource", "")), sub_resource,
+        operation, namespace, name, obj, old, dry_run,
+        Subject(kind_name, group, operation, obj, old, namespace, sub_resource, username),
+        username, [str(g) for g in groups] if isinstance(groups, list) else [])
+
+
+#: (a tuple: ``str | None`` written in the test builds a union object on every review)
+_STR_OR_NONE = (str, type(None))
 
 
 def _bad(msg: str, uid: str, api_version: str) -> BadRequest:
@@ -175,12 +183,13 @@ def response(req: Request, decision: Decision, *, mutating: bool,
     elif mutating and decision.patch:
         resp["patchType"] = "JSONPatch"
         resp["patch"] = decision.encoded_patch()
-    warnings = [w for w in (clean_warning(x) for x in decision.warnings) if w][:MAX_WARNINGS]
-    if warnings:
-        resp["warnings"] = warnings
+    if decision.warnings:  # (most reviews have none)
+        warnings = [w for w in map(clean_warning, decision.warnings) if w][:MAX_WARNINGS]
+        if warnings:
+            resp["warnings"] = warnings
     if audit_annotations:
         resp["auditAnnotations"] = dict(audit_annotations)
-    return _review(req.api_version, resp)
+    return {"apiVersion": req.api_version, "kind": "AdmissionReview", "response": resp}
 
 
 def error_response(err: BadRequest) -> dict[str, Any]:

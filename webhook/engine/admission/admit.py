@@ -9,7 +9,7 @@ is decided in this module alone, so an offline answer cannot differ from an onli
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -140,7 +140,7 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     view's version (one per pod made from a template), so a pod with resourceClaims is kept
     under what the claims it names ask, as the view holds them now: a claim created, changed
     or allocated is another shape."""
-    decide_facts = pods.mutate if stage.mutating else pods.validate
+    decide_facts = pods.mutate if stage is Stage.MUTATE else pods.validate
     if view is None:
         return decide_facts(PodFacts.parse(obj, namespace, policy, view), view, policy).about(
             who_of(obj, namespace))
@@ -161,11 +161,18 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
         h.update(claims)
     digest = h.digest()[:16]
     # (every part a str, an int or bytes: hashed and compared in C, so the view's lookup
-    # without a lock is one step under the GIL; an enum hashes in Python)
-    key = ("pod", stage.value, policy.cache_key, namespace, digest)
-    kept = view.until_any_change(key, lambda: decide_facts(
-        PodFacts.parse(shape, namespace, policy, view), view, policy))
+    # without a lock is one step under the GIL; the stage's ``_value_``, as ``.value`` is
+    # a Python-level property on every review)
+    key = ("pod", stage._value_, policy.cache_key, namespace, digest)
+    kept = view.until_any_change(key, _decided, decide_facts, shape, namespace, view, policy)
     return kept.about(who_of(obj, namespace))
+
+
+def _decided(decide_facts: Callable[[PodFacts, ClusterView | None, Policy], Decision],
+             shape: Mapping[str, Any], namespace: str | None, view: ClusterView,
+             policy: Policy) -> Decision:
+    """A pod shape's decision, as admission keeps it for every pod of the shape."""
+    return decide_facts(PodFacts.parse(shape, namespace, policy, view), view, policy)
 
 
 def decide_pod(stage: Stage, pod: Mapping[str, Any], namespace: str | None,

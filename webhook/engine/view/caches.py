@@ -11,7 +11,6 @@ the view's writes only say what changed.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping
@@ -257,7 +256,7 @@ class Caches:
                 self.folds.move_to_end(key)
             return fold
 
-    def until_any_change(self, key: Any, compute: Callable[[], T]) -> T:
+    def until_any_change(self, key: Any, compute: Callable[..., T], *args: Any) -> T:
         # A hit takes no lock (every review of a known pod shape is one): the stamp is one
         # tuple, replaced whole on a change, and a lookup of a key hashed in C is atomic
         # under the GIL (``ClusterView.until_any_change``). A change racing with the lookup
@@ -265,12 +264,14 @@ class Caches:
         stamp = self.stamp
         full = (*stamp, key)
         store = self.shapes
-        hit = store.get(full)
+        hit: T | None = store.get(full)
         if hit is not None:
-            with contextlib.suppress(KeyError):  # (aged out meanwhile, by another thread)
+            try:  # noqa: SIM105  (``contextlib.suppress`` is three Python calls a review)
                 store.move_to_end(full)
-            return cast(T, hit)
-        value = compute()
+            except KeyError:  # (aged out meanwhile, by another thread)
+                pass
+            return hit
+        value = compute(*args)
         self._keep(store, _SHAPES, full, value, lambda: self.stamp == stamp)
         return value
 

@@ -307,12 +307,13 @@ class ClusterView:
         build much to make it asks first."""
         return self._caches.kept_fold(key)
 
-    def until_any_change(self, key: Any, compute: Callable[[], T]) -> T:
-        """Keep ``compute()`` under ``key`` while nothing in the view changes, slices
+    def until_any_change(self, key: Any, compute: Callable[..., T], *args: Any) -> T:
+        """Keep ``compute(*args)`` under ``key`` while nothing in the view changes, slices
         included: admission's decisions per pod shape (``admit``). Bounded, LRU. A hit is
         found without the lock, so ``key`` must hash and compare in C (tuples of str, int,
-        bytes, None): the lookup is then one step under the GIL."""
-        return self._caches.until_any_change(key, compute)
+        bytes, None): the lookup is then one step under the GIL. (``args``, not a closure:
+        every review of a known shape would make one, and its cells, to throw away.)"""
+        return self._caches.until_any_change(key, compute, *args)
 
 
 def runtime_classes_of(items: Iterable[Mapping[str, Any]]) -> dict[str, str]:
