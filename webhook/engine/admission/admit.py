@@ -33,10 +33,6 @@ class Stage(StrEnum):
     MUTATE = "mutate"
     VALIDATE = "validate"
 
-    @property
-    def mutating(self) -> bool:
-        return self is Stage.MUTATE
-
 
 class Subject(NamedTuple):
     """What is being admitted, as an AdmissionReview request describes it. (A named tuple:
