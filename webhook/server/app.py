@@ -78,7 +78,7 @@ class Handler:
                              warnings=("gpupool: internal error, object admitted without "
                                        "checks",))
         if decision.reason == Reason.KIND_NOT_HANDLED:
-            log.warning("/%s got a review for %s: %s", self.stage.value, req.kind,
+            log.warning("/%s got a review for %s: %s", self.stage.value, req.subject.kind,
                         decision.message)
         elapsed = time.perf_counter() - start
         for hook in self.hooks:

@@ -272,7 +272,7 @@ class Metrics:
 
     def observe(self, endpoint: str, req: Request, decision: Decision, seconds: float) -> None:
         verdict = "allowed" if decision.allowed else "denied"
-        self.tally.add(endpoint, req.operation, verdict, seconds)
+        self.tally.add(endpoint, req.subject.operation, verdict, seconds)
         if not decision.allowed:
             DENIALS.labels(decision.reason, decision.pool or "").inc()
         why = "internal-error" if decision.reason == "InternalError" else decision.unchecked

@@ -45,31 +45,28 @@ class BadRequest(Exception):
 
 @dataclass(slots=True)
 class Request:
+    """A review's request as the wire gives it: what the engine decides on is ``subject``
+    (kind, group, subresource, operation, namespace, objects, sender), made as it is
+    parsed; the rest is the envelope's."""
+
     api_version: str
     uid: str
-    kind: str
-    group: str
     resource: str
-    sub_resource: str
-    operation: str
-    namespace: str | None
     name: str | None
-    object: Mapping[str, Any] | None
-    old_object: Mapping[str, Any] | None
     dry_run: bool
-    #: what the engine decides on (``engine.decide``), made with the request
     subject: Subject
-    user: str = ""
     groups: list[str] = field(default_factory=list)
 
     @property
     def obj_name(self) -> str:
-        named = name_of(self.object) if isinstance(self.object, Mapping) else ""
+        obj = self.subject.object
+        named = name_of(obj) if isinstance(obj, Mapping) else ""
         return named or self.name or ""
 
     @property
     def owner(self) -> str:
-        meta = meta_of(self.object) if isinstance(self.object, Mapping) else {}
+        obj = self.subject.object
+        meta = meta_of(obj) if isinstance(obj, Mapping) else {}
         refs = meta.get("ownerReferences")
         if isinstance(refs, list):
             for ref in refs:
@@ -155,10 +152,9 @@ def parse_review(body: bytes, content_type: str | None) -> Request:
     username = str(user.get("username", ""))
     # (positional, in the fields' order: keywords cost more, on every review)
     return Request(
-        api_version, uid, kind_name, group, str(resource.get("resource", "")), sub_resource,
-        operation, namespace, name, obj, old, dry_run,
+        api_version, uid, str(resource.get("resource", "")), name, dry_run,
         Subject(kind_name, group, operation, obj, old, namespace, sub_resource, username),
-        username, [str(g) for g in groups] if isinstance(groups, list) else [])
+        [str(g) for g in groups] if isinstance(groups, list) else [])
 
 
 #: (a tuple: ``str | None`` written in the test builds a union object on every review)

@@ -166,6 +166,12 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     return webhook, metrics, keep
 
 
+def memory_dir() -> str | None:
+    """Where files written all the time go: ``/dev/shm`` where the host has it (a folder in
+    memory, as the manifests mount an emptyDir of medium Memory), else the default."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") else None
+
+
 def _post_fork(server: Any, worker: Any) -> None:
     """In the new worker, first: keep a stop signal that arrives while it boots."""
     from webhook.server.worker import hold_stop_signals
@@ -245,8 +251,7 @@ class GunicornApp(BaseApplication):  # type: ignore[misc]  # gunicorn is untyped
             "child_exit": _child_exit,
             "post_fork": _post_fork,
             "worker_exit": _worker_exit,
-            "worker_tmp_dir": os.environ.get("GPUPOOL_WORKER_TMP", "/dev/shm")
-            if os.path.isdir("/dev/shm") else None,
+            "worker_tmp_dir": os.environ.get("GPUPOOL_WORKER_TMP", memory_dir()),
         }
         if c.certfile:
             settings.update({"certfile": c.certfile, "keyfile": c.keyfile,
@@ -288,14 +293,12 @@ def serve(cfg: ServeConfig) -> None:
         raise RuntimeError("urllib3 was imported before the gevent workers started")
     owned = None
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        # In memory where the host has it, as the manifests mount theirs (an emptyDir of
-        # medium Memory): the workers write these files all the time, and on a disk each
-        # write dirties a page the kernel then writes back. (A folder made here, not a
-        # TemporaryDirectory: a worker is forked inside ``run`` and leaves it through this
-        # function too, and its exit would then delete the folder every other worker still
-        # writes to.)
+        # (``memory_dir``: on a disk each write dirties a page the kernel then writes back.
+        # A folder made here, not a TemporaryDirectory: a worker is forked inside ``run``
+        # and leaves it through this function too, and its exit would then delete the
+        # folder every other worker still writes to.)
         owned = tempfile.mkdtemp(
-            prefix="gpupool-metrics-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+            prefix="gpupool-metrics-", dir=memory_dir())
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = owned
     from webhook import __version__
 
