@@ -342,9 +342,11 @@ def _checked(c: DRAChain, pod: dict[str, Any], tmp: Path) -> list[str]:
     return [n["node"] for n in result["nodes"] if n.get("note") == "can allocate its DRA claims"]
 
 
-def _outcome(c: DRAChain, name: str, timeout: float = 60) -> dict[str, Any]:
+def _outcome(c: DRAChain, name: str, timeout: float = 120) -> dict[str, Any]:
     """Where the scheduler put the pod, or that it found no node (it retries a pod whose
-    claim the controller is still making, so wait for a verdict)."""
+    claim the controller is still making, so wait for a verdict). (120 s: a fresh-clone CI
+    run on two loaded cores once took over 60 s to hear the 1.35 scheduler's verdict on a
+    pod with two claims, with gpupool's webhooks unregistered; alone it takes seconds.)"""
     out: dict[str, Any] = {}
 
     def done() -> bool:
