@@ -7,6 +7,9 @@ copies that differ where no rule reads (a name, an image, a label no rule reads)
 one does (its pool label, HAMi's GPU picking), while nodes change under the stream (cordoned,
 moved to the other pool, their inventory gone and back). Every answer must be the one a view
 built fresh for that pod, from the cluster as it is then, gives: the view that keeps nothing.
+
+``review`` (``gpupool check``, a workload's pods) keeps a pod's two stages as one pair; the
+server decides each stage on its own request. The same stream shows they answer alike.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import copy
 import random
 from typing import Any
 
+import jsonpatch
+
 from tests import corpus
 from tests.conftest import report
-from webhook.engine import NodeInfo, Subject, review, view_from_objects
+from webhook.engine import NodeInfo, Stage, Subject, decide, review, view_from_objects
 
 SEED, PODS, CLUSTERS = 20261206, 400, 4
 INVENTORY = "gpupool.io/cdi-inventory"
@@ -102,3 +107,44 @@ def test_a_view_that_keeps_its_answers_decides_as_a_fresh_one(tmp_path):
            f"{len(wrong)} differ")
     assert not wrong, wrong[:2]
     assert compared == PODS * 4 and len(changes) >= PODS // 25
+
+
+def test_review_answers_as_the_served_stages_do(tmp_path):
+    """A pod's mutation, then the validation of the pod its patch makes (applied by
+    jsonpatch, as the API server applies it): what the server answers on two requests.
+    ``review`` must give the same two decisions, and where it skips validation (it would
+    only repeat the mutation) the served validation must not turn a denial into anything
+    else, nor deny what the mutation let through."""
+    rng = random.Random(SEED + 1)
+    clusters = [corpus.make_cluster(rng, tmp_path / f"cluster{i}", i) for i in range(CLUSTERS)]
+    views = [_fresh(c) for c in clusters]
+    compared, validated, wrong = 0, 0, []
+    stash: dict[str, str] = {}
+    for i in range(PODS):
+        k = i % CLUSTERS
+        c, view = clusters[k], views[k]
+        if i % 25 == 24:
+            _change_a_node(rng, c, stash)
+            for o in c.objects:
+                if o["kind"] == "Node":
+                    view.upsert_node(NodeInfo.from_object(o))
+        for variant in _variants(rng, corpus.make_pod(rng, i, c.nodes)):
+            subject = Subject(kind="Pod", operation="CREATE", object=copy.deepcopy(variant),
+                              namespace="ml")
+            rv = review(subject, view, c.policy)
+            m = decide(Stage.MUTATE, subject, view, c.policy)
+            patched = jsonpatch.apply_patch(variant, list(m.patch)) if m.allowed else variant
+            v = decide(Stage.VALIDATE, Subject(kind="Pod", operation="CREATE", object=patched,
+                                               namespace="ml"), view, c.policy)
+            compared += 1
+            assert rv.mutation is not None
+            same = rv.mutation.to_json() == m.to_json() and (
+                rv.validation.to_json() == v.to_json() if rv.validation is not None
+                else not m.allowed or v.allowed)
+            validated += rv.validation is not None
+            if not same:
+                wrong.append((variant["metadata"]["name"], rv, m, v))
+    report("review against the served stages", f"{compared} pods and copies, {validated} "
+           f"validated; {len(wrong)} differ")
+    assert not wrong, wrong[:2]
+    assert compared == PODS * 4 and validated > PODS

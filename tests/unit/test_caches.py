@@ -23,6 +23,9 @@ BOUNDARIES = {
     # decisions per pod shape: the key is the pod as far as any rule reads it
     # (``decision_metadata``) with its claims as the view resolves them
     ("admission/admit.py", "_pod_stage", "until_any_change"),
+    # ...and both stages of one, as ``review`` runs them (the same key, for the pair: the
+    # pod validated is the shape with the mutation's patch)
+    ("admission/admit.py", "review", "until_any_change"),
     # the folds: the CDI verdicts (key: ``nodechecks.shape_key``, from the checks' reads)...
     ("checks/cdi.py", "verdicts", "kept_fold"),
     ("checks/cdi.py", "_fold", "fold"),

@@ -2,8 +2,9 @@
 
 Every shell goes through here: the admission server calls ``decide`` for the stage its path
 serves, ``gpupool check`` and workload-template validation call ``review``, which runs both
-stages in the order the API server does. Which kinds, operations and policy switches apply
-is decided in this module alone, so an offline answer cannot differ from an online one.
+stages in the order the API server does (for a pod being created, both kept as one pair per
+pod shape). Which kinds, operations and policy switches apply is decided in this module
+alone, so an offline answer cannot differ from an online one.
 """
 
 from __future__ import annotations
@@ -140,12 +141,22 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     if view is None:
         return decide_facts(PodFacts.parse(obj, namespace, policy, view), view, policy).about(
             who_of(obj, namespace))
+    key, shape = _shape_key(stage._value_, obj, namespace, view, policy)
+    kept = view.until_any_change(key, _decided, decide_facts, shape, namespace, view, policy)
+    return kept.about(who_of(obj, namespace))
+
+
+def _shape_key(what: str, obj: Mapping[str, Any], namespace: str | None, view: ClusterView,
+               policy: Policy) -> tuple[tuple[str, str, object, str | None, bytes],
+                                        Mapping[str, Any]]:
+    """The key ``what`` is kept under for a pod (a stage's decision, or both stages'), and
+    the pod's shape that is decided: the pod as far as any decision reads it."""
     spec = obj.get("spec")
     claims = podclaims.claims_key(spec, namespace, view).encode() \
         if isinstance(spec, dict) and spec.get("resourceClaims") else b""
-    # The pod as far as any decision reads it: its name only says which pod it is about,
-    # and labels and annotations no rule reads are not part of it (a Job's pods, each
-    # Job's, are one shape). What is decided is that, so the decision kept is its own.
+    # Its name only says which pod it is about, and labels and annotations no rule reads
+    # are not part of it (a Job's pods, each Job's, are one shape). What is decided is
+    # that, so the decision kept is its own.
     meta = obj.get("metadata")
     shape = {**obj, "metadata": decision_metadata(meta, policy)} \
         if isinstance(meta, dict) else obj
@@ -155,13 +166,10 @@ def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,
     h = hashlib.sha256(objects.json_bytes(shape))
     if claims:
         h.update(claims)
-    digest = h.digest()[:16]
     # (every part a str, an int or bytes: hashed and compared in C, so the view's lookup
-    # without a lock is one step under the GIL; the stage's ``_value_``, as ``.value`` is
-    # a Python-level property on every review)
-    key = ("pod", stage._value_, policy.cache_key, namespace, digest)
-    kept = view.until_any_change(key, _decided, decide_facts, shape, namespace, view, policy)
-    return kept.about(who_of(obj, namespace))
+    # without a lock is one step under the GIL; a stage's ``_value_``, as ``.value`` is a
+    # Python-level property on every review)
+    return ("pod", what, policy.cache_key, namespace, h.digest()[:16]), shape
 
 
 def _decided(decide_facts: Callable[[PodFacts, ClusterView | None, Policy], Decision],
@@ -205,10 +213,27 @@ class Review:
 
 
 def review(subject: Subject, view: ClusterView | None, policy: Policy) -> Review:
-    m = decide(Stage.MUTATE, subject, view, policy) if handles(Stage.MUTATE, subject) else None
-    if m is not None and (not m.allowed or not m.gpu or m.reason == Reason.CUSTOM_SCHEDULER):
-        return Review(m, None)  # validation would only repeat it
+    """Both stages, as the API server would run them for ``subject``. A pod being created
+    (a workload's template, a manifest checked) goes to ``_pod_stage`` at both stages, so
+    both are decided, and kept, as one: the pod validated is the shape with the mutation's
+    patch, itself a function of the shape, so the pair is a function of the shape too. One
+    key and one lookup for the pair, and none of the patched pod's, where two stages would
+    take two of each (tests/integration/test_cache_equivalence.py holds the pair to what the
+    two served stages answer)."""
     obj = subject.object
+    if view is not None and subject.is_pod and subject.operation == "CREATE" and \
+            isinstance(obj, (dict, Mapping)) and not schedulerstate.forged(
+                obj, None, subject.user, policy.access.scheduler_identities):
+        namespace = subject.namespace
+        key, shape = _shape_key("review", obj, namespace, view, policy)
+        mutation, validation = view.until_any_change(key, _reviewed, shape, namespace, view,
+                                                     policy)
+        who = who_of(obj, namespace)
+        return Review(mutation.about(who),
+                      validation.about(who) if validation is not None else None)
+    m = decide(Stage.MUTATE, subject, view, policy) if handles(Stage.MUTATE, subject) else None
+    if m is not None and _ends_review(m):
+        return Review(m, None)
     if m is not None and m.patch and isinstance(obj, (dict, Mapping)):
         s = subject
         subject = Subject(s.kind, s.group, s.operation, patch.apply(obj, m.patch),
@@ -216,6 +241,23 @@ def review(subject: Subject, view: ClusterView | None, policy: Policy) -> Review
     v = decide(Stage.VALIDATE, subject, view, policy) \
         if handles(Stage.VALIDATE, subject) else None
     return Review(m, v)
+
+
+def _ends_review(mutation: Decision) -> bool:
+    """Validation would only repeat this mutation's decision: a denial, a pod that is not a
+    GPU pod, or one another scheduler takes."""
+    return not mutation.allowed or not mutation.gpu or \
+        mutation.reason == Reason.CUSTOM_SCHEDULER
+
+
+def _reviewed(shape: Mapping[str, Any], namespace: str | None, view: ClusterView,
+              policy: Policy) -> tuple[Decision, Decision | None]:
+    """Both stages of a pod shape, as ``review`` keeps them for every pod of the shape."""
+    m = pods.mutate(PodFacts.parse(shape, namespace, policy, view), view, policy)
+    if _ends_review(m):
+        return m, None
+    patched = patch.apply(shape, m.patch) if m.patch else shape
+    return m, pods.validate(PodFacts.parse(patched, namespace, policy, view), view, policy)
 
 
 def review_pod(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | None,
