@@ -64,8 +64,13 @@ def new_shape_us(pod: dict[str, Any], view: Any, policy: Any, per_round: int,
     workload's first replica, costs with every node and fold already known. A tree that
     keeps no decision per shape answers as warm. (Until 2026-12-05 each pod carried a label
     of its own instead: the same thing then, ``new_labels_us`` since.)"""
+    return _each_once(_new_shapes(pod, per_round, tag), view, policy)
+
+
+def _new_shapes(pod: dict[str, Any], count: int, tag: str) -> list[dict[str, Any]]:
+    """``count`` copies of ``pod``, each a shape no review has had (``new_shape_us``)."""
     fresh = []
-    for i in range(per_round):
+    for i in range(count):
         p = dict(pod)
         spec = dict(p["spec"])
         spec["containers"] = [{**c, "env": [*c.get("env", ()),
@@ -73,7 +78,35 @@ def new_shape_us(pod: dict[str, Any], view: Any, policy: Any, per_round: int,
                               for c in spec["containers"]]
         p["spec"] = spec
         fresh.append(p)
-    return _each_once(fresh, view, policy)
+    return fresh
+
+
+def served_stages_us(pod: dict[str, Any], view: Any, policy: Any, per_round: int,
+                     tag: str) -> float:
+    """Microseconds per pod of a shape no review has had, decided as the server decides it:
+    /mutate on the pod, then /validate on the pod its patch makes, each on its own request
+    (the patch applied untimed, by jsonpatch, as the API server applies it). ``new_shape_us``
+    reviews both stages in one call (a workload's template, ``gpupool check``), which a
+    tree may keep as one; a pod created on its own pays this."""
+    import jsonpatch
+
+    e = engine()
+    decide, mutate, validate, subject = e.decide, e.Stage.MUTATE, e.Stage.VALIDATE, e.Subject
+    created = [subject(kind="Pod", object=p, namespace="ml")
+               for p in _new_shapes(pod, per_round, tag)]
+    mutations = []
+    t = time.perf_counter()
+    for s in created:
+        mutations.append(decide(mutate, s, view, policy))
+    spent = time.perf_counter() - t
+    patched = [subject(kind="Pod", namespace="ml",
+                       object=jsonpatch.apply_patch(s.object, list(m.patch)) if m.patch
+                       else s.object) for s, m in zip(created, mutations, strict=True)]
+    t = time.perf_counter()
+    for s in patched:
+        decide(validate, s, view, policy)
+    spent += time.perf_counter() - t
+    return spent / per_round * 1e6
 
 
 def new_labels_us(pod: dict[str, Any], view: Any, policy: Any, per_round: int,
@@ -106,7 +139,8 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict[str
     """Decision time for every size and shape, measured in interleaved rounds in one process
     so machine noise hits every size alike; medians reported. Warm: a shape the view knows
     (a workload's replicas); new shape: a pod no review has had the shape of, the view
-    otherwise warm; new labels: a known shape in labels no decision reads; cold: the first
+    otherwise warm; new labels: a known shape in labels no decision reads; served stages: a
+    new shape's two stages as the server decides them, on two requests; cold: the first
     review after a node of the pool changed."""
     from webhook.policyfile import default_policy
 
@@ -123,6 +157,7 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict[str
     update: dict[tuple[int, str], list[float]] = {(n, s): [] for n in sizes for s in shapes}
     new: dict[tuple[int, str], list[float]] = {(n, s): [] for n in sizes for s in shapes}
     labels: dict[tuple[int, str], list[float]] = {(n, s): [] for n in sizes for s in shapes}
+    stages: dict[tuple[int, str], list[float]] = {(n, s): [] for n in sizes for s in shapes}
     for r in range(rounds):
         for n in sizes:
             for s, pod in shapes.items():
@@ -131,6 +166,8 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict[str
                                                 f"{r}-{n}-{s}"))
                 labels[(n, s)].append(new_labels_us(pod, views[n], policy, per_round,
                                                     f"{r}-{n}-{s}"))
+                stages[(n, s)].append(served_stages_us(pod, views[n], policy, per_round,
+                                                       f"{r}-{n}-{s}-served"))
                 # Cold: the first review of this shape after a node of its pool changed (a
                 # label flips, as when the node's agent republishes), and what the node
                 # update itself cost the watch: the median of UPDATES such updates, each
@@ -156,6 +193,7 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict[str
     return {str(n): {s: {"warm_us": round(statistics.median(warm[(n, s)]), 1),
                          "new_shape_us": round(statistics.median(new[(n, s)]), 1),
                          "new_labels_us": round(statistics.median(labels[(n, s)]), 1),
+                         "served_stages_us": round(statistics.median(stages[(n, s)]), 1),
                          "cold_us": round(statistics.median(cold[(n, s)]), 1),
                          "node_update_us": round(statistics.median(update[(n, s)]), 1)}
                      for s in shapes} for n in sizes}

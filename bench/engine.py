@@ -15,17 +15,23 @@ class Engine(NamedTuple):
     ClusterView: Any
     NodeInfo: Any
     review_pod: Any
+    #: one stage, as the server decides it on one request: ``decide(Stage, Subject, ...)``
+    decide: Any
+    Stage: Any
+    Subject: Any
 
 
 #: where the names lived before the engine declared a surface (commit 1b74cc1 and older)
 _BEFORE_SURFACE = {"ClusterView": "webhook.engine.cluster", "NodeInfo": "webhook.engine.cluster",
-                   "review_pod": "webhook.engine.admit"}
+                   "review_pod": "webhook.engine.admit", "decide": "webhook.engine.admit",
+                   "Stage": "webhook.engine.admit", "Subject": "webhook.engine.admit"}
 
 
 def engine() -> Engine:
     import webhook.engine as surface
 
     if hasattr(surface, "__all__") and "review_pod" in surface.__all__:
-        return Engine(surface.ClusterView, surface.NodeInfo, surface.review_pod)
+        return Engine(surface.ClusterView, surface.NodeInfo, surface.review_pod,
+                      surface.decide, surface.Stage, surface.Subject)
     return Engine(*(getattr(importlib.import_module(module), name)
                     for name, module in _BEFORE_SURFACE.items()))

@@ -56,7 +56,8 @@ def timings(package_root: Path, sizes: list[int], seed: int | None = None) -> di
     return found
 
 
-METRICS = ("warm_us", "new_shape_us", "new_labels_us", "cold_us", "node_update_us")
+METRICS = ("warm_us", "new_shape_us", "new_labels_us", "served_stages_us", "cold_us",
+           "node_update_us")
 
 
 def compare(ref: str, sizes: list[int], rounds: int) -> dict[tuple[str, str], dict[str, float]]:
@@ -93,10 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"decision time, this tree / {args.ref} (median of {args.rounds} paired rounds; "
           "< 1 is faster)")
     print(f"{'nodes':>7}  {'pod shape':<24} {'warm':>6} {'new shape':>10} {'new labels':>11} "
-          f"{'cold':>6} {'node update':>12}")
+          f"{'served stages':>14} {'cold':>6} {'node update':>12}")
     for (n, shape), r in ratios.items():
         print(f"{n:>7}  {shape:<24} {r['warm_us']:>6.2f} {r['new_shape_us']:>10.2f} "
-              f"{r['new_labels_us']:>11.2f} {r['cold_us']:>6.2f} {r['node_update_us']:>12.2f}")
+              f"{r['new_labels_us']:>11.2f} {r['served_stages_us']:>14.2f} "
+              f"{r['cold_us']:>6.2f} {r['node_update_us']:>12.2f}")
     return 0
 
 

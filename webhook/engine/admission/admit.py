@@ -84,7 +84,8 @@ def handles(stage: Stage, subject: Subject) -> bool:
 
 def decide(stage: Stage, subject: Subject, view: ClusterView | None, policy: Policy
            ) -> Decision:
-    if not handles(stage, subject):
+    is_pod = subject.is_pod
+    if not is_pod and not handles(stage, subject):
         # A webhook rule that sends us other kinds is a configuration slip: blocking
         # unrelated objects over it would be worse than letting them through, loudly.
         unhandled = {"stage": stage.value, "kind": subject.type_name}
@@ -96,7 +97,7 @@ def decide(stage: Stage, subject: Subject, view: ClusterView | None, policy: Pol
                      message=words(said("admit.notChecked", operation=subject.operation)))
     # (a dict is tested first: an ABC's test is a Python call, and every review asks)
     obj = subject.object if isinstance(subject.object, (dict, Mapping)) else {}
-    if subject.is_pod:
+    if is_pod:
         update = subject.operation != "CREATE"
         old = (subject.old_object if isinstance(subject.old_object, Mapping) else {}) \
             if update else None

@@ -117,10 +117,12 @@ def mutate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decisio
     spec = facts.spec
     reason, message = Reason.ROUTED, said("pod.routed", pool=pool.name, source=r.source)
     warnings = [words(w) for w in r.warnings]
-    obj = dict(facts.obj)
+    # (read by the patch builders, copied only to be written: a pod without metadata, or
+    # one given as another kind of mapping, which they read as a dict)
+    obj = facts.obj if type(facts.obj) is dict else dict(facts.obj)
     ops: list[patch.Op] = []
     if not facts.has_metadata:
-        obj["metadata"] = {}
+        obj = {**obj, "metadata": {}}
         ops.append(patch.add("/metadata", {}))
     if not policy.is_hami_pool(pool.name):
         ops += patch.set_map_entry(obj, ("metadata", "labels"), HAMI_IGNORE_LABEL,

@@ -25,7 +25,11 @@ def escape(token: str | int) -> str:
 
 
 def pointer(*tokens: str | int) -> str:
-    return "".join(["/" + escape(t) for t in tokens])
+    out = ""
+    for token in tokens:  # (``escape`` called only where it has work: every mutation builds a few)
+        text = str(token)
+        out += "/" + (escape(text) if "~" in text or "/" in text else text)
+    return out
 
 
 def add(path: str, value: Any) -> Op:
@@ -46,7 +50,8 @@ def encode_patch(ops: Sequence[Op]) -> str:
     return binascii.b2a_base64(orjson.dumps(ops), newline=False).decode("ascii")
 
 
-def set_map_entry(obj: dict[str, Any], base: tuple[str, ...], key: str, value: Any) -> list[Op]:
+def set_map_entry(obj: Mapping[str, Any], base: tuple[str, ...], key: str, value: Any
+                  ) -> list[Op]:
     """Ops that make ``obj[base...][key] == value``, creating missing maps on the way."""
     cur: Any = obj
     for depth, token in enumerate(base):

@@ -19,7 +19,7 @@ def is_zero_quantity(value: Any) -> bool:
     """True for quantities that ask for nothing (0, "0", "0Gi"); unparsable counts as non-zero."""
     if isinstance(value, bool):
         return False
-    if isinstance(value, int | float):
+    if isinstance(value, (int, float)):
         return value == 0
     if isinstance(value, str):
         if value[:1] in _NONZERO_DIGITS:  # ("8000", "1Gi": most quantities, no regex)
@@ -87,7 +87,12 @@ def asked_by(container: Mapping[str, Any]) -> frozenset[str]:
         values = res.get(part)
         if isinstance(values, dict):
             for k, v in values.items():
-                if isinstance(k, str) and not is_zero_quantity(v):
+                if not isinstance(k, str):
+                    continue
+                if type(v) is int:  # (a whole number: most extended resources' quantities)
+                    if v:
+                        names.add(k)
+                elif not is_zero_quantity(v):
                     names.add(k)
     return frozenset(names) if names else _NOTHING
 

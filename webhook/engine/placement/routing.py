@@ -46,9 +46,9 @@ def _exclusive_pools(facts: PodFacts, claimed: _DraRoutes, policy: Policy
                      ) -> dict[str, list[str]]:
     """pool -> the resources, annotations and claimed DeviceClasses in this pod that only
     that pool serves (``claimed``: what its claims say, ``_dra_routes``)."""
-    found = _classes(claimed)
+    found = _classes(claimed) if claimed.found else {}
     resources = facts.gpus & policy.exclusive_resources
-    annotations = _exclusive_annotations(facts, policy)
+    annotations = _exclusive_annotations(facts, policy) if facts.annotations else None
     if not resources and not annotations:
         return found  # (nearly every pod)
     for pool in policy.pools:
@@ -166,24 +166,25 @@ def _only_pool_serving(facts: PodFacts, view: ClusterView, policy: Policy
     return pool, said("evidence.onlyServing", resource=r, pool=pool, device_class=cls)
 
 
+def _bind(out: Route, pool: str, source: Said) -> bool:
+    """Take the first evidence; later evidence must agree or the pod is denied. (A function
+    of the route, not a closure over it: ``route`` would make one on every call.)"""
+    if out.pool is None:
+        out.pool, out.source = pool, source
+        return True
+    if pool != out.pool:
+        out.denial = (Reason.POOL_CONFLICT,
+                      said("route.conflict", source=source, pool=pool, bound=out.source,
+                           bound_pool=out.pool))
+        return False
+    return True
+
+
 def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
     """The pod's pool and the evidence for it."""
     namespace = facts.namespace
     placement = facts.placement
     out = Route()
-
-    def bind(pool: str, source: Said) -> bool:
-        """Take the first evidence; later evidence must agree or the pod is denied."""
-        if out.pool is None:
-            out.pool, out.source = pool, source
-            return True
-        if pool != out.pool:
-            out.denial = (Reason.POOL_CONFLICT,
-                          said("route.conflict", source=source, pool=pool, bound=out.source,
-                               bound_pool=out.pool))
-            return False
-        return True
-
     # 1. The pod's own label.
     label = facts.labels.get(POOL_LABEL)
     if label is not None:
@@ -191,7 +192,7 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
             out.denial = (Reason.UNKNOWN_POOL,
                           said("route.unknownPool", label=label, pools=tuple(policy.pool_names)))
             return out
-        bind(label, said("evidence.label", pool=label))
+        _bind(out, label, said("evidence.label", pool=label))
 
     # 2. Where the pod is pinned: nodeName, then nodeSelector / required affinity.
     node_name = facts.node_name
@@ -201,7 +202,8 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
             out.warnings.append(said("route.nodeUnknown", node=node_name))
         elif node.is_gpu_node(policy):
             node_pool = node.pool(policy)
-            if not bind(node_pool, said("evidence.nodeName", node=node_name, pool=node_pool)):
+            if not _bind(out, node_pool, said("evidence.nodeName", node=node_name,
+                                              pool=node_pool)):
                 return out
     # DaemonSet pods are pinned by matchFields on metadata.name: as good as a nodeName.
     named = affinity.pinned_node_names(placement)
@@ -211,13 +213,13 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
                  for n in nodes if n is not None and n.is_gpu_node(policy)}
         if len(pools) == 1 and all(n is not None for n in nodes):
             (node_pool,) = pools
-            if not bind(node_pool, said("evidence.nodeNames", nodes=tuple(named),
+            if not _bind(out, node_pool, said("evidence.nodeNames", nodes=tuple(named),
                                         pool=node_pool)):
                 return out
     admitted = out.admitted = affinity.pools_admitted(placement, policy)
     if len(admitted) == 1:
         (pinned,) = admitted
-        if not bind(pinned, affinity.pool_constraint_source(placement, policy)):
+        if not _bind(out, pinned, affinity.pool_constraint_source(placement, policy)):
             return out
     elif not admitted:
         out.denial = (Reason.POOL_CONFLICT,
@@ -238,7 +240,7 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
         ns_pool = ns_labels.get(POOL_LABEL)
         if ns_pool is not None:
             if ns_pool in policy.by_name and ns_pool in admitted:
-                bind(ns_pool, said("evidence.namespace", namespace=namespace, pool=ns_pool))
+                _bind(out, ns_pool, said("evidence.namespace", namespace=namespace, pool=ns_pool))
             elif ns_pool not in policy.by_name:
                 out.warnings.append(said("route.namespaceNoPool", namespace=namespace,
                                          pool=ns_pool))
@@ -264,20 +266,20 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
             return out
         if out.pool is None:  # (a pool's hits list its claims' classes first)
             out.by_claims = pool in claimed.found
-        bind(pool, said("evidence.servedOnly", hit=hits[0], pool=pool))
+        _bind(out, pool, said("evidence.servedOnly", hit=hits[0], pool=pool))
 
     # 5. An extended resource only one pool serves at all, where a DeviceClass serves it too
     # (its extendedResourceName): the pod cannot start anywhere else.
     if out.pool is None and view is not None:
         only = _only_pool_serving(facts, view, policy)
         if only is not None and only[0] in admitted:
-            bind(*only)
+            _bind(out, *only)
 
     # 6. The default pool.
     if out.pool is None:
         if policy.default_pool not in admitted:
             # Pinned to several pools but none by name: take the first the pod allows.
-            bind(sorted(admitted)[0], affinity.pool_constraint_source(placement, policy))
+            _bind(out, sorted(admitted)[0], affinity.pool_constraint_source(placement, policy))
         else:
-            bind(policy.default_pool, DEFAULT_POOL)
+            _bind(out, policy.default_pool, DEFAULT_POOL)
     return out

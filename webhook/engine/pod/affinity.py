@@ -131,6 +131,11 @@ def term_has(term: Any, expr: Mapping[str, Any], field: str = "matchExpressions"
     return any(_same_expression(e, expr) for e in expressions(term, field))
 
 
+#: the pointer to each level of ``AFFINITY_PATH`` below ``spec``: where a missing level is
+#: added (constants: every mutation of a pod without a required affinity adds one)
+_AFFINITY_POINTERS = tuple(patch.pointer(*AFFINITY_PATH[:depth + 2])
+                           for depth in range(len(AFFINITY_PATH) - 1))
+
 #: A requirement to add to every required term: the term field and the requirement itself.
 Requirement = tuple[str, Mapping[str, Any]]
 
@@ -160,10 +165,10 @@ def affinity_patch(pod: Mapping[str, Any], expr: Mapping[str, Any] | None = None
             nested: Any = [new_term]
             for t in reversed(levels[depth + 1:]):
                 nested = {t: nested}
-            return [patch.add(patch.pointer("spec", *levels[: depth + 1]), nested)]
+            return [patch.add(_AFFINITY_POINTERS[depth], nested)]
         cur = nxt
     terms = cur
-    base = patch.pointer(*AFFINITY_PATH)
+    base = _AFFINITY_POINTERS[-1]
     if not terms:
         return [patch.replace(base, [new_term])]
     ops: list[Op] = []

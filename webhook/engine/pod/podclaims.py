@@ -23,7 +23,8 @@ def resolve(spec: Mapping[str, Any], resources: frozenset[str], namespace: str |
     parsed (``PodFacts.claims``)."""
     if view is None:
         return dra.NO_DEMAND
-    refs = dra.pod_claim_refs(spec)
+    # (nearly every pod names no claim)
+    refs = dra.pod_claim_refs(spec) if spec.get("resourceClaims") else ()
     classes = view.device_classes() or {}
     extended = dra.extended_classes(resources, classes) if classes else ()
     if not refs and not extended:

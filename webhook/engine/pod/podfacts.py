@@ -135,10 +135,11 @@ class PodFacts(NamedTuple):
         asked = tuple([asked_by(c) for c in items])
         names = frozenset().union(*asked)
         gpus = policy.gpus_among(names)
+        # (nearly every pod: no annotation, or none a rule reads, so no narrowing either)
         read_annotations = _read_annotations(annotations, policy) \
-            if isinstance(annotations, dict) else {}
+            if isinstance(annotations, dict) and annotations else {}
         placement = Placement(spec)
-        narrowing = _narrowing(read_annotations)
+        narrowing = _narrowing(read_annotations) if read_annotations else _NO_NARROWING
         return cls(
             obj, namespace, isinstance(obj.get("metadata"), dict),
             _read_labels(labels) if isinstance(labels, dict) else {},
@@ -216,6 +217,9 @@ def _narrowing(annotations: Mapping[str, Any]) -> tuple[object, ...]:
     return get(_USE_UUID), get(_NOUSE_UUID), get(_USE_TYPE), get(_NOUSE_TYPE)
 
 
+_NO_NARROWING = _narrowing({})
+
+
 def _nri_requests(annotations: Mapping[str, Any], items: tuple[Mapping[str, Any], ...]
                   ) -> nri.Requests:
     return nri.annotation_requests(annotations, (
@@ -248,7 +252,8 @@ def _gpu_containers(items: tuple[Mapping[str, Any], ...], asked: tuple[frozenset
         if gpus.isdisjoint(names):
             continue
         gpu.append(c)
-        privileged = privileged and _privileged(c)
+        # (nearly every container sets no securityContext: no call to learn it is not)
+        privileged = privileged and c.get("securityContext") is not None and _privileged(c)
         env = c.get("env")
         entry = objects.env_entry(env, _VISIBLE) if env else None
         if entry is None:
