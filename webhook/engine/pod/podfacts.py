@@ -44,13 +44,8 @@ PRIVILEGED_CAPABILITIES = ("SYS_ADMIN", "ALL")
 #: ``job-name``, a ReplicaSet's ``pod-template-hash``) are decided once (``decision_metadata``).
 READ_LABELS = frozenset({POOL_LABEL, HAMI_IGNORE_LABEL, HAMI_DRA_LABEL})
 #: Likewise its annotations: the pool gpupool recorded, HAMi's GPU picking, the NRI
-#: plugin's (by prefix), and every pool's ``exclusiveAnnotations`` (``reads_annotation``).
+#: plugin's (by prefix), and every pool's ``exclusiveAnnotations`` (``_read_annotations``).
 READ_ANNOTATIONS = frozenset({POOL_ANNOTATION, *NARROWING_ANNOTATIONS})
-
-
-def reads_annotation(key: object, policy: Policy) -> bool:
-    return isinstance(key, str) and (key in READ_ANNOTATIONS or key.startswith(nri.DOMAIN)
-                                     or key in policy.exclusive_annotations)
 
 
 def _read_labels(labels: Mapping[str, Any]) -> dict[str, Any]:
@@ -60,7 +55,12 @@ def _read_labels(labels: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _read_annotations(annotations: Mapping[str, Any], policy: Policy) -> dict[str, Any]:
-    return {k: v for k, v in annotations.items() if reads_annotation(k, policy)}
+    """Those of a pod's annotations a rule reads: ``READ_ANNOTATIONS``, the NRI plugin's,
+    and every pool's ``exclusiveAnnotations`` (one test inline per annotation, on every pod
+    parsed)."""
+    exclusive = policy.exclusive_annotations
+    return {k: v for k, v in annotations.items() if isinstance(k, str) and (
+        k in READ_ANNOTATIONS or k.startswith(nri.DOMAIN) or k in exclusive)}
 
 
 def decision_metadata(meta: Mapping[str, Any], policy: Policy) -> dict[str, Any]:
@@ -94,7 +94,7 @@ class PodFacts(NamedTuple):
     namespace: str | None
     has_metadata: bool
     labels: Mapping[str, Any]  # those a decision reads (``READ_LABELS``)
-    annotations: Mapping[str, Any]  # likewise (``reads_annotation``)
+    annotations: Mapping[str, Any]  # likewise (``_read_annotations``)
     spec: Mapping[str, Any]  # {} when absent or not a mapping
     #: spec.schedulerName as sent (any JSON value); ``scheduler`` is what it means
     scheduler_field: object
