@@ -116,7 +116,7 @@ def mutate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decisio
     pool = policy.by_name[r.pool]
     spec = facts.spec
     reason, message = Reason.ROUTED, said("pod.routed", pool=pool.name, source=r.source)
-    warnings = [words(w) for w in r.warnings]
+    warnings = [words(w) for w in r.warnings] if r.warnings else []
     # (read by the patch builders, copied only to be written: a pod without metadata, or
     # one given as another kind of mapping, which they read as a dict)
     obj = facts.obj if type(facts.obj) is dict else dict(facts.obj)
@@ -183,7 +183,7 @@ def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decis
                     of_subject=True, gpu=True, pool=pool.name, scheduler_name=scheduler)
     d = allow(Reason.ROUTED, gpu=True, pool=pool.name, scheduler_name=scheduler,
               message=words(said("pod.stays", pool=pool.name)), of_subject=True,
-              warnings=[words(w) for w in r.warnings])
+              warnings=[words(w) for w in r.warnings] if r.warnings else ())
     for check in registry.POD_CHECKS:
         if check.needs_view and view is None:
             continue

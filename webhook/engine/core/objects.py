@@ -65,7 +65,9 @@ def env_entry(env: object, name: str) -> Mapping[str, Any] | None:
     """A variable's entry in a container's (or a ClusterPolicy component's) ``env`` list:
     the last one named so wins, as in the container. None when unset."""
     found = None
-    for e in as_list(env):
+    if not isinstance(env, list):
+        return None
+    for e in env:
         # (``dict``, not ``Mapping``: JSON gives nothing else, and the check is far cheaper)
         if isinstance(e, dict) and e.get("name") == name:
             found = e

@@ -52,7 +52,8 @@ class Placement:
             else None
         #: required nodeSelectorTerms, when a list
         self.terms: list[Any] | None = required_terms(spec)
-        self.tolerations = tuple(objects.as_list(spec.get("tolerations")))
+        tolerations = spec.get("tolerations")
+        self.tolerations = tuple(tolerations) if isinstance(tolerations, list) else ()
         self._spec = spec
         self._key: str | None = None
         self._compiled: tuple[_Term, ...] | None = None

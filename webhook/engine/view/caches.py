@@ -272,15 +272,9 @@ class Caches:
                 pass
             return hit
         value = compute(*args)
-        self._keep(store, _SHAPES, full, value, lambda: self.stamp == stamp)
-        return value
-
-    def _keep(self, store: OrderedDict[Any, Any], size: int, key: Any, value: Any,
-              still: Callable[[], bool]) -> None:
-        """Keep ``value`` under ``key`` (bounded, LRU) if ``still()``, asked under the lock,
-        says the view has not changed since it was computed."""
         with self.lock:
-            if still():
-                store[key] = value
-                if len(store) > size:
+            if self.stamp == stamp:  # (else the view changed while it was worked out)
+                store[full] = value
+                if len(store) > _SHAPES:
                     store.popitem(last=False)
+        return value
