@@ -53,3 +53,16 @@ def test_refusals_are_one_line_and_exit_2():
                         "no-such-commit"], cwd=ROOT, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2 and "cannot compare with no-such-commit" in r.stderr
+
+
+def test_the_served_stages_are_reported_beside_the_limits_not_held():
+    """A new shape's two stages as the server decides them are printed with the guard's
+    lines but fail nothing: the held new-shape figure is review_pod's."""
+    ratios = {("1000", "unpinned"): {
+        "warm_us": 1.0, "new_shape_us": 1.5, "new_labels_us": 1.0, "cold_us": 1.0,
+        "node_update_us": 1.0, "served_stages_us": 2.5}}
+    assert all(x.ok for x in guard.decision_limits(ratios))
+    assert not any("served" in x.what for x in guard.decision_limits(ratios))
+    (line,) = guard.served_stages(ratios)
+    assert "served stages, unpinned pod, 1000 nodes" in line and "2.50" in line
+    assert "not held" in line

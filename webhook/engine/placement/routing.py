@@ -214,7 +214,7 @@ def route(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Route:
         if len(pools) == 1 and all(n is not None for n in nodes):
             (node_pool,) = pools
             if not _bind(out, node_pool, said("evidence.nodeNames", nodes=tuple(named),
-                                        pool=node_pool)):
+                                              pool=node_pool)):
                 return out
     admitted = out.admitted = affinity.pools_admitted(placement, policy)
     if len(admitted) == 1:
