@@ -91,8 +91,8 @@ def decision_limits(ratios: dict[tuple[str, str], dict[str, float]]) -> list[Lim
 
 def served_stages(ratios: dict[tuple[str, str], dict[str, float]]) -> list[str]:
     """The new shape's two stages as the server decides them, reported (not a limit)."""
-    return [f"{f'new shape, served stages, {shape} pod, {nodes} nodes':<48} "
-            f"{r['served_stages_us']:>6.2f}  (reported, not held)"
+    return [f"{f'served stages, {shape} pod, {nodes} nodes':<48} "
+            f"{r['served_stages_us']:>6.2f}  (a new shape's; reported, not held)"
             for (nodes, shape), r in ratios.items() if "served_stages_us" in r]
 
 
