@@ -254,11 +254,11 @@ def _ends_review(mutation: Decision) -> bool:
 def _reviewed(shape: Mapping[str, Any], namespace: str | None, view: ClusterView,
               policy: Policy) -> tuple[Decision, Decision | None]:
     """Both stages of a pod shape, as ``review`` keeps them for every pod of the shape."""
-    m = pods.mutate(PodFacts.parse(shape, namespace, policy, view), view, policy)
+    m = _decided(pods.mutate, shape, namespace, view, policy)
     if _ends_review(m):
         return m, None
     patched = patch.apply(shape, m.patch) if m.patch else shape
-    return m, pods.validate(PodFacts.parse(patched, namespace, policy, view), view, policy)
+    return m, _decided(pods.validate, patched, namespace, view, policy)
 
 
 def review_pod(pod: Mapping[str, Any], namespace: str | None, view: ClusterView | None,
