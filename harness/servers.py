@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -17,11 +18,40 @@ from typing import Any
 import requests
 
 
+def _ephemeral_floor() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_PORTS = random.SystemRandom()
+
+
 def free_port() -> int:
+    """A free loopback port below the kernel's ephemeral range.
+
+    A port the kernel hands out for ``bind(0)`` is one it can hand out again, as the local
+    end of any outgoing connection, the moment its listener stops: a kube-apiserver or
+    webhook restarted on its old port (the outage tests) then fails with "address already
+    in use" because a client's connection took it. Below the range, only another caller
+    of this function can take it, and a random draw over thousands of ports, checked by a
+    bind here, makes that rare."""
+    floor = _ephemeral_floor()
+    low = 10000 if floor > 12000 else 1024
+    for _ in range(200):
+        port = _PORTS.randrange(low, floor)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        fallback: int = s.getsockname()[1]
+        return fallback
 
 
 @dataclass
