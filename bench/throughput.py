@@ -99,6 +99,12 @@ def http_bench(tmp: Path, seconds: int, rate: float, rounds: int,
 GUARD_ROUNDS, GUARD_SECONDS = 12, 5
 
 
+def _in_order(order: tuple[int, ...], ports: tuple[int, ...],
+              results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``results``, given for the servers in ``order``, put back in ``ports``' order."""
+    return [results[order.index(port)] for port in ports]
+
+
 def paired_ratios(tmp: Path, rounds: int = GUARD_ROUNDS, seconds: int = GUARD_SECONDS,
                   rate: float = 100.0) -> dict[str, dict[str, float]]:
     """gpupool over the baseline, each endpoint, in many short rounds, the median of the
@@ -108,7 +114,9 @@ def paired_ratios(tmp: Path, rounds: int = GUARD_ROUNDS, seconds: int = GUARD_SE
     (``load.fixed_rate_together``), so a shared machine's noise falls on both sides of each
     ratio. (Until 2026-12-07 the requests per second were taken one server after the other:
     each 3 s run got whatever the machine gave it then, and one round's ratio ranged from
-    0.45 to 1.07 for one tree; bench/README.md, "Issue 48, fourth day".) The guard's
+    0.45 to 1.07 for one tree; bench/README.md, "Issue 48, fourth day".) Which server is
+    given first swaps from round to round: the first of a pair reads slower, whichever it
+    is (bench/README.md, "Issue 48, seventh day"). The guard's
     figures (``make bench-guard``); ``http_bench`` keeps the figures ``make bench``
     reports."""
 
@@ -128,13 +136,18 @@ def paired_ratios(tmp: Path, rounds: int = GUARD_ROUNDS, seconds: int = GUARD_SE
         b = bodies()
         for endpoint in ("mutate", "validate"):
             rps, p99 = [], []
-            for _ in range(rounds):
-                got = load.wrk_together(tuple(f"https://127.0.0.1:{port}/{endpoint}"
-                                              for port in ports), b[endpoint],
-                                        seconds=max(1, seconds - 2), connections=8)
+            for r in range(rounds):
+                # Which server is first swaps every round: the first of a fixed-rate pair
+                # read slower on its own (two baselines, 12 rounds: 1.05 over the second),
+                # and gpupool always first put that on its ratio.
+                order = ports if r % 2 == 0 else ports[::-1]
+                got = _in_order(order, ports, load.wrk_together(
+                    tuple(f"https://127.0.0.1:{port}/{endpoint}" for port in order),
+                    b[endpoint], seconds=max(1, seconds - 2), connections=8))
                 rps.append(got[0]["rps"] / got[1]["rps"])
-                fixed = load.fixed_rate_together("127.0.0.1", ports, f"/{endpoint}",
-                                                 b[endpoint], ca, rate=rate, seconds=seconds)
+                fixed = _in_order(order, ports, load.fixed_rate_together(
+                    "127.0.0.1", order, f"/{endpoint}", b[endpoint], ca, rate=rate,
+                    seconds=seconds))
                 p99.append(fixed[0]["p99_ms"] / fixed[1]["p99_ms"])
             out[endpoint] = {"keepalive_rps": statistics.median(rps),
                              "fixed_rate_p99": statistics.median(p99),
