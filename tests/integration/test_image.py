@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import uuid
 from pathlib import Path
@@ -137,6 +138,7 @@ def test_image_entrypoint_serves_a_real_review(buildah, image, tmp_path):
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     url, ca = f"https://127.0.0.1:{port}", str(certs / "ca.crt")
+    shm_before = _metrics_folders()
     try:
         wait_ready(proc, url, ca, log)
         sent = json.loads((ROOT / "docs/examples/review-hami-pod-validate.json").read_text())
@@ -145,6 +147,39 @@ def test_image_entrypoint_serves_a_real_review(buildah, image, tmp_path):
         resp = r.json()["response"]
         assert r.status_code == 200 and resp["uid"] == sent["request"]["uid"]
         assert resp["allowed"] is False and "CDIDeviceMissing" in resp["status"]["message"]
+        # Stopped as the kubelet stops a container: SIGTERM to its first process, which
+        # then leaves nothing in /dev/shm (the host's, here: buildah's chroot isolation
+        # mounts it into the container, as a pod's emptyDir of medium Memory is mounted).
+        entry = _container_entry(proc.pid)
+        os.kill(entry, signal.SIGTERM)
+        proc.wait(60)
     finally:
         stop_group(proc)
     assert "Traceback" not in log.read_text()
+    assert _metrics_folders() <= shm_before, log.read_text()[-2000:]
+
+
+def _metrics_folders() -> set[str]:
+    shm = Path("/dev/shm")
+    return {p.name for p in shm.glob("gpupool-metrics-*")} if shm.is_dir() else set()
+
+
+def _container_entry(session: int) -> int:
+    """The container's first process (its entrypoint): buildah (chroot isolation) runs it
+    as a process of the host, in buildah's session, under the image's user, as the child
+    of its own helper (``buildah-chroot-exec``), which stands where a runtime's shim does."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            uid = (stat.parent / "status").read_text().split("Uid:")[1].split()[0]
+            argv0 = (stat.parent / "cmdline").read_bytes().split(b"\0")[0]
+        except (OSError, IndexError):
+            continue
+        # (fields: state, ppid, pgrp, sid)
+        if int(fields[3]) == session and uid == "10001" and argv0 != b"buildah-chroot-exec":
+            found.append((int(stat.parent.name), int(fields[1])))
+    pids = {pid for pid, _ in found}
+    entries = [pid for pid, parent in found if parent not in pids]
+    assert len(entries) == 1, f"the container's processes in session {session}: {found}"
+    return entries[0]
