@@ -40,7 +40,7 @@ def free_port() -> int:
     bind here, makes that rare."""
     floor = _ephemeral_floor()
     low = 10000 if floor > 12000 else 1024
-    for _ in range(200):
+    for _ in range(200 if floor - low >= 1000 else 0):  # (else: too few below the range)
         port = _PORTS.randrange(low, floor)
         with socket.socket() as s:
             try:
