@@ -69,6 +69,7 @@ import yaml
 
 from bench import machine
 from bench.publish import publish
+from harness.procs import stat_fields
 
 if TYPE_CHECKING:
     from harness.hami import TlsProgram
@@ -501,12 +502,6 @@ def leftovers(marker: str) -> list[str]:
     return out
 
 
-def _stat(pid: int | str) -> list[str]:
-    """/proc/<pid>/stat's fields after the command name (which may hold spaces)."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    return text[text.rfind(")") + 2:].split()
-
-
 def owners(roots: dict[int, str]) -> dict[int, int]:
     """Every live process under ``roots`` (and this one), mapped to its root: the rig's
     programs fork (gunicorn's workers) and spawn threads, all billed to what started them."""
@@ -514,7 +509,7 @@ def owners(roots: dict[int, str]) -> dict[int, int]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                parent[int(entry.name)] = int(_stat(entry.name)[1])
+                parent[int(entry.name)] = int(stat_fields(entry.name)[1])
             except (OSError, IndexError, ValueError):
                 continue
     out: dict[int, int] = {}
@@ -536,7 +531,7 @@ def cpu_seconds(roots: dict[int, str]) -> dict[str, float]:
     for pid, root in owners(roots).items():
         name = roots.get(root, "load generator")
         try:
-            fields = _stat(pid)
+            fields = stat_fields(pid)
         except OSError:  # gone since the listing
             continue
         totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / _TICK

@@ -39,19 +39,17 @@ def free_port() -> int:
     of this function can take it, and a random draw over thousands of ports, checked by a
     bind here, makes that rare."""
     floor = _ephemeral_floor()
-    low = 10000 if floor > 12000 else 1024
-    for _ in range(200 if floor - low >= 1000 else 0):  # (else: too few below the range)
-        port = _PORTS.randrange(low, floor)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+    # (from 10000, under the ports services usually listen on; with a range that starts
+    # lower than 11000, 0: the kernel's choice, as before)
+    draws = 200 if floor >= 11000 else 0
+    for port in (_PORTS.randrange(10000, floor) for _ in range(draws)):
+        with socket.socket() as s, contextlib.suppress(OSError):
+            s.bind(("127.0.0.1", port))
             return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        fallback: int = s.getsockname()[1]
-        return fallback
+        chosen: int = s.getsockname()[1]
+        return chosen
 
 
 @dataclass

@@ -28,6 +28,7 @@ import pytest
 import requests
 
 from harness.kit import IN_CI, ROOT
+from harness.procs import argv0, children
 from harness.servers import free_port, generate_certs, stop_group, wait_ready
 
 pytestmark = pytest.mark.slow
@@ -164,22 +165,17 @@ def _metrics_folders() -> set[str]:
     return {p.name for p in shm.glob("gpupool-metrics-*")} if shm.is_dir() else set()
 
 
-def _container_entry(session: int) -> int:
+def _container_entry(buildah_run: int) -> int:
     """The container's first process (its entrypoint): buildah (chroot isolation) runs it
-    as a process of the host, in buildah's session, under the image's user, as the child
-    of its own helper (``buildah-chroot-exec``), which stands where a runtime's shim does."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            uid = (stat.parent / "status").read_text().split("Uid:")[1].split()[0]
-            argv0 = (stat.parent / "cmdline").read_bytes().split(b"\0")[0]
-        except (OSError, IndexError):
-            continue
-        # (fields: state, ppid, pgrp, sid)
-        if int(fields[3]) == session and uid == "10001" and argv0 != b"buildah-chroot-exec":
-            found.append((int(stat.parent.name), int(fields[1])))
-    pids = {pid for pid, _ in found}
-    entries = [pid for pid, parent in found if parent not in pids]
-    assert len(entries) == 1, f"the container's processes in session {session}: {found}"
-    return entries[0]
+    as a process of the host, the child of its own helper (``buildah-chroot-exec``), which
+    stands where a runtime's shim does."""
+    seen, todo = set(), [buildah_run]
+    while todo:
+        pid = todo.pop()
+        kids = children(pid)
+        if argv0(pid) == b"buildah-chroot-exec" and kids:
+            (entry,) = kids
+            return entry
+        seen.add(pid)
+        todo += kids - seen
+    raise AssertionError(f"no buildah-chroot-exec under buildah run ({buildah_run})")

@@ -15,32 +15,20 @@ from pathlib import Path
 import requests
 
 from harness.kit import wait_until
+from harness.procs import children
 from harness.servers import gpupool_cmd, start_server, stop_server
 from webhook.policyfile import DATA_DIR, default_policy_text
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
 
 
-def _children(pid: int) -> set[int]:
-    out = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.add(int(entry))
-    return out
-
-
 def _respawn_all(srv, want: int = 2) -> None:
     """SIGKILL every worker, as the OOM killer would, and wait for gunicorn's respawns."""
-    old = _children(srv.proc.pid)
+    old = children(srv.proc.pid)
     assert len(old) == want, old
     for pid in old:
         os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: len(_children(srv.proc.pid) - old) == want and srv.proc.poll() is None,
+    wait_until(lambda: len(children(srv.proc.pid) - old) == want and srv.proc.poll() is None,
            f"workers respawned\n{srv.log.read_text()[-3000:]}")
 
 
@@ -83,7 +71,7 @@ def test_bad_policy_then_worker_restarts_keeps_serving(tmp_path):
         assert _metric(srv, 'gpupool_serving_last_good_copy{file="policy"}').endswith(" 1.0")
         # a second worker booting after the bad file (gunicorn's TTIN adds one)
         os.kill(srv.proc.pid, signal.SIGTTIN)
-        wait_until(lambda: len(_children(srv.proc.pid)) == 3, "a third worker")
+        wait_until(lambda: len(children(srv.proc.pid)) == 3, "a third worker")
         _answers_reviews(srv, rounds=10)
         policy.write_text(default_policy_text())  # fixed: every worker follows it again
         wait_until(lambda: "[+]policy ok" in _readyz(srv).text, "policy fixed")
