@@ -192,17 +192,17 @@ def test_a_worker_leaving_keeps_the_metrics_folder_for_the_others(tmp_path):
     import signal
 
     from harness.kit import wait_until
-    from tests.integration.test_last_good import _children
+    from harness.procs import children
 
     assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ  # (the server makes its own)
     srv = start_server(tmp_path, workers=2)
     try:
         srv.post("mutate", denial(30_000))
-        old = _children(srv.proc.pid)
+        old = children(srv.proc.pid)
         leaving = min(old)
         os.kill(leaving, signal.SIGTERM)  # a graceful exit, as gunicorn's TTOU asks
-        wait_until(lambda: leaving not in _children(srv.proc.pid)
-                   and len(_children(srv.proc.pid)) == 2, "the worker replaced")
+        wait_until(lambda: leaving not in children(srv.proc.pid)
+                   and len(children(srv.proc.pid)) == 2, "the worker replaced")
         for i in range(20):  # both workers, the new one too, make new series
             assert srv.post("validate", denial(30_001 + i)).json()["response"]["allowed"] \
                 is False
