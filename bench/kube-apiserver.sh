@@ -18,8 +18,7 @@ fi
 staging="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
 source "$here/../tests/tools/gocache.sh"
 gocache_bin kube-apiserver "$version"
-if gocache_have kube-apiserver; then echo "$bin"; exit 0; fi
-gocache_start
+gocache_need kube-apiserver
 mod=$(go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
 [[ -n $mod ]] || { echo "kube-apiserver.sh: k8s.io/kubernetes@$version not found" >&2; exit 2; }
 mkdir -p "$tmp/module"

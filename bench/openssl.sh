@@ -16,12 +16,7 @@ source "$here/../tests/tools/gocache.sh"
 gocache_bin openssl "$series"
 bin=${bin%/bin}/lib
 tmp="$bin.tmp.$$"
-if [[ -f "$bin/libssl.so.3" && -f "$bin/libcrypto.so.3" ]]; then echo "$bin"; exit 0; fi
-for tool in cargo perl cc make; do
-  command -v "$tool" >/dev/null || { echo "bench/openssl.sh: $tool not found" >&2; exit 3; }
-done
-mkdir -p "$tmp"
-trap 'rm -rf "$tmp"' EXIT
+gocache_tools="cargo perl cc make" gocache_need libssl.so.3 libcrypto.so.3
 (cd "$tmp" && cargo init -q --vcs none --name fetch-openssl-src \
   && cargo add -q "openssl-src@~$series" && cargo fetch -q) >&2
 src=$(cd "$tmp" && cargo metadata --format-version 1 2>/dev/null \

@@ -5,7 +5,6 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../../tests/tools/gocache.sh"
 gocache_bin floor "$(cat "$here/main.go" "$here/go.mod" | sha256sum | cut -c1-16)"
-if gocache_have floor; then echo "$bin"; exit 0; fi
-gocache_start
+gocache_need floor
 (cd "$here" && GOFLAGS=-trimpath go build -ldflags "-s -w" -o "$tmp/floor" . >&2)
 gocache_publish

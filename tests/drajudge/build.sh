@@ -20,8 +20,7 @@ esac
 source "$here/../tools/gocache.sh"
 gocache_bin drajudge "$(cat "$mod/go.mod" "$mod/go.sum" "$here/main.go" "$here/build.sh" \
   | sha256sum | cut -c1-16)"
-if gocache_have dra-judge; then echo "$bin"; exit 0; fi
-gocache_start
+gocache_need dra-judge
 echo "build.sh: building dra-judge for Kubernetes $release into $bin" >&2
 mkdir -p "$tmp/src"
 cp "$mod/go.mod" "$mod/go.sum" "$here/main.go" "$tmp/src/"

@@ -9,8 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../tools/gocache.sh"
 gocache_bin hami "$(cd "$here" && cat go.mod go.sum build.sh \
   $(find cmd src -name '*.go' -o -name go.mod -o -name go.sum | sort) | sha256sum | cut -c1-16)"
-if gocache_have hami-webhook scheduler; then echo "$bin"; exit 0; fi
-gocache_start
+gocache_need hami-webhook scheduler
 cd "$here"
 echo "build.sh: building HAMi's scheduler and webhook into $bin" >&2
 go build -trimpath -ldflags "-s -w" -o "$tmp/hami-webhook" ./cmd/hami-webhook >&2

@@ -8,8 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../tools/gocache.sh"
 gocache_bin oracle "$(cd "$here" && cat go.mod go.sum build.sh $(find cmd internal -name '*.go' | sort) \
   | sha256sum | cut -c1-16)"
-if gocache_have nvidia-container-runtime nvidia-container-runtime-hook cdi-inject nri-inject; then echo "$bin"; exit 0; fi
-gocache_start
+gocache_need nvidia-container-runtime nvidia-container-runtime-hook cdi-inject nri-inject
 cd "$here"
 echo "build.sh: building the runtime oracle into $bin" >&2
 go build -trimpath -ldflags "-s -w" -o "$tmp/nvidia-container-runtime" \

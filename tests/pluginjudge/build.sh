@@ -9,8 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../tools/gocache.sh"
 gocache_bin pluginjudge "$(cd "$here" && cat go.mod go.sum build.sh main.go tools.go \
   | sha256sum | cut -c1-16)"
-if gocache_have plugin-judge config-manager; then echo "$bin"; exit 0; fi
-gocache_start
+gocache_need plugin-judge config-manager
 cd "$here"
 echo "build.sh: building plugin-judge and config-manager into $bin" >&2
 go build -trimpath -ldflags "-s -w" -o "$tmp/plugin-judge" . >&2

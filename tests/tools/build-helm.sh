@@ -8,8 +8,7 @@ HELM_VERSION=v4.3.2
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/gocache.sh"
 gocache_bin helm "$(sha256sum "$here/build-helm.sh" | cut -c1-16)"
-if gocache_have helm; then echo "$bin"; exit 0; fi
-gocache_start
+gocache_need helm
 echo "build-helm.sh: building helm $HELM_VERSION into $bin (first build takes minutes)" >&2
 GOBIN="$tmp" GOFLAGS=-trimpath go install \
   -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \

@@ -8,8 +8,7 @@ KWOK_VERSION=v0.8.0
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/gocache.sh"
 gocache_bin kwok "$(sha256sum "$here/build-kwok.sh" | cut -c1-16)"
-if gocache_have kwok && [[ -f "$bin/stages/pod-ready.yaml" ]]; then echo "$bin"; exit 0; fi
-gocache_start
+gocache_need kwok stages/pod-ready.yaml
 echo "build-kwok.sh: building kwok $KWOK_VERSION into $bin" >&2
 GOBIN="$tmp" GOFLAGS=-trimpath go install -ldflags "-s -w" \
   "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" >&2

@@ -8,8 +8,7 @@ PROMETHEUS_MODULE_VERSION=v0.316.0
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/gocache.sh"
 gocache_bin promtool "$(sha256sum "$here/build-promtool.sh" | cut -c1-16)"
-if gocache_have promtool; then echo "$bin"; exit 0; fi
-gocache_start
+gocache_need promtool
 echo "build-promtool.sh: building promtool $PROMETHEUS_MODULE_VERSION into $bin (first build takes minutes)" >&2
 GOBIN="$tmp" GOFLAGS=-trimpath go install -ldflags "-s -w" \
   "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_MODULE_VERSION" >&2

@@ -16,19 +16,10 @@ case $release in
   1.37) mod="$here/v1.37" ;;
   *) echo "build.sh: no control plane for Kubernetes $release (1.35 or 1.37)" >&2; exit 2 ;;
 esac
-cache_root=${GPUPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpupool}
-key=$( { cat "$mod/go.mod" "$mod/go.sum" "$here/go.mod" "$here/go.sum"
-         cat $(find "$here/cmd" -name '*.go' | sort); } | sha256sum | cut -c1-16)
-bin="$cache_root/controlplane/$key/bin"
-if [[ -x "$bin/kube-apiserver" && -x "$bin/kube-scheduler" && -x "$bin/kube-controller-manager"
-      && -x "$bin/kubectl" && -x "$bin/etcd" ]]; then
-  echo "$bin"
-  exit 0
-fi
-command -v go >/dev/null || { echo "build.sh: Go toolchain not found" >&2; exit 3; }
-tmp="$bin.tmp.$$"
-mkdir -p "$tmp"
-trap 'rm -rf "$tmp"' EXIT
+source "$here/../../tools/gocache.sh"
+gocache_bin controlplane "$( { cat "$mod/go.mod" "$mod/go.sum" "$here/go.mod" "$here/go.sum"
+  cat $(find "$here/cmd" -name '*.go' | sort); } | sha256sum | cut -c1-16)"
+gocache_need kube-apiserver kube-scheduler kube-controller-manager kubectl etcd
 version=$(cd "$mod" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$version -X $pkg.gitMajor=$(echo "${version#v}" | cut -d. -f1)"
@@ -40,7 +31,4 @@ for program in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
     "k8s.io/kubernetes/cmd/$program") >&2
 done
 (cd "$here" && go build -trimpath -o "$tmp/etcd" ./cmd/etcd) >&2
-rm -rf "$bin"
-mv "$tmp" "$bin"
-trap - EXIT
-echo "$bin"
+gocache_publish

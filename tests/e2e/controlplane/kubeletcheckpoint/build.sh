@@ -8,8 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../../../tools/gocache.sh"
 gocache_bin kubeletcheckpoint "$(cd "$here" && cat ../go.mod ../go.sum build.sh main.go \
   | sha256sum | cut -c1-16)"
-if gocache_have kubelet-checkpoint; then echo "$bin"; exit 0; fi
-gocache_start
+gocache_need kubelet-checkpoint
 echo "build.sh: building kubelet-checkpoint into $bin" >&2
 (cd "$here/.." && go build -trimpath -ldflags "-s -w" -o "$tmp/kubelet-checkpoint" \
   ./kubeletcheckpoint) >&2
