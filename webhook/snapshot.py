@@ -12,12 +12,11 @@ from typing import Any, NamedTuple
 import yaml
 
 from webhook.api.inventory import INVENTORY_ANNOTATION
-from webhook.api.yamltext import yaml_error
+from webhook.api.yamltext import LOADER, yaml_error
 from webhook.engine import RESOURCE_KINDS, meta_of, runtime_classes_of
 
 #: libyaml's loader when PyYAML was built with it: snapshots of thousands of nodes load ~10x
 #: faster. Both are safe loaders.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class SnapshotError(ValueError):
@@ -59,7 +58,7 @@ def _load_yaml_objects(path: str, json_text: bool) -> list[dict[str, Any]]:
         with open(path, encoding="utf-8") as fh:
             if json_text:
                 return list(iter_objects([json.load(fh)]))
-            return list(iter_objects(yaml.load_all(fh, Loader=_LOADER)))
+            return list(iter_objects(yaml.load_all(fh, Loader=LOADER)))
     except json.JSONDecodeError as exc:
         raise SnapshotError(f"{path}: not valid JSON: {exc}") from exc
     except OSError as exc:
@@ -73,7 +72,7 @@ def _load_yaml_objects(path: str, json_text: bool) -> list[dict[str, Any]]:
 def load_yaml_text(text: str, source: str) -> list[dict[str, Any]]:
     """Objects from YAML or JSON text read elsewhere (standard input)."""
     try:
-        return list(iter_objects(yaml.load_all(text, Loader=_LOADER)))
+        return list(iter_objects(yaml.load_all(text, Loader=LOADER)))
     except yaml.YAMLError as exc:
         raise SnapshotError(f"{source}: not valid YAML or JSON: {yaml_error(exc)}") from exc
     except SnapshotError as exc:

@@ -38,6 +38,9 @@ def files(tmp_path_factory) -> dict[str, Path]:
     (tmp / "policy.yaml").write_text("apiVersion: gpupool.io/v1alpha1\nkind: PoolPolicy\n")
     (tmp / "empty-dir").mkdir()
     (tmp / "a-file").write_text("x")
+    (tmp / "spec-5.json").write_text('{"apiVersion": "v1", "kind": "Pod", "metadata": '
+                                     '{"name": "five"}, "spec": 5}')
+    (tmp / "no-containers.yaml").write_text("kind: Pod\nmetadata: {name: bare}\nspec: {}\n")
     (tmp / "not-kubeconfig").write_text("just: [text\n")
     (tmp / "home").mkdir()
     generate_certs(tmp / "half-ca")  # a CA whose key went missing
@@ -63,6 +66,21 @@ def cases(f: dict[str, Path]) -> list[Case]:
              "gpuResources"),
         Case("check-policy-not-yaml", ["check", "-f", str(POD), "--policy",
                                        str(tmp / "bad.yaml")], "bad.yaml: not valid YAML"),
+        # (the same file is worded the same whether -f or --policy names it)
+        Case("check-policy-not-yaml-worded-as-f", ["check", "-f", str(tmp / "bad.yaml")],
+             "bad.yaml: not valid YAML: did not find expected ',' or ']' at line 3, column 1"),
+        Case("check-policy-not-yaml-worded-as-policy", ["check", "-f", str(POD), "--policy",
+                                                        str(tmp / "bad.yaml")],
+             "bad.yaml: not valid YAML: did not find expected ',' or ']' at line 3, column 1"),
+        Case("check-spec-not-an-object", ["check", "-f", str(tmp / "spec-5.json"),
+                                          "--no-cluster"],
+             "Pod five: spec is 5, not an object, so it is not a valid Pod"),
+        Case("check-pod-without-containers", ["check", "-f", str(tmp / "no-containers.yaml"),
+                                              "--no-cluster"],
+             "Pod bare: spec.containers is missing, so it is not a valid Pod"),
+        Case("check-two-cluster-sources", ["check", "-f", str(POD), "--cluster", str(DEMO),
+                                           "--no-cluster"],
+             "--cluster and --no-cluster: pass one of them"),
         Case("check-nothing-to-check-against", ["check", "-f", str(POD)], "--no-cluster",
              env=no_kube),
         Case("check-cluster-without-nodes", ["check", "-f", str(POD), "--cluster",
@@ -111,6 +129,8 @@ def cases(f: dict[str, Path]) -> list[Case]:
         Case("certs-renew-ca-key-missing", ["certs", "renew", "--out", str(tmp / "half-ca"),
                                             "--force"], "restore it"),
         Case("audit-missing-file", ["audit", "--file", str(tmp / "audit.log")], "audit.log"),
+        # (-f, as every other command that reads a file takes it)
+        Case("audit-missing-file-f", ["audit", "-f", str(tmp / "audit.log")], "audit.log"),
         Case("audit-bad-since", ["audit", "--file", "-", "--since", "5x"], "--since"),
         Case("audit-not-an-audit-log", ["audit", "--file", str(tmp / "bad.yaml")],
              "no gpupool audit record"),
@@ -133,6 +153,11 @@ def cases(f: dict[str, Path]) -> list[Case]:
         Case("doctor-bad-webhook-service", ["doctor", "--cluster", str(DEMO),
                                             "--webhook-service", "just-a-name"],
              "NAMESPACE/NAME"),
+        Case("compile-no-cluster", ["policy", "compile"],
+             "pass --cluster FILE ('kubectl get nodes -o yaml' output), --context/--kubeconfig "
+             "for a live cluster", env=no_kube),
+        Case("compile-no-cluster-names-no-cluster", ["policy", "compile"], "or --no-cluster to "
+             "compile for a cluster with no GPU Operator", env=no_kube),
         Case("completion-unknown-shell", ["completion", "fish"], "'fish'"),
     ]
 

@@ -1,10 +1,16 @@
-"""A YAML error told in one line. PyYAML's own text spans four lines with a caret, and names
-the document ``<unicode string>`` when it was parsed from text: a user reading ``gpupool``'s
-one-line errors needs the file's name, the line and the problem."""
+"""YAML read one way, and its errors told in one line. PyYAML's own text spans four lines
+with a caret, and names the document ``<unicode string>`` when it was parsed from text: a
+user reading ``gpupool``'s one-line errors needs the file's name, the line and the problem."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import yaml
+
+#: The one safe loader every file gpupool reads goes through (libyaml's where PyYAML has it):
+#: the same file gets the same error wording whichever flag named it.
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def yaml_error(exc: Exception) -> str:

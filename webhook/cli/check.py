@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -49,6 +50,8 @@ def check_object(obj: Mapping[str, Any], view: ClusterView | None, policy: Polic
     """The decision the API server would reach for ``obj`` with gpupool's webhooks
     registered (None: a kind they are not registered for)."""
     subject = engine.Subject.from_manifest(obj)
+    if subject.kind == "Pod":
+        _valid_pod(obj, source)
     if not any(engine.handles(stage, subject) for stage in engine.Stage):
         return None
     if subject.is_workload and engine.template_pod(obj, subject.kind, None) is None:
@@ -56,6 +59,23 @@ def check_object(obj: Mapping[str, Any], view: ClusterView | None, policy: Polic
     d = engine.review(subject, view, policy).final
     return CheckResult(subject.kind, subject.namespace or "default", name_of(obj),
                        source, d.to_json())
+
+
+def _valid_pod(obj: Mapping[str, Any], source: str) -> None:
+    """What the API server refuses before any webhook sees it (a spec that is not an object,
+    containers that are not a list of objects): decided here as no pod at all, never as a
+    pod without GPUs that would be allowed."""
+    spec = obj.get("spec")
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    problem = (f"spec is {spec!r}, not an object" if not isinstance(spec, dict) else
+               "spec.containers is missing" if containers is None else
+               f"spec.containers is {containers!r}, not a list of containers"
+               if not isinstance(containers, list) or not containers
+               or not all(isinstance(c, dict) for c in containers) else None)
+    if problem:
+        raise SnapshotError(f"{source}: Pod {name_of(obj) or '(no name)'}: {problem}, so it is "
+                            "not a valid Pod and the API server would refuse it; fix the "
+                            "manifest")
 
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -144,9 +164,10 @@ def run_check(manifests: list[tuple[str, list[dict[str, Any]]]], view: ClusterVi
             if result is None and obj.get("kind") in _CLAIM_KINDS:
                 continue  # read into the view above, for the pods that use them
             if result is None:
-                report.skipped.append(f"{path}: skipped {obj.get('kind') or '(no kind)'} "
-                                      f"{meta_of(obj).get('name', '')}: not a Pod or "
-                                      "a workload with a pod template".replace("  ", " "))
+                what = " ".join(str(w) for w in (obj.get("kind") or "(no kind)",
+                                                 meta_of(obj).get("name")) if w)
+                report.skipped.append(f"{path}: skipped {what}: not a Pod or a workload with "
+                                      "a pod template")
             else:
                 report.results.append(result)
     return report
@@ -156,14 +177,18 @@ def format_text(report: CheckReport, wide: bool = False) -> str:
     lines = []
     if report.cdi_unchecked:
         lines.append(f"note: CDI devices not checked: {report.cdi_unchecked}")
+    # (an object named in more than one file is told apart by its file)
+    seen = Counter((r.kind, r.namespace, r.name) for r in report.results)
     for r in report.results:
         d = r.decision
         verdict = "ALLOWED" if d["allowed"] else "DENIED "
         head = f"{verdict} {r.kind} {r.namespace}/{r.name}"
-        if d["gpu"]:
+        if seen[(r.kind, r.namespace, r.name)] > 1 and not wide:
+            head += f" ({r.source})"
+        if d["gpu"] and (d["pool"] or d["allowed"]):
             head += f"  pool={d['pool'] or '-'} scheduler={d['schedulerName'] or '-'}"
             head += f"  patch={len(d['patch'])} op(s)"
-        else:
+        elif not d["gpu"] and d["allowed"]:
             head += "  (no GPU resources: untouched)"
         if wide:
             head += f"  reason={d['reason']}  source={r.source}"

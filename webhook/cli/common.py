@@ -25,6 +25,37 @@ class UsageError(Exception):
     pass
 
 
+def cluster_source(args: argparse.Namespace, need: str, without: str) -> str:
+    """Which cluster a command reads (``--cluster``, ``--no-cluster`` or a kubeconfig:
+    "file", "none" or "live"), with one wording for every command that takes the three: more
+    than one given, or none given and no kubeconfig where kubectl would look, is a usage error
+    naming all three. ``need``: what is missing then, in words; ``without``: what
+    ``--no-cluster`` does instead."""
+    import os
+
+    from webhook.kube import kubeconfig_path
+
+    live = bool(args.kubeconfig or args.context)
+    given = [flag for flag, value in (("--cluster", args.cluster),
+                                      ("--no-cluster", args.no_cluster),
+                                      ("--kubeconfig/--context", live)) if value]
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(given)}: pass one of them (--cluster reads nodes from "
+                         "a file, --kubeconfig/--context from a cluster, --no-cluster "
+                         f"to {without})")
+    if args.no_cluster:
+        return "none"
+    if args.cluster:
+        return "file"
+    path = kubeconfig_path(args.kubeconfig)
+    if not live and not any(os.path.isfile(os.path.expanduser(p))
+                            for p in path.split(os.pathsep) if p):
+        raise UsageError(f"no {need}: pass --cluster FILE ('kubectl get "
+                         "nodes -o yaml' output), --context/--kubeconfig for a live cluster "
+                         f"(none found at {path}), or --no-cluster to {without}")
+    return "live"
+
+
 def load_policy(path: str | None) -> Policy:
     from webhook.policyfile import default_policy, load_policy_file
 

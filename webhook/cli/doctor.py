@@ -339,7 +339,8 @@ def kubernetes_line(release: Release) -> str:
     """Which release gpupool decides DRA allocation as, and where that came from; the one
     line saying so where the release is not supported."""
     where = {"discovered": "the API server's /version", "given": "--kube-version",
-             "assumed": "not known: the newest supported"}[release.source]
+             "assumed": "assumed: the release is not known, so the newest supported"
+             }[release.source]
     return release_note(release) or (f"Kubernetes {release} ({where}): DRA allocation is "
                                       f"decided as its scheduler decides it")
 

@@ -17,9 +17,7 @@ from typing import Any
 
 import yaml
 
-from webhook.api.yamltext import yaml_error
-
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+from webhook.api.yamltext import LOADER, yaml_error
 
 #: Released spec versions (a leading 'v' is accepted, as upstream does).
 VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0",
@@ -211,7 +209,7 @@ def _decode(text: str) -> Any:
     safe loader: a node with hundreds of GPUs rescans in milliseconds."""
     if text.lstrip().startswith("{"):
         return json.loads(text)
-    return yaml.load(text, Loader=_LOADER)  # _LOADER is a safe loader
+    return yaml.load(text, Loader=LOADER)  # LOADER is a safe loader
 
 
 def parse_spec(text: str, path: str = "<spec>") -> Spec:

@@ -102,8 +102,10 @@ def parse_review(body: bytes, content_type: str | None) -> Request:
         raise BadRequest(400, "body must be a JSON object (an AdmissionReview)")
     api_version = review.get("apiVersion")
     if api_version not in API_VERSIONS:
-        raise BadRequest(400, f"apiVersion {api_version!r} is not one of "
-                              f"{', '.join(API_VERSIONS)}")
+        what = "apiVersion is missing" if api_version is None else \
+            f"apiVersion {api_version!r} is not one of {', '.join(API_VERSIONS)}"
+        raise BadRequest(400, f"{what}: send an AdmissionReview of "
+                              f"{' or '.join(API_VERSIONS)}")
     if review.get("kind") != "AdmissionReview":
         raise BadRequest(400, f"kind {review.get('kind')!r} is not AdmissionReview",
                          api_version=api_version)

@@ -108,5 +108,6 @@ def test_doctor_on_a_cluster_without_gpu_nodes(tmp_path):
     r = gp("doctor", "--cluster", cluster)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[1:] == [
-        "(no GPU nodes)", "", "Kubernetes 1.37 (not known: the newest supported): DRA "
+        "(no GPU nodes)", "",
+        "Kubernetes 1.37 (assumed: the release is not known, so the newest supported): DRA "
         "allocation is decided as its scheduler decides it", "0 GPU node(s): none"]

@@ -77,7 +77,7 @@ def register(sub: Any, prog: str) -> None:
     a = add_command(sub, "audit", "read the audit log of rejections", f"""
         {prog} audit --file /var/log/gpupool/audit.log --since 1h --reason cdidevicemissing
         kubectl logs -n gpupool-system deploy/gpupool-webhook | {prog} audit --file - -o json""")
-    a.add_argument("--file", default="/var/log/gpupool/audit.log",
+    a.add_argument("-f", "--file", default="/var/log/gpupool/audit.log",
                    help="log file (rotated files beside it are read too), or - for standard "
                         "input (default: %(default)s)")
     a.add_argument("--since", metavar="DURATION",

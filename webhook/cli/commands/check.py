@@ -4,7 +4,6 @@ snapshot, a live cluster or (said out loud) none."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +15,7 @@ from webhook.cli.common import (
     add_kube_flags,
     add_kube_version,
     add_output,
+    cluster_source,
     load_nodes,
     load_policy,
     namespace_labels,
@@ -79,32 +79,18 @@ def _check_source(args: argparse.Namespace) -> ClusterFile:
     """The nodes ``check`` decides against, read as kubectl would find a cluster. A gate on
     the exit code must never pass a pod the CDI check did not see: with no nodes to check
     against, that is an error (exit 2) naming the input, unless ``--no-cluster`` says so."""
-    from webhook.kube import kubeconfig_path
     from webhook.snapshot import ClusterFile
 
-    given = [flag for flag, value in (("--cluster", args.cluster), ("--no-cluster",
-                                      args.no_cluster),
-                                      ("--kubeconfig/--context",
-                                       args.kubeconfig or args.context)) if value]
-    if len(given) > 1:
-        raise UsageError(f"{' and '.join(given)}: pass one of them (--cluster reads nodes from "
-                         "a file, --kubeconfig/--context from a cluster, --no-cluster checks "
-                         "routing only)")
-    if args.no_cluster:
+    source = cluster_source(args, "nodes to check against", "check routing only")
+    if source == "none":
         return ClusterFile([], {}, None)
-    if args.cluster:
+    if source == "file":
         snapshot = load_nodes(args.cluster)
         if not snapshot.nodes:
             raise UsageError(f"--cluster {args.cluster}: holds no Node, so CDI devices cannot "
                              "be checked; pass 'kubectl get nodes -o yaml' output (or "
                              "--no-cluster to check routing only)")
         return snapshot
-    path = kubeconfig_path(args.kubeconfig)
-    if not args.kubeconfig and not args.context and not any(
-            os.path.isfile(os.path.expanduser(p)) for p in path.split(os.pathsep) if p):
-        raise UsageError("no nodes to check against: pass --cluster FILE ('kubectl get nodes "
-                         "-o yaml' output), --context/--kubeconfig for a live cluster (none "
-                         f"found at {path}), or --no-cluster to check routing only")
     from webhook.cli.live import Live, cluster_objects
 
     live = Live(args.kubeconfig, args.context, budget=args.request_timeout)

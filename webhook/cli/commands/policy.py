@@ -11,9 +11,9 @@ from typing import Any
 
 from webhook.cli.common import (
     EXIT_OK,
-    UsageError,
     add_command,
     add_kube_flags,
+    cluster_source,
     load_nodes,
     load_policy,
     print_doc,
@@ -34,11 +34,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     policy = load_policy(args.policy)
     live = None
     view = None
-    if args.cluster and (args.kubeconfig or args.context):
-        raise UsageError("--cluster and --kubeconfig/--context: pass one of them")
-    if args.cluster:
+    source = cluster_source(args, "cluster to compile against",
+                            "compile for a cluster with no GPU Operator, HAMi plugin "
+                            "configuration, MIG device or DRA extended resource")
+    if source == "file":
         view = view_of(load_nodes(args.cluster), policy, {})
-    elif not args.no_cluster:
+    elif source == "live":
         from webhook.cli.live import Live, cluster_objects
 
         live = Live(args.kubeconfig, args.context, budget=args.request_timeout)

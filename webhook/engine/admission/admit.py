@@ -123,7 +123,10 @@ def _forged(keys: tuple[str, ...], obj: Mapping[str, Any], subject: Subject, pol
                 words(said("admit.forged", keys=keys, creating=creating,
                            writers=tuple(policy.access.scheduler_identities),
                            sender=subject.user)),
-                of_subject=True).about(who_of(obj, subject.namespace))
+                of_subject=True,
+                # (denied before routing: whether it is a GPU pod is still its own fact)
+                gpu=PodFacts.parse(obj, subject.namespace, policy).is_gpu_pod
+                ).about(who_of(obj, subject.namespace))
 
 
 def _pod_stage(stage: Stage, obj: Mapping[str, Any], namespace: str | None,

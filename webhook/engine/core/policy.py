@@ -28,7 +28,7 @@ from webhook.api.delivery import (
     Way,
 )
 from webhook.api.said import Said, said
-from webhook.api.yamltext import yaml_error
+from webhook.api.yamltext import LOADER, yaml_error
 
 API_VERSION = "gpupool.io/v1alpha1"
 KIND = "PoolPolicy"
@@ -504,7 +504,7 @@ def _parse_access(data: Any) -> Access:
 
 def load_policy_text(text: str, source: str = "policy") -> Policy:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=LOADER)  # LOADER is a safe loader
     except yaml.YAMLError as exc:
         raise PolicyError(f"{source}: not valid YAML: {yaml_error(exc)}") from exc
     try:
