@@ -67,21 +67,25 @@ unit: $(VENV)/.installed
 E2E_PARALLEL = -n 2 --dist loadfile
 
 # The end-to-end tests whose behaviour depends on the Kubernetes release (webhook
-# registration and admission, DRA, the scan's reports), run again on the oldest release kept
-# (docs/compatibility.md); the whole layer runs on the current one.
-E2E_OLDEST = tests/e2e/test_dra_chain.py tests/e2e/test_scan.py tests/e2e/test_e2e.py \
-  tests/e2e/test_native_routing.py \
-  -k "test_dra_chain or test_scan or non_gpu or dry_run or doctor_against or routed_despite or denied_with_device or auto_mode"
+# registration, matchConditions and admission, the scheduler-state webhook's CEL, DRA, the
+# scan's reports), run again on each older release kept (docs/compatibility.md); the whole
+# layer runs on the current one. 1.36 is the first release that serves the routing policy
+# (MutatingAdmissionPolicy v1), so routing in the API server is judged there whole.
+E2E_RELEASE = tests/e2e/test_dra_chain.py tests/e2e/test_scan.py tests/e2e/test_e2e.py \
+  tests/e2e/test_native_routing.py
+E2E_RELEASE_K = test_dra_chain or test_scan or non_gpu or dry_run or doctor_against \
+  or routed_despite or denied_with_device or access_through or auto_mode
 
 # The whole suite: lint and types, then the unit layer, the HTTPS layer (a real gunicorn,
 # the real runtime and CDI library) and the end-to-end layer (a real control plane: 1.37,
-# then the release-dependent tests on 1.35), in that order, each timed: the quickest
-# answers come first.
+# then the release-dependent tests on 1.36 and 1.35), in that order, each timed: the
+# quickest answers come first.
 test: lint
 	@$(call layer,unit,-n auto tests/unit)
 	@$(call layer,integration,tests/integration)
 	@$(call layer,end-to-end,$(E2E_PARALLEL) tests/e2e)
-	@export GPUPOOL_KUBE_RELEASE=1.35; $(call layer,end-to-end on Kubernetes 1.35,$(E2E_PARALLEL) $(E2E_OLDEST))
+	@export GPUPOOL_KUBE_RELEASE=1.36; $(call layer,end-to-end on Kubernetes 1.36,$(E2E_PARALLEL) $(E2E_RELEASE) -k "$(E2E_RELEASE_K) or test_native_routing")
+	@export GPUPOOL_KUBE_RELEASE=1.35; $(call layer,end-to-end on Kubernetes 1.35,$(E2E_PARALLEL) $(E2E_RELEASE) -k "$(E2E_RELEASE_K)")
 
 # Benchmarks (not tests): throughput and latency against a same-run baseline, decision cost
 # as the cluster grows, agent cost. Needs wrk (Debian's package), installed here if missing.

@@ -39,7 +39,7 @@ pattern of calls costs whatever serves it, and bench/baseline.py (gpupool's serv
 no decision) registered as gpupool's are, on shared cores unless ``--placement split``.
 ``--apiserver-profiles`` adds where the API
 server's CPU goes, and ``--kube-bin`` runs another release's kube-apiserver
-(``bench/kube-apiserver.sh`` builds one) in place of the suite's.
+(``tests/tools/build-kube-apiserver.sh`` builds one) in place of the suite's.
 """
 
 from __future__ import annotations

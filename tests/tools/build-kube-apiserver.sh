@@ -2,7 +2,7 @@
 # Builds one Kubernetes release's kube-apiserver from the Go module proxy into a cache outside
 # git and prints the directory holding it, for `python -m bench.e2e_load --kube-bin DIR`:
 #
-#   python -m bench.e2e_load --calls --kube-bin "$(bench/kube-apiserver.sh v1.37.2)"
+#   python -m bench.e2e_load --calls --kube-bin "$(tests/tools/build-kube-apiserver.sh v1.37.2)"
 #
 # The suite's own control plane (tests/e2e/controlplane) stays on its release; this is for
 # measuring gpupool against another API server. k8s.io/kubernetes pins its staging modules at
@@ -16,7 +16,7 @@ if [[ ! $version =~ ^v1\.([0-9]+)\.([0-9]+)$ ]]; then
   exit 2
 fi
 staging="v0.${BASH_REMATCH[1]}.${BASH_REMATCH[2]}"
-source "$here/../tests/tools/gocache.sh"
+source "$here/gocache.sh"
 gocache_bin kube-apiserver "$version"
 gocache_need kube-apiserver
 mod=$(go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')

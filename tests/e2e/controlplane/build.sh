@@ -4,17 +4,18 @@
 # module, and prints the bin directory. A second call with unchanged inputs returns at once.
 #
 #   build.sh          the current release the suite runs on (1.37, module in v1.37/)
+#   build.sh 1.36     the release between (module in v1.36/)
 #   build.sh 1.35     the oldest release the suite keeps (module in this directory)
 #
-# The embedded etcd (cmd/etcd) is the same program for both: it is built from this
+# The embedded etcd (cmd/etcd) is the same program for each: it is built from this
 # directory's module and copied beside each release's programs.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 release=${1:-1.37}
 case $release in
   1.35) mod="$here" ;;
-  1.37) mod="$here/v1.37" ;;
-  *) echo "build.sh: no control plane for Kubernetes $release (1.35 or 1.37)" >&2; exit 2 ;;
+  1.36|1.37) mod="$here/v$release" ;;
+  *) echo "build.sh: no control plane for Kubernetes $release (1.35, 1.36 or 1.37)" >&2; exit 2 ;;
 esac
 source "$here/../../tools/gocache.sh"
 gocache_bin controlplane "$( { cat "$mod/go.mod" "$mod/go.sum" "$here/go.mod" "$here/go.sum"

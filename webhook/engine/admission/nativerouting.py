@@ -288,6 +288,7 @@ def _variables(policy: Policy, facts: RoutingFacts) -> list[tuple[str, str]]:
         # (a namespace label naming no pool is warned about where routing reads it)
         f"(!variables.nsSet || variables.nsPool in {_list(names)} || variables.labelSet || "
         "size(variables.admitted) == 1)",
+        f"size(variables.terms) <= {MAX_TERMS}",
         "size(variables.exclusive) <= 1",
         "(size(variables.exclusive) == 0 || variables.first == '' || "
         "variables.first == variables.exclusive[0])",
@@ -308,38 +309,63 @@ def _set_entry(base: str, key: str, value: str) -> str:
             f"value: {{{_s(key)}: {_s(value)}}}}}])")
 
 
-_AFFINITY = "Object.spec.affinity"
-_NODE = f"{_AFFINITY}.nodeAffinity"
-_TERMS = f"{_NODE}.{_REQUIRED}"
-_TERM = f"{_TERMS}.nodeSelectorTerms"
+#: The most required terms a claimed pod may have: the patch adds the pool's requirements
+#: term by term (one JSON patch op each, as ``affinity.affinity_patch`` does), and CEL has no
+#: index to walk a list with, so each position is written out. Pods with more are the
+#: webhook's (``variables.pool`` is empty for them).
+MAX_TERMS = 8
+
+
+def _value(v: Any) -> str:
+    """A patch value as a CEL literal of plain maps and lists, every map's values ``dyn``.
+
+    Never a typed ``Object`` initializer: on Kubernetes 1.36 before v1.36.5 (and 1.35 before
+    its cherry-pick) a patch value holding a list of them makes the API server panic in
+    ``ObjectVal.ConvertToNative`` and drop the request whatever ``failurePolicy`` says
+    (kubernetes#142181, fixed by #140419 and #140557); and 1.37 fails to marshal them where
+    the policy has a matchCondition ("proto: invalid type: v1.NodeSelectorRequirement").
+    Plain values convert through cel-go's own map and list conversion on every release.
+    ``dyn`` makes a map of strings and lists one type (the API server's CEL takes only
+    homogeneous literals)."""
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{_s(k)}: dyn({_value(x)})" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    return _s(v)
 
 
 def _affinity_ops(reqs: list[dict[str, Any]]) -> str:
     """``affinity.affinity_patch``: each requirement added to every required term that lacks
-    it, creating what is missing on the way. (Values are typed ``Object`` constructors: CEL
-    here takes no map literal that mixes strings and lists.)"""
+    it, creating what is missing on the way, one op per requirement and term."""
     if not reqs:
         return "[]"
-    exprs = [f"{_TERM}.matchExpressions{{key: {_s(r['key'])}, operator: "
-             f"{_s(r['operator'])}, values: {_list(r['values'])}}}" for r in reqs]
-    term = f"{_TERM}{{matchExpressions: [{', '.join(exprs)}]}}"
-    required = f"{_TERMS}{{nodeSelectorTerms: [{term}]}}"
-    node = f"{_NODE}{{{_REQUIRED}: {required}}}"
-    missing = " + ".join(f"({_term_has('t', r)} ? [] : [{e}])"
-                         for r, e in zip(reqs, exprs, strict=True))
+    term = {"matchExpressions": reqs}
+    required = {"nodeSelectorTerms": [term]}
+    node = {_REQUIRED: required}
     has_node = "object.spec.?affinity.?nodeAffinity"
-    path = f"/spec/affinity/nodeAffinity/{_REQUIRED}"
+    path = f"/spec/affinity/nodeAffinity/{_REQUIRED}/nodeSelectorTerms"
+
+    def at(i: int) -> str:
+        t = f"variables.terms[{i}]"
+        whole = (f"[JSONPatch{{op: 'add', path: {_s(f'{path}/{i}/matchExpressions')}, "
+                 f"value: {_value(reqs)}}}]")
+        each = " + ".join(
+            f"({_term_has(t, r)} ? [] : [JSONPatch{{op: 'add', "
+            f"path: {_s(f'{path}/{i}/matchExpressions/-')}, value: {_value(r)}}}])"
+            for r in reqs)
+        return (f"(size(variables.terms) <= {i} ? [] : "
+                f"!has({t}.matchExpressions) ? {whole} : {each})")
+
+    per_term = " + ".join(at(i) for i in range(MAX_TERMS))
     return (f"(!has(object.spec.affinity) ? [JSONPatch{{op: 'add', path: '/spec/affinity', "
-            f"value: {_AFFINITY}{{nodeAffinity: {node}}}}}] : "
+            f"value: {_value({'nodeAffinity': node})}}}] : "
             f"!{has_node}.hasValue() ? [JSONPatch{{op: 'add', path: "
-            f"'/spec/affinity/nodeAffinity', value: {node}}}] : "
+            f"'/spec/affinity/nodeAffinity', value: {_value(node)}}}] : "
             f"!{has_node}.?{_REQUIRED}.hasValue() ? "
-            f"[JSONPatch{{op: 'add', path: {_s(path)}, value: {required}}}] : "
-            f"size(variables.terms) == 0 ? [JSONPatch{{op: 'replace', path: "
-            f"{_s(path + '/nodeSelectorTerms')}, value: [{term}]}}] : "
-            f"[JSONPatch{{op: 'replace', path: {_s(path + '/nodeSelectorTerms')}, "
-            f"value: variables.terms.map(t, {_TERM}{{matchExpressions: "
-            f"t.?matchExpressions.orValue([]) + {missing}}})}}])")
+            f"[JSONPatch{{op: 'add', path: {_s(path.rsplit('/', 1)[0])}, "
+            f"value: {_value(required)}}}] : "
+            f"size(variables.terms) == 0 ? [JSONPatch{{op: 'replace', path: {_s(path)}, "
+            f"value: {_value([term])}}}] : ({per_term}))")
 
 
 def _mutation(policy: Policy, facts: RoutingFacts) -> str:
