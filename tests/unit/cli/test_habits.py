@@ -135,7 +135,7 @@ def test_structured_output_parses_for_every_printing_command(tmp_path, output):
                     "-o", output).stdout)
     assert [r["kind"] for r in check["results"]] == ["Deployment", "Job"]
     doctor = load(gp("doctor", "--cluster", str(DEMO), "-o", output).stdout)
-    assert {n["node"] for n in doctor["nodes"]} == {"hami-node-1", "operator-node-1"}
+    assert {n["node"] for n in doctor["nodes"]} == {"hami-node-1", "operator-node-1", "dra-node-1"}
     record = {"audit": "gpupool", "time": "2026-01-01T00:00:00Z", "reason": "CDIDeviceMissing",
               "namespace": "ml", "kind": "Pod", "name": "p", "pool": "hami", "uid": "u1"}
     audit = load(gp("audit", "--file", "-", "-o", output, stdin=json.dumps(record)).stdout)

@@ -102,7 +102,8 @@ def test_doctor_on_thousands_of_nodes_groups_fixes_and_ends_with_totals(tmp_path
 
 
 def test_doctor_on_a_cluster_without_gpu_nodes(tmp_path):
-    cpu = yaml.safe_load(DEMO.read_text())["items"][2]
+    cpu = next(o for o in yaml.safe_load(DEMO.read_text())["items"]
+               if o["metadata"]["name"] == "cpu-node-1")
     cluster = tmp_path / "nodes.yaml"
     cluster.write_text(yaml.safe_dump(cpu))
     r = gp("doctor", "--cluster", cluster)

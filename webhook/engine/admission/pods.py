@@ -12,7 +12,7 @@ from dataclasses import replace
 from webhook.api.said import said
 from webhook.engine.access import grants
 from webhook.engine.admission import steering
-from webhook.engine.checks import allocation, registry
+from webhook.engine.checks import allocation, registry, resourcenames
 from webhook.engine.checks import cdi as cdi_needs
 from webhook.engine.core import patch
 from webhook.engine.core.decision import Decision, Reason, allow, deny
@@ -21,6 +21,7 @@ from webhook.engine.core.policy import (
     HAMI_IGNORE_LABEL,
     HAMI_IGNORE_VALUE,
     POOL_ANNOTATION,
+    OnFinding,
     Policy,
 )
 from webhook.engine.placement import routing
@@ -36,8 +37,11 @@ def _prelude(facts: PodFacts, view: ClusterView | None, policy: Policy
     or the route for the caller to act on."""
     if not facts.is_gpu_pod and not routing.routed_classes(facts, policy):
         unresolved = facts.claims.unresolved if policy.serves_dra else ()
-        return allow(Reason.NOT_GPU_POD, warnings=tuple(
-            words(said("pod.claimNotFound", ref=ref)) for ref in unresolved)), None
+        d = allow(Reason.NOT_GPU_POD, warnings=tuple(
+            words(said("pod.claimNotFound", ref=ref)) for ref in unresolved))
+        # (a misspelt GPU resource is what most often makes a GPU pod "not a GPU pod")
+        return (_unknown_resources(d, facts, view, policy) or d
+                if facts.resources else d), None
     scheduler = facts.scheduler
     if scheduler != DEFAULT_SCHEDULER and scheduler not in policy.schedulers:
         return allow(Reason.CUSTOM_SCHEDULER, gpu=True, scheduler_name=scheduler,
@@ -184,6 +188,10 @@ def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decis
     d = allow(Reason.ROUTED, gpu=True, pool=pool.name, scheduler_name=scheduler,
               message=words(said("pod.stays", pool=pool.name)), of_subject=True,
               warnings=[words(w) for w in r.warnings] if r.warnings else ())
+    unknown = _unknown_resources(d, facts, view, policy)
+    if unknown is not None:
+        # No node serves it: the pod is never placed, so no node's devices are judged.
+        return unknown
     for check in registry.POD_CHECKS:
         if check.needs_view and view is None:
             continue
@@ -194,6 +202,21 @@ def validate(facts: PodFacts, view: ClusterView | None, policy: Policy) -> Decis
             return found._replace(scheduler_name=scheduler)
         d = registry.join(d, found)
     return _with_access(d, facts, view, policy, False)
+
+
+def _unknown_resources(d: Decision, facts: PodFacts, view: ClusterView | None,
+                       policy: Policy) -> Decision | None:
+    """The decision so far, told of the resource names the pod asks for that look like GPU
+    resources but that nothing serves (``resourcenames``): denied where the policy says so
+    and gpupool sees the cluster, else warned. None: there are none."""
+    unknown = resourcenames.unknown(facts, view, policy)
+    if not unknown:
+        return None
+    if policy.on_unknown_gpu_resource is OnFinding.DENY and view is not None:
+        return deny(Reason.UNKNOWN_GPU_RESOURCE,
+                    words(said("pod.unknownResource", unknown=unknown)), of_subject=True,
+                    gpu=d.gpu, pool=d.pool, scheduler_name=d.scheduler_name)
+    return d.warned(words(said("pod.unknownResourceWarning", unknown=unknown)))
 
 
 def _hami_resource_outside_pool(early: Decision, facts: PodFacts, policy: Policy,

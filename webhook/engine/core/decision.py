@@ -46,6 +46,7 @@ class Reason(StrEnum):
     NO_MATCHING_DEVICES = "NoMatchingDevices"
     DRA_ADMIN_ACCESS_FORBIDDEN = "DRAAdminAccessForbidden"
     USER_NAMESPACE_UNSUPPORTED = "UserNamespaceUnsupported"
+    UNKNOWN_GPU_RESOURCE = "UnknownGPUResource"
     NODE_VIEW_MISSING = "NodeViewMissing"
     GPU_NOT_ACCOUNTED = "GPUNotAccounted"
     UNKNOWN_DEVICE = "UnknownDevice"

@@ -172,6 +172,9 @@ class Policy:
     #: a GPU pod decided with no node view: the server's watch has not synced yet, or
     #: ``--no-cluster`` (docs/reliability.md, "Fail-open cases")
     on_no_node_view: OnFinding = OnFinding.WARN
+    #: a pod asking for a resource that looks like a GPU resource but that no node, no
+    #: DeviceClass and no policy name serves (``checks.resourcenames``)
+    on_unknown_gpu_resource: OnFinding = OnFinding.WARN
     require_inventory: bool = False
     workload_templates: WorkloadTemplates = WorkloadTemplates.DENY
     audit_mutations: bool = False
@@ -466,6 +469,7 @@ def parse_policy(data: Any) -> Policy:
     on_missing_inventory = OnFinding(f.choice("onMissingInventory", ON_FINDING, "warn"))
     on_user_namespace = OnFinding(f.choice("onUserNamespace", ON_FINDING, "deny"))
     on_no_node_view = OnFinding(f.choice("onNoNodeView", ON_FINDING, "warn"))
+    on_unknown_gpu_resource = OnFinding(f.choice("onUnknownGPUResource", ON_FINDING, "warn"))
     require_inventory = f.get("requireInventory", bool, False)
     workload_templates = WorkloadTemplates(
         f.choice("workloadTemplates", WORKLOAD_TEMPLATES, "deny"))
@@ -482,6 +486,7 @@ def parse_policy(data: Any) -> Policy:
                   non_cdi_runtime_classes=non_cdi, on_no_candidates=on_no_candidates,
                   on_missing_inventory=on_missing_inventory,
                   on_user_namespace=on_user_namespace, on_no_node_view=on_no_node_view,
+                  on_unknown_gpu_resource=on_unknown_gpu_resource,
                   require_inventory=require_inventory, workload_templates=workload_templates,
                   audit_mutations=audit_mutations, access=access)
 

@@ -138,7 +138,9 @@ def unfit_reason(node: NodeInfo, demand: GPUDemand) -> Said | None:
         if known:
             eligible = eligible_gpus(node, demand)
             if not eligible and demand.narrows:
-                return said("fit.noneAllowed")
+                return said("fit.noneAllowed", gpus=known, use_uuids=demand.use_uuids,
+                            nouse_uuids=demand.nouse_uuids, use_types=demand.use_types,
+                            nouse_types=demand.nouse_types)
             if demand.per_container > len(eligible):
                 return said("fit.tooFewGPUs", asks=demand.per_container, has=len(eligible))
         return None

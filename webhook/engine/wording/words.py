@@ -345,8 +345,30 @@ _RESTART: dict[str, Callable[[Said], str]] = {
 # ------------------------------------- a node's GPUs for the demand (placement.candidates)
 
 
+def _none_allowed(s: Said) -> str:
+    """Which of the pod's HAMi annotations ruled out which GPUs: a UUID the node does not
+    have is named, as the likeliest mistake (a GPU replaced, a UUID copied from another
+    node)."""
+    gpus: tuple[str, ...] = s.fact("gpus")
+    use: tuple[str, ...] = s.fact("use_uuids")
+    said_by = []
+    if use:
+        absent = [u for u in use if u not in gpus]
+        said_by.append(f"{hami.USE_UUID_ANNOTATION} asks for {listed(use, SHOW_DEVICES)}"
+                       + (", none of them on this node" if len(absent) == len(use) else
+                          f" ({listed(absent, SHOW_DEVICES)} not on this node)" if absent
+                          else ""))
+    for key, values in ((hami.NOUSE_UUID_ANNOTATION, s.fact("nouse_uuids")),
+                        (hami.USE_TYPE_ANNOTATION, s.fact("use_types")),
+                        (hami.NOUSE_TYPE_ANNOTATION, s.fact("nouse_types"))):
+        if values:
+            said_by.append(f"{key} says {listed(values, SHOW_DEVICES)}")
+    return (f"none of its GPUs is allowed by the pod's HAMi annotations: "
+            f"{'; '.join(said_by)}; the node has {listed(gpus, SHOW_DEVICES)}")
+
+
 _FIT: dict[str, Callable[[Said], str]] = {
-    "fit.noneAllowed": lambda s: "none of its GPUs is allowed by the pod's HAMi annotations",
+    "fit.noneAllowed": _none_allowed,
     "fit.tooFewGPUs": lambda s: (
         f"a container asks for {s.fact('asks')} GPUs, the node has {s.fact('has')} it may "
         "use"),
@@ -499,7 +521,27 @@ def _scheduler_cause(current: object, wanted: str) -> str:
             f"webhook changed it after gpupool; {WEBHOOK_ORDER_FIX}")
 
 
+def _unknown_names(s: Said) -> str:
+    """Each unknown name with the one it likely meant."""
+    return ", ".join(u.resource + (f" (did you mean {u.likely}?)" if u.likely else "")
+                     for u in s.fact("unknown"))
+
+
+def _unknown_resource(s: Said) -> str:
+    profiles = all(u.profile for u in s.fact("unknown"))
+    what = "a MIG profile no node advertises" if profiles else \
+        "a name that looks like a GPU resource but that no node, DeviceClass or policy serves"
+    return (f" asks for {_unknown_names(s)}: {what}, so the scheduler would never place it. "
+            "Fix: correct the resource name" + (
+                " to a profile a node advertises (kubectl get nodes -o "
+                "jsonpath='{.items[*].status.allocatable}')" if profiles else "")
+            + "; or set the policy's onUnknownGPUResource: warn")
+
+
 _POD: dict[str, Callable[[Said], str]] = {
+    "pod.unknownResource": _unknown_resource,
+    "pod.unknownResourceWarning": lambda s: (
+        f"gpupool: no node serves {_unknown_names(s)}; the pod would wait forever"),
     "pod.claimNotFound": lambda s: (
         f"gpupool: {s.fact('ref')} not found; if it asks for GPUs, the pod is not routed to a "
         "GPU pool"),
