@@ -11,9 +11,9 @@ denial where the policy asks for it (``onUnknownGPUResource``).
 Known are: the policy's exact GPU resource names (HAMi's ``nvidia.com/gpumem`` and friends,
 which no node advertises), every extended resource a node advertises (capacity or
 allocatable), and every DeviceClass's ``extendedResourceName``. A name the policy's patterns
-count as a GPU (``nvidia.com/mig-*``) is unknown only where some node tells what GPU
-resources it advertises and none advertises this one; any other name is suspect when its
-domain is a GPU domain of the policy, or one letter dropped or two swapped from one.
+count as a GPU (``nvidia.com/mig-*``) is unknown only where every node reports its
+allocatable, some advertise GPU resources and none this one; any other name is suspect when
+its domain is a GPU domain of the policy, or one letter dropped or two swapped from one.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def unknown(facts: PodFacts, view: ClusterView | None, policy: Policy) -> tuple[
     for r in unserved:
         if r not in facts.gpus:
             out.append(Unknown(r, _likely(r, set(exact) | advertised), False))
-        elif advertised:
-            # A pattern's name: unknown only where the nodes say what they advertise.
+        elif advertised and all(n.allocatable is not None for n in nodes):
+            # A pattern's name: unknown only where every node says what it advertises.
             out.append(Unknown(r, _likely(r, {x for x in advertised if x not in exact}), True))
     return tuple(out)
