@@ -181,3 +181,67 @@ def test_the_single_strategy_hands_mig_devices_as_nvidia_com_gpu(tmp_path):
     # a spec from before a reconfiguration
     rv, _, _ = decide([single_node(tmp_path / "c", "op-single", BEFORE)], pod)
     assert not rv.final.allowed and MIGS[1] in rv.final.message
+
+
+# ------------------------------------------- the single strategy without the kubelet's list
+
+
+def _operator_single(tmp_path, name: str, labels: dict[str, str]) -> dict:
+    """A GPU Operator node whose plugin pod says ``MIG_STRATEGY=single`` (the ClusterPolicy's
+    default, on every node, MIG or not) and hands CDI names; the agent does not read the
+    kubelet's checkpoint (``agent.kubeletCheckpoint: false``); the spec names the whole
+    GPUs, as on a node whose GPUs have MIG disabled."""
+    import random
+
+    from tests.plugincases import operator_pod
+    from webhook.api.pluginconfig import settle_pods
+
+    case = operator_pod(random.Random(7), name, "cdi-annotations,cdi-cri", "single", "v26.3.0")
+    learned = settle_pods([case.pod], case.labels,
+                          lambda ns, n: case.config_maps.get((ns, n)))
+    assert learned[0].mig_strategy == "single"
+    node = agent_node(tmp_path, name, None, "device-plugin", register=False, plugins=learned)
+    node["metadata"]["labels"].update(labels)
+    return node
+
+
+#: GFD's labels under the single strategy (k8s-device-plugin v0.19.3
+#: internal/lm/mig-strategy_test.go): the plain model where no GPU has MIG enabled, the
+#: model and the profile where they do.
+GFD_WHOLE = {"nvidia.com/mig.strategy": "single", "nvidia.com/mig.capable": "true",
+             "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
+GFD_MIG = {"nvidia.com/mig.strategy": "single", "nvidia.com/mig.capable": "true",
+           "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+           "nvidia.com/gpu.slices.ci": "1", "nvidia.com/gpu.slices.gi": "1"}
+
+
+def test_the_single_strategy_on_gpus_without_mig_hands_whole_gpus(tmp_path):
+    """Issue 64, item 1: the strategy is not the mode. Where the node's labels say MIG is
+    off (GFD's plain product, the MIG manager's all-disabled layout applied, or no
+    MIG-capable GPU), nvidia.com/gpu is whole GPUs, judged by their UUIDs."""
+    pod = gpu_pod("p", limits={"nvidia.com/gpu": 1})
+    for i, labels in enumerate((GFD_WHOLE, {"nvidia.com/mig.capable": "false"},
+                                {"nvidia.com/mig.config": "all-disabled",
+                                 "nvidia.com/mig.config.state": "success"})):
+        rv, _, _ = decide([_operator_single(tmp_path / str(i), "op-1", labels)], pod)
+        assert rv.final.allowed and not rv.final.warnings, (labels, rv.final.to_json())
+
+
+def test_the_single_strategy_where_the_labels_do_not_say_is_doubt_not_a_denial(tmp_path):
+    pod = gpu_pod("p", limits={"nvidia.com/gpu": 1})
+    for i, labels in enumerate(({}, {"nvidia.com/mig.config": "all-1g.5gb",
+                                     "nvidia.com/mig.config.state": "pending"})):
+        rv, _, _ = decide([_operator_single(tmp_path / str(i), "op-1", labels)], pod)
+        assert rv.final.allowed, rv.final.to_json()
+        assert rv.final.warnings, "doubt is said"
+        (node,) = rv.final.nodes
+        assert "runs the single MIG strategy" in node.note and "say which" in node.note
+
+
+def test_the_single_strategy_on_mig_enabled_gpus_is_mig_devices(tmp_path):
+    """Where GFD labels the profile, nvidia.com/gpu is MIG devices: a spec naming only the
+    whole GPUs defines none of them."""
+    pod = gpu_pod("p", limits={"nvidia.com/gpu": 1})
+    rv, _, _ = decide([_operator_single(tmp_path, "op-1", GFD_MIG)], pod)
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING
+    assert "MIG device" in rv.final.message

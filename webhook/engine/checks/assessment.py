@@ -20,7 +20,7 @@ from webhook.api.said import Said, said
 from webhook.engine.core.policy import Policy, Pool
 from webhook.engine.placement.candidates import GPUDemand
 from webhook.engine.pod.podfacts import PodFacts
-from webhook.engine.stacks import clusterpolicy, nri
+from webhook.engine.stacks import clusterpolicy, gfd, nri
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
@@ -171,6 +171,9 @@ NODE_FACTS: Mapping[str, Fact] = {
     "device plugin's way": Fact(frozenset(), lambda n, v: declared_way(n, v)),
     # the GPU Operator's NRI plugin runs there (``nri.runs_on``)
     "NRI plugin": Fact(frozenset(), lambda n, v: nri.runs_on(n.labels)),
+    # whether its GPUs have MIG enabled, as GPU feature discovery's and the MIG manager's
+    # labels say (``gfd.mig_mode``)
+    "MIG mode": Fact(frozenset(), lambda n, v: gfd.mig_mode(n.labels)),
 }
 
 

@@ -25,17 +25,20 @@ from webhook.engine.checks.assessment import (
 )
 from webhook.engine.core.policy import Policy, Pool
 from webhook.engine.placement import candidates as cand
+from webhook.engine.stacks import gfd
 from webhook.engine.view.nodes import NodeInfo
 
 
 def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: str | None,
                 demand: cand.GPUDemand, policy: Policy, privileged: bool = False,
-                declared_way: delivery.Way | None = None) -> NodeAssessment:
+                declared_way: delivery.Way | None = None,
+                mig_mode: gfd.MigMode = gfd.MigMode.UNKNOWN) -> NodeAssessment:
     """Will every GPU the device plugin could hand this pod resolve on this node?
     ``handler``: the containerd handler the pod's RuntimeClass names
     (``ClusterView.handler_of``); ``privileged``: every GPU container is privileged;
     ``declared_way``: how the node's device plugin hands GPUs as the cluster's own
-    configuration says (``declared_way``)."""
+    configuration says (``declared_way``); ``mig_mode``: whether its GPUs have MIG enabled,
+    as its labels say (``gfd.mig_mode``)."""
     req = pool.cdi
     if not req.checked:
         return NodeAssessment(node.name, NodeState.OK)
@@ -54,12 +57,19 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
             and not delivery.envvar_ignored(inv, privileged):
         return NodeAssessment(node.name, NodeState.OK, way=way,
                               note=said("plugin.nonCdiClass", runtime_class=runtime_class))
-    # Under the single MIG strategy nvidia.com/gpu is MIG devices: the kubelet's list says
-    # which; without it, a plugin known to run that strategy makes them doubt.
+    # Under the single MIG strategy nvidia.com/gpu is MIG devices where the GPUs have MIG
+    # enabled, whole GPUs where not (k8s-device-plugin internal/lm/mig-strategy.go): the
+    # kubelet's list says which; without it, the node's labels say the mode, and where they
+    # do not, the plugin's strategy alone is doubt, never a denial.
+    plain = any(name == PLUGIN_RESOURCE for name, _ in demand.requests) and not demand.hami
+    single = plain and inv.mig is None and delivery.learned_single_mig(inv)
+    if single and mig_mode is gfd.MigMode.UNKNOWN:
+        return NodeAssessment(node.name, NodeState.UNKNOWN, way=way,
+                              note=said("mig.modeUnknown"))
     mig = [name for name, _ in demand.requests if name.startswith(MIG_RESOURCE_PREFIX)
            or (name == PLUGIN_RESOURCE and not demand.hami
                and (PLUGIN_RESOURCE in (inv.mig or {})
-                    or (inv.mig is None and delivery.learned_single_mig(inv))))]
+                    or (single and mig_mode is gfd.MigMode.ENABLED)))]
     if mig:
         return _assess_mig(node, inv, mig, way, handler, req.device_kind, privileged)
     gpus = cand.eligible_gpus(node, demand)
@@ -171,10 +181,11 @@ def _assess(node: NodeInfo, ask: Ask, prepared: Any, so_far: NodeAssessment | No
             ) -> NodeAssessment:
     return assess_node(node, ask.pool, ask.facts.runtime_class, ask.handler, ask.demand(),
                        ask.policy, ask.facts.privileged_gpus,
-                       node_fact(node, "device plugin's way", ask.view))
+                       node_fact(node, "device plugin's way", ask.view),
+                       node_fact(node, "MIG mode", ask.view))
 
 
 CHECK = NodeCheck("device plugin's GPUs",
                   reads=("GPU demand", "runtime class", "privileged GPU containers"),
-                  node_reads=("devices", "device plugin's way"),
+                  node_reads=("devices", "device plugin's way", "MIG mode"),
                   combine=Combine.FIRST, assess=_assess)

@@ -170,6 +170,12 @@ _PLUGIN: dict[str, Callable[[Said], str]] = {
         f"no CDI spec there defines any MIG device of kind {s.fact('kind')} (MIG-<uuid> or "
         "<gpu>:<mig>)"),
     "mig.unchecked": _mig_unchecked,
+    "mig.modeUnknown": lambda s: (
+        f"its device plugin runs the single MIG strategy, which hands {PLUGIN_RESOURCE} as "
+        "MIG devices where the GPUs have MIG enabled and as whole GPUs where not, and "
+        "neither the kubelet's device list (gpupool's agent does not read it there) nor the "
+        "node's labels (nvidia.com/mig.capable, nvidia.com/gpu.product from GPU feature "
+        "discovery, nvidia.com/mig.config from the MIG manager) say which"),
     "hamiMig.created": lambda s: (
         f"HAMi runs GPU(s) {', '.join(s.fact('gpus')[:SHOW_DEVICES])} in MIG mode: it "
         f"creates a MIG device when it allocates one, which no {s.fact('kind')} CDI spec on "
