@@ -277,6 +277,24 @@ def write_node(root: Path, n: NodeSetup) -> dict[str, Path]:
             "driver": fake_driver(root / "driver", n.gpus)}
 
 
+def gfd_labels(n: NodeSetup) -> dict[str, str]:
+    """The MIG labels GPU feature discovery puts on the node (k8s-device-plugin v0.19.3
+    internal/lm: ``nvml.go`` mig.capable, ``migStrategyLabeler``, and under the single
+    strategy the product with its MIG profile where the GPUs have MIG enabled,
+    ``mig-strategy.go``), on the nine nodes in ten where it runs (its own generator: the
+    corpus's draws stay as they were)."""
+    if random.Random(f"{n.name}/gfd").random() < 0.1:
+        return {}
+    labels = {"nvidia.com/mig.capable": "true" if n.mig else "false",
+              "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
+    if n.mig:
+        labels["nvidia.com/mig.strategy"] = n.mig_strategy
+        if n.mig_strategy == "single":
+            labels.update({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+                           "nvidia.com/gpu.slices.gi": "1", "nvidia.com/gpu.slices.ci": "1"})
+    return labels
+
+
 def node_object(n: NodeSetup, paths: dict[str, Path]) -> dict[str, Any]:
     labels = {"kubernetes.io/hostname": n.name, "nvidia.com/gpu.present": "true"}
     if n.pool == "hami":
@@ -299,6 +317,7 @@ def node_object(n: NodeSetup, paths: dict[str, Path]) -> dict[str, Any]:
         labels.update({k: v for k, v in node_labels(inv).items() if v is not None})
     if n.cordoned:
         annotations["hami.io/device-cordon"] = ",".join(n.cordoned)
+    labels.update(gfd_labels(n))
     count = len(_gpu_devices(n)) * (10 if n.pool == "hami" else 1)
     mixed = n.mig and n.mig_strategy == "mixed"
     return {"apiVersion": "v1", "kind": "Node",
