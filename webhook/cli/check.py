@@ -61,17 +61,25 @@ def check_object(obj: Mapping[str, Any], view: ClusterView | None, policy: Polic
                        source, d.to_json())
 
 
-def _valid_pod(obj: Mapping[str, Any], source: str) -> None:
-    """What the API server refuses before any webhook sees it (a spec that is not an object,
-    containers that are not a list of objects): decided here as no pod at all, never as a
-    pod without GPUs that would be allowed."""
+def _pod_problem(obj: Mapping[str, Any]) -> str | None:
+    """Why the API server would refuse this Pod before any webhook sees it (None: it would
+    not, for these reasons)."""
     spec = obj.get("spec")
-    containers = spec.get("containers") if isinstance(spec, dict) else None
-    problem = (f"spec is {spec!r}, not an object" if not isinstance(spec, dict) else
-               "spec.containers is missing" if containers is None else
-               f"spec.containers is {containers!r}, not a list of containers"
-               if not isinstance(containers, list) or not containers
-               or not all(isinstance(c, dict) for c in containers) else None)
+    if not isinstance(spec, dict):
+        return f"spec is {spec!r}, not an object"
+    containers = spec.get("containers")
+    if containers is None:
+        return "spec.containers is missing"
+    if not isinstance(containers, list) or not containers \
+            or not all(isinstance(c, dict) for c in containers):
+        return f"spec.containers is {containers!r}, not a list of containers"
+    return None
+
+
+def _valid_pod(obj: Mapping[str, Any], source: str) -> None:
+    """A Pod the API server refuses is decided here as no pod at all, never as a pod without
+    GPUs that would be allowed."""
+    problem = _pod_problem(obj)
     if problem:
         raise SnapshotError(f"{source}: Pod {name_of(obj) or '(no name)'}: {problem}, so it is "
                             "not a valid Pod and the API server would refuse it; fix the "
