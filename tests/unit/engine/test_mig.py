@@ -76,14 +76,14 @@ def test_without_the_kubelet_list_a_kind_with_no_mig_name_at_all_still_fails(tmp
 # ------------------------------------------------------------------ HAMi's MIG mode
 
 
-def hami_mig_node(tmp_path, name: str, **kw) -> dict:
+def hami_mig_node(tmp_path, name: str, pool: str | None = "hami", **kw) -> dict:
     """A HAMi node whose first GPU HAMi runs in MIG mode; every GPU has its per-UUID CDI
     device (so in hami-core mode every pod would run)."""
     import json
 
     from harness.layouts import UUIDS
 
-    node = agent_node(tmp_path, name, "hami", "operator-management", per_uuid=True, **kw)
+    node = agent_node(tmp_path, name, pool, "operator-management", per_uuid=True, **kw)
     reg = json.loads(node["metadata"]["annotations"]["hami.io/node-nvidia-register"])
     assert reg[0]["id"] == UUIDS[0]
     reg[0]["mode"] = "mig"
@@ -109,6 +109,31 @@ def test_hami_mig_mode_gpus_fail_wherever_cdi_names_are_looked_up(tmp_path):
     jit = hami_mig_node(tmp_path / "j", "hami-jit", default_kind=delivery.JIT_KIND)
     rv, _, _ = decide([jit], hami_pod())
     assert rv.final.allowed and not rv.final.warnings, rv.final.to_json()
+
+
+def test_the_nodes_plugin_decides_not_the_pods_scheduler(tmp_path):
+    """HAMi's device plugin in MIG mode creates a MIG instance at each allocation and hands
+    its UUID (HAMi v2.10 ``GetContainerDeviceStrArray`` -> ``migMgr.EnsureAllocation``),
+    whoever scheduled the pod: a plain nvidia.com/gpu pod the default scheduler sends to such
+    a node in its own pool fails there as a HAMi pod does (the real runtime says so:
+    tests/integration/test_runtime_oracle.py)."""
+    from harness.layouts import UUIDS
+
+    mixed = hami_mig_node(tmp_path, "op-hami-mig", pool=None)
+    assert mixed["metadata"]["labels"].get("gpupool.io/pool") is None  # the operator pool
+    pinned = gpu_pod("plain", limits={"nvidia.com/gpu": 1}, nodeName="op-hami-mig")
+    rv, _, _ = decide([mixed], pinned)
+    assert not rv.final.allowed and rv.final.reason == Reason.CDI_DEVICE_MISSING, \
+        rv.final.to_json()
+    assert f"HAMi runs GPU(s) {UUIDS[0]} in MIG mode" in rv.final.message
+    # unpinned, it is kept off that node by name, onto one that delivers
+    fine = agent_node(tmp_path / "f", "op-fine", None, "operator-management", per_uuid=True,
+                      register=False)
+    pod = gpu_pod("plain", limits={"nvidia.com/gpu": 1})
+    rv, _, _ = decide([hami_mig_node(tmp_path / "m", "op-hami-mig", pool=None), fine], pod)
+    assert rv.final.allowed, rv.final.to_json()
+    fields = [e for t in terms(pod, rv.mutation.patch) for e in t.get("matchFields", [])]
+    assert fields == [{"key": "metadata.name", "operator": "NotIn", "values": ["op-hami-mig"]}]
 
 
 def test_the_register_annotations_mode_in_both_formats():

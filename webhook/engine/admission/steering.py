@@ -58,7 +58,7 @@ def _judged_by_name(facts: PodFacts, pool_name: str, view: ClusterView | None,
     if view is None:
         return False
     return (bool(facts.nri_requests) and view.operator_nri() is not None) \
-        or _cluster_steers(way, hami_pool, view)
+        or _cluster_steers(pool_name, policy, view)
 
 
 def cluster_steers_by_name(pool_name: str, view: ClusterView, policy: Policy) -> bool:
@@ -66,14 +66,14 @@ def cluster_steers_by_name(pool_name: str, view: ClusterView, policy: Policy) ->
     pod? A way the plugins' own configuration declares, and MIG devices on some node, are
     beyond what the agent's label says. (The routing policy compiled for the API server
     leaves such a pool's pods to the webhook: ``admission.nativerouting``.)"""
-    return _cluster_steers(policy.by_name[pool_name].cdi.delivery,
-                           policy.is_hami_pool(pool_name), view)
+    return _cluster_steers(pool_name, policy, view)
 
 
-def _cluster_steers(way: delivery.Way, hami_pool: bool, view: ClusterView) -> bool:
-    return (way is delivery.DETECT and (view.operator_way() is not None
-                                         or view.knows_hami_plugins())) \
-        or (hami_pool and view.has_hami_mig()) \
+def _cluster_steers(pool_name: str, policy: Policy, view: ClusterView) -> bool:
+    hami_pool = policy.is_hami_pool(pool_name)
+    return (policy.by_name[pool_name].cdi.delivery is delivery.DETECT
+            and (view.operator_way() is not None or view.knows_hami_plugins())) \
+        or view.has_hami_mig(pool_name, policy) \
         or (not hami_pool and view.has_single_strategy_mig())
 
 

@@ -88,8 +88,7 @@ def _covers_accounted(node: NodeInfo, ask: Ask) -> str:
         return ""
     demand = ask.demand()
     gpus = cand.eligible_gpus(node, demand)
-    if not gpus or (demand.hami and node.runs_hami_mig()
-                    and node.hami_mig_gpus().intersection(gpus)):
+    if not gpus or (node.runs_hami_mig() and node.hami_mig_gpus().intersection(gpus)):
         return ""
     values = dict(facts.nri_requests)
     found: list[str] = []

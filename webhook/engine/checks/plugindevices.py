@@ -85,8 +85,9 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
                                 guessed=way, guessed_fails=r.ok is False)
         if doubt is not None:
             return doubt
-    created = sorted(node.hami_mig_gpus().intersection(gpus)) \
-        if demand.hami and node.runs_hami_mig() else []
+    # The node's plugin decides what is handed, not the pod's scheduler: a pod the default
+    # scheduler placed on a GPU HAMi runs in MIG mode gets a created MIG device as well.
+    created = sorted(node.hami_mig_gpus().intersection(gpus)) if node.runs_hami_mig() else []
     if created and r.kind and r.kind != delivery.JIT_KIND:
         return _hami_mig_failure(node, r, created, way)
     if r.ok is False and demand.hami and node.cordoned:

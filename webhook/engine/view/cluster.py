@@ -247,9 +247,12 @@ class ClusterView:
     def node(self, name: str) -> NodeInfo | None:
         return self._index.nodes.get(name)
 
-    def has_hami_mig(self) -> bool:
-        """Does HAMi run a GPU in MIG mode on some node (``NodeInfo.hami_mig_gpus``)?"""
-        return bool(self._index.hami_mig)
+    def has_hami_mig(self, pool: str, policy: Policy) -> bool:
+        """Does HAMi's device plugin run a GPU in MIG mode on some node of ``pool``
+        (``NodeInfo.hami_mig_gpus``)? Asked of every pool, not only HAMi's: the node's
+        plugin creates the MIG device whoever scheduled the pod."""
+        return any(node is not None and node.in_pool(pool, policy)
+                   for node in map(self._index.nodes.get, self._index.hami_mig))
 
     def has_single_strategy_mig(self) -> bool:
         """Does a device plugin hand MIG devices as nvidia.com/gpu on some node?"""
