@@ -168,3 +168,23 @@ def test_a_mig_device_the_node_cannot_list_is_doubt_not_a_failure():
         "MIG-0a1b2c3d-0000-5000-8000-000000000001",)}), "u1", [mig], container="c",
         visible=mig)
     assert _answer(listed).outcome is Outcome.FAILS_ON_RESTART
+
+
+def test_a_held_gpu_the_driver_no_longer_lists_cannot_come_back():
+    """A GPU replaced under a running pod: a spec left from before still names the old
+    card, but the card is gone, and so is any MIG device HAMi made on it (its device ids
+    carry the GPU's UUID). The restarted container is handed the old device again."""
+    old = "GPU-0a1b2c3d-0000-4000-8000-0000000000ee"
+    created = "MIG-0a1b2c3d-0000-5000-8000-0000000000ee"
+    stale = agent_node_at("cdi", per_uuid=(*UUIDS, old))
+    plain = hold(copy.deepcopy(stale), "u1", [old], container="c", visible=old)
+    a = _answer(plain)
+    assert a.outcome is Outcome.FAILS_ON_RESTART and a.missing == (old,), a.message
+    assert "no longer has" in a.message and "hami-1" in a.message
+    in_mig_mode = hold(copy.deepcopy(stale), "u1", [f"{old}-3"], container="c",
+                       visible=created)
+    b = _answer(in_mig_mode)
+    assert b.outcome is Outcome.FAILS_ON_RESTART and b.missing == (old,), b.message
+    # the same pod on a GPU still there is judged as before
+    kept = hold(copy.deepcopy(stale), "u1", [UUIDS[0]], container="c", visible=UUIDS[0])
+    assert _answer(kept).outcome is Outcome.FINE

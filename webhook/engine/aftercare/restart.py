@@ -24,6 +24,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -160,6 +161,10 @@ def judge_held(node: NodeInfo, entries: tuple[Held, ...], runtime_class: str | N
             reason=Reason.RUNTIME_HANDLER_MISSING,
             note=said("restart.handlerGone", handler=handler, runtime_class=runtime_class),
             fix=said("restart.handlerGoneFix", handler=handler, node=node.name))
+    gone = _gone(node, entries)
+    if gone:
+        return NodeAssessment(node.name, NodeState.MISSING, missing=gone,
+                              note=said("restart.deviceGone", missing=gone))
     gpus = (*node.gpu_uuids(), *(m for ids in (inv.mig or {}).values() for m in ids))
     doubt: NodeAssessment | None = None
     for h in entries:
@@ -169,6 +174,37 @@ def judge_held(node: NodeInfo, entries: tuple[Held, ...], runtime_class: str | N
         if found.state is NodeState.UNKNOWN and doubt is None:
             doubt = found
     return doubt or NodeAssessment(node.name, NodeState.OK)
+
+
+def _gone(node: NodeInfo, entries: tuple[Held, ...]) -> tuple[str, ...]:
+    """The held GPUs and MIG devices the node no longer has: a GPU its driver does not list
+    now (replaced, or fallen off the bus), a MIG device on such a GPU, or one the device
+    plugin no longer registers (the kubelet's list, where the agent read it). A spec left
+    from before may still name them, but what it names is gone: the restarted container
+    cannot get it. A MIG device HAMi created is judged by its GPU (the kubelet never lists
+    HAMi's; HAMi's device ids carry the GPU's UUID: HAMi v2.10 ``GetDevices``, ``<uuid>-<n>``)."""
+    inv = node.inventory
+    if inv is None or not inv.gpus:
+        return ()
+    listed = set(inv.gpus)
+    registered = None if inv.mig is None or node.runs_hami_mig() else {
+        m for ids in inv.mig.values() for m in ids}
+    gone: list[str] = []
+    for h in entries:
+        named = (*h.ids, *(h.visible_devices or "").split(","),
+                 *(_split(n)[1] for n in h.cdi_names))
+        for name in (n.strip().split("::", 1)[0] for n in named):
+            uuid = _GPU_PREFIX.match(name)
+            if uuid is not None and uuid.group(0) not in listed:
+                gone.append(uuid.group(0))
+            elif name.startswith("MIG-") and registered is not None \
+                    and name not in registered:
+                gone.append(name)
+    return tuple(dict.fromkeys(gone))
+
+
+#: A GPU's UUID at the start of a device name (HAMi's ids add ``-<n>`` after it).
+_GPU_PREFIX = re.compile(r"GPU-[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}")
 
 
 def _judge_one(node: NodeInfo, h: Held, handler: str | None, gpus: tuple[str, ...],

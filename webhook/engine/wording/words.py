@@ -315,6 +315,11 @@ _RESTART: dict[str, Callable[[Said], str]] = {
         f"container {s.fact('container')} is handed back CDI device(s) "
         f"{_shown(s.fact('missing'))}, which no CDI spec on the node defines now "
         "(containerd resolves them with the CDI library)"),
+    "restart.deviceGone": lambda s: (
+        f"it holds {_shown(s.fact('missing'))}, which the node no longer has (its driver "
+        "does not list the GPU now, or its device plugin no longer registers the MIG "
+        "device): a restarted container is handed it again and cannot get it, whatever a "
+        "spec left from before still names"),
     "restart.notRead": _not_read,
     "restart.migJustInTime": lambda s: (
         f"{_handed(s)}: MIG device(s) {_shown(s.fact('missing'))}, which the runtime "
