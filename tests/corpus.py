@@ -518,7 +518,29 @@ pools:
 """
 
 
-def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
+@dataclass(frozen=True)
+class Configuration:
+    """Settings a user chooses for the whole cluster (the chart's values, the agent's
+    options), forced on every node; None keeps each node's own draw. The draws themselves
+    stay those of the corpus, so each configuration judges the same pods."""
+
+    name: str = "as drawn"
+    #: ``agent.kubeletCheckpoint``: does the agent read the kubelet's device checkpoint
+    kubelet_checkpoint: bool | None = None
+    #: may the agent read the device plugin's pods (``--no-plugin-pods``, or RBAC taken away)
+    plugin_pods: bool | None = None
+
+
+#: Every such setting, each a run of its own (``tests/integration/test_corpus.py``).
+CONFIGURATIONS = (
+    Configuration("agent.kubeletCheckpoint: false", kubelet_checkpoint=False),
+    Configuration("agent does not read the device plugin's pods", plugin_pods=False),
+    Configuration("neither", kubelet_checkpoint=False, plugin_pods=False),
+)
+
+
+def make_cluster(rng: random.Random, root: Path, index: int,
+                 config: Configuration = Configuration()) -> Cluster:
     plugins = {"hami": rng.choice(("envvar", "envvar", "cdi")),
                "operator": rng.choice(("cdi", "cdi", "envvar"))}
     pinned = rng.random() < 0.5
@@ -547,6 +569,11 @@ def make_cluster(rng: random.Random, root: Path, index: int) -> Cluster:
                 n.hami_plugin, n.plugin = True, plugins["hami"]
                 n.what.append(f"HAMi's plugin runs here ({plugins['hami']}), not the operator's")
     _run_plugin_pods(random.Random(f"{index}/{nodes[0].gpus[0]}"), nodes)
+    for n in nodes:
+        if config.kubelet_checkpoint is not None:
+            n.reads_kubelet = config.kubelet_checkpoint
+        if config.plugin_pods is False:
+            n.learns = "no access"
     objects, oracles = [], {}
     for n in nodes:
         # where the operator runs its toolkit (every operator node, some of HAMi's)
@@ -712,8 +739,9 @@ STEERED_PENDING = "pending: every node it reaches fails it, steered off them all
 #: A GPU arrived, but not the one accounted for (``misaccounted``): two pods can then share a
 #: card HAMi (or the kubelet) believes split.
 MISACCOUNTED = "a GPU arrived, but not the one accounted for"
-#: Denied as ``requireInventory`` asks: only nodes without inventory would run it.
-REQUIRED_INVENTORY = "requireInventory: it would run only on nodes without inventory"
+#: Denied as ``requireInventory`` asks: only nodes whose devices no agent can vouch for
+#: would run it (no inventory, or MIG devices the agent does not read).
+REQUIRED_INVENTORY = "requireInventory: it would run only on nodes it cannot verify"
 #: Fine, and pending: it asks for more than any node it can reach has (not a CDI matter).
 NO_NODE_PENDING = "pending: no node it reaches has what it asks for"
 
@@ -935,14 +963,22 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
     if not good and where and all(misaccounted(cluster, routed, _setup(cluster, w))
                                   for w in where):
         j.note = MISACCOUNTED
-    if good and cluster.policy.require_inventory and all(not _setup(cluster, g).agent
-                                                         for g in good):
+    if good and cluster.policy.require_inventory and all(
+            _unverifiable(_setup(cluster, g), routed) for g in good):
         # what the policy asks for: verified nodes or none
         j.outcome, j.note = "denied correctly", REQUIRED_INVENTORY
     elif good and cluster.policy_name.startswith("detect") and all(
             _misdetected(cluster, _setup(cluster, g)) for g in good):
         j.apart = MISREAD
     return j
+
+
+def _unverifiable(n: NodeSetup, pod: dict) -> bool:
+    """What no agent can vouch for on this node: everything where none runs, and the MIG
+    devices the plugin hands where the agent does not read the kubelet's checkpoint (the
+    only list of them). ``requireInventory`` asks for verified nodes or none."""
+    return not n.agent or (not n.reads_kubelet and (
+        _asks_mig(pod) or (n.mig_strategy == "single" and bool(n.mig))))
 
 
 #: Counted apart: ``detect`` reads the disk where the plugin's pod cannot tell the agent its
@@ -969,9 +1005,10 @@ def _without_steering(pod: dict) -> dict:
     return {**pod, "spec": dict(without_steering(pod["spec"]))}
 
 
-def run(root: Path, seed: int, pods: int, clusters: int = 6) -> list[Judged]:
+def run(root: Path, seed: int, pods: int, clusters: int = 6,
+        config: Configuration = Configuration()) -> list[Judged]:
     rng = random.Random(seed)
-    made = [make_cluster(rng, root / f"cluster{i}", i) for i in range(clusters)]
+    made = [make_cluster(rng, root / f"cluster{i}", i, config) for i in range(clusters)]
     out = []
     for i in range(pods):
         c = made[i % clusters]
@@ -998,7 +1035,36 @@ def table(judged: list[Judged]) -> str:
     for label, outcomes in by_class(judged).items():
         lines.append(f"  {label:<{width - 2}} {sum(outcomes.values())}  "
                      + ", ".join(f"{o} {n}" for o, n in sorted(outcomes.items())))
+    lines.append("by setting: pods every node they reach runs with it, and their outcomes")
+    for label, outcomes in by_setting(judged).items():
+        lines.append(f"  {label:<{width - 2}} {sum(outcomes.values())}  "
+                     + ", ".join(f"{o} {n}" for o, n in sorted(outcomes.items())))
     return "\n".join(lines)
+
+
+def settings(n: NodeSetup) -> tuple[str, ...]:
+    """What a user chose for this node: the agent's options, and how the device plugin is
+    deployed (the GPU Operator, HAMi's chart, NVIDIA's chart by its variable, flag, config
+    file or config-manager)."""
+    deployed = n.plugin_pod.what.split(" ")[1] if n.plugin_pod else "none"
+    return (f"kubelet checkpoint {'read' if n.reads_kubelet else 'not read'}",
+            f"plugin's pod {'read' if n.learns == 'yes' else n.learns}",
+            f"plugin deployed by {deployed}")
+
+
+def by_setting(judged: list[Judged]) -> dict[str, Counter[str]]:
+    """Outcomes per setting, for pods whose every reachable node has that setting (a pod
+    that reaches nodes set differently counts under none of those)."""
+    out: dict[str, Counter[str]] = {}
+    for j in judged:
+        reach = [_setup(j.cluster, n) for n in j.reach]
+        if not reach:
+            continue
+        common = set(settings(reach[0])).intersection(*(settings(n) for n in reach[1:]))
+        for label in common:
+            out.setdefault(label, Counter())[
+                j.outcome if not j.apart else "counted apart"] += 1
+    return dict(sorted(out.items()))
 
 
 def _disk_misleads(n: NodeSetup) -> bool:
