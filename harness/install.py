@@ -20,8 +20,9 @@ from harness.kit import ROOT
 from harness.servers import Server, generate_certs, start_server
 
 # No kubelet runs the Deployment and DaemonSet here: gpupool runs on loopback instead.
-KEEP = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap",
-        "PriorityClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+KEEP = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+        "RoleBinding", "ConfigMap", "PriorityClass", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding"}
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 

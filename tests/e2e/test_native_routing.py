@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import urllib3
 from kubernetes import client, config
 
@@ -319,6 +320,12 @@ def test_the_server_keeps_the_policy_current_and_routing_survives_its_outage(
         want = _compiled_digest(cp, policy)
         install.wait_until(lambda: install.routing_installed(cp) == (want, True),
                            "the server to install the compiled policy")
+        # It was proved first, by canary pods dry-run in gpupool's own namespace, on this
+        # API server, and the proof is recorded where every replica reads it.
+        proof = _proof(cp)
+        assert proof["result"] == "passed" and proof["digest"] == want, proof
+        assert proof["server"] == _server_version(cp)
+        assert "routing-proof" not in _pods_in(cp, "gpupool-system")  # nothing was stored
         code, doc = _doctor(cp, policy)
         assert doc["routing"]["mode"] == "api-server" and doc["routing"]["matches"] is True
         assert doc["routing"]["pools"] == ["hami", "operator"]
@@ -362,6 +369,91 @@ def test_the_server_keeps_the_policy_current_and_routing_survives_its_outage(
         install.wait_until(lambda: install.routing_installed(cp) == (None, False),
                            "the server to remove the policy and the condition", 60)
         assert _doctor(cp, policy)[1]["routing"]["mode"] == "webhook"
+
+
+def _proof(cp: ControlPlane) -> dict[str, Any]:
+    cfg = json.loads(cp.kubectl("get", "mutatingwebhookconfiguration", MUTATING, "-o",
+                                "json").stdout)
+    recorded = cfg["metadata"].get("annotations", {}).get("gpupool.io/routing-proof")
+    return json.loads(recorded) if recorded else {}
+
+
+def _server_version(cp: ControlPlane) -> str:
+    return str(json.loads(cp.kubectl("version", "-o", "json").stdout)["serverVersion"][
+        "gitVersion"])
+
+
+def _pods_in(cp: ControlPlane, namespace: str) -> str:
+    return cp.kubectl("get", "pods", "-n", namespace, "-o", "name").stdout
+
+
+#: A neighbour's MutatingAdmissionPolicy that changes the canary pods' required node affinity
+#: after gpupool's policy (an API server that routes otherwise than the webhook, as a release
+#: with a bug in the policy's patches would): it adds a term gpupool's webhook never adds.
+NEIGHBOUR = [
+    {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+     "metadata": {"name": "neighbour-adds-a-term"},
+     "spec": {"failurePolicy": "Fail", "reinvocationPolicy": "Never",
+              "matchConstraints": {"resourceRules": [{
+                  "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                  "resources": ["pods"]}]},
+              "matchConditions": [{"name": "canaries", "expression":
+                                   "'gpupool.io/routing-canary' in "
+                                   "object.metadata.?labels.orValue({})"}],
+              "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": (
+                  "[JSONPatch{op: 'add', path: '/spec/affinity/nodeAffinity/"
+                  "requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/-', "
+                  "value: {'matchExpressions': [{'key': 'example.com/elsewhere', "
+                  "'operator': 'Exists'}]}}]")}}]}},
+    {"apiVersion": "admissionregistration.k8s.io/v1",
+     "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": "neighbour-adds-a-term"},
+     "spec": {"policyName": "neighbour-adds-a-term"}},
+]
+
+
+@needs_policy
+def test_a_canary_the_api_server_routes_otherwise_keeps_routing_in_the_webhook(
+        k8s_bin, tmp_path_factory):
+    """The policy is bound to real pods only after its canary pods, dry-run on this API
+    server, are routed exactly as the webhook routes them. Where they are not (here a
+    neighbour's policy changes their affinity; a release's bug would do the same, or drop
+    the connection), the server unbinds it, records why, counts it, and ``doctor`` says so;
+    every pod is routed by the webhook meanwhile. Once the cause is gone and the record
+    cleared, the policy is proved and bound."""
+    with _Installed(k8s_bin, tmp_path_factory.mktemp("canary")) as g:
+        cp, policy = g.cp, g.policy
+        assert install.apply(cp, NEIGHBOUR).returncode == 0
+        time.sleep(2)  # (the admission plugin's informer follows the new policy)
+        g.serve("auto")
+        install.wait_until(lambda: _proof(cp).get("result") == "failed", "the canary to fail")
+        proof = _proof(cp)
+        why = proof["reason"]
+        # (routed otherwise where gpupool's policy ran first; refused where the neighbour's
+        # patch met a pod without affinity yet)
+        assert why.startswith("canary pod") and ("requiredAffinity" in why
+                                                 or "answered" in why), proof
+        assert install.routing_installed(cp) == (None, False)
+        assert cp.kubectl("get", "mutatingadmissionpolicybinding", "gpupool-routing",
+                          check=False).returncode != 0
+        code, doc = _doctor(cp, policy)
+        assert code == 1 and doc["routing"]["mode"] == "webhook"
+        assert "canary pods" in doc["routing"]["message"] and proof["reason"][:40] in \
+            doc["routing"]["message"]
+        metrics = requests.get(f"{g.server.url}/metrics", verify=g.server.ca, timeout=10).text
+        assert 'gpupool_routing_canary_total{result="failed"}' in metrics
+        # Real pods meanwhile: the webhook routes them.
+        got = Judge(cp).create("ml", _plain("infer", {"nvidia.com/gpu": "1"}))
+        assert isinstance(got, dict) and got["metadata"]["annotations"]["gpupool.io/pool"]
+        # The cause gone and the record cleared by hand (docs/install.md): proved, bound.
+        for obj in reversed(NEIGHBOUR):
+            cp.kubectl("delete", obj["kind"], obj["metadata"]["name"])
+        time.sleep(2)
+        cp.kubectl("annotate", "mutatingwebhookconfiguration", MUTATING,
+                   "gpupool.io/routing-proof-")
+        want = _compiled_digest(cp, policy)
+        install.wait_until(lambda: install.routing_installed(cp) == (want, True),
+                           "the proved policy to be bound", 90)
+        assert _proof(cp)["result"] == "passed"
 
 
 @pytest.mark.skipif(SERVED, reason="Kubernetes 1.36 and newer serve the policy: tests above")

@@ -381,6 +381,15 @@ def routing_report(api: Any, view: ClusterView, policy: Policy, policy_source: s
         return RoutingReport("webhook", None, "routing: in the webhook alone (this API server "
                              "does not serve MutatingAdmissionPolicy v1: Kubernetes 1.36 or "
                              "newer routes in the API server)")
+    proof = installed.proof or {}
+    if proof.get("result") == "failed" and \
+            proof.get("digest") == target(policy, view, config).digest:
+        return RoutingReport(
+            "webhook", False, "routing: in the webhook alone: the canary pods that prove "
+            f"MutatingAdmissionPolicy gpupool-routing ({proof.get('digest')}) failed on API "
+            f"server {proof.get('server') or '(version unknown)'} at {proof.get('at')}: "
+            f"{proof.get('reason')}. It routes no pod until the PoolPolicy or the API server "
+            "changes (docs/install.md, 'Routing in the API server')")
     if installed.digest is None and installed.condition is None:
         return RoutingReport("webhook", None, "routing: in the webhook alone (no "
                              "MutatingAdmissionPolicy gpupool-routing: --routing-mode webhook, "
@@ -388,7 +397,10 @@ def routing_report(api: Any, view: ClusterView, policy: Policy, policy_source: s
     want = target(policy, view, config)
     pools = list(claimable_pools(policy, routing_facts(view, policy)))
     problems = []
-    if installed.digest != want.digest or not installed.binding:
+    if installed.digest == want.digest and not installed.binding and installed.canary:
+        problems.append("MutatingAdmissionPolicy gpupool-routing is bound to its canary pods "
+                        "alone: a replica is proving it, or cannot (see its log)")
+    elif installed.digest != want.digest or not installed.binding:
         problems.append(f"MutatingAdmissionPolicy gpupool-routing is not what {policy_source} "
                         f"and this cluster compile to (installed {installed.digest or 'none'}"
                         f"{'' if installed.binding else ', no binding'}, compiled "

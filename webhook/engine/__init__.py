@@ -31,6 +31,10 @@ _SURFACE = {
     "claimable_pools": "admission.nativerouting", "why_left": "admission.nativerouting",
     "EXCLUDED_NAMESPACES": "admission.nativerouting", "CONDITION": "admission.nativerouting",
     "DIGEST_ANNOTATION": "admission.nativerouting", "ROUTING_NAME": "admission.nativerouting",
+    # proving it on the API server before it routes real pods
+    "canary_binding": "admission.routingcanary", "canary_pods": "admission.routingcanary",
+    "disagreement": "admission.routingcanary", "CANARY_BINDING": "admission.routingcanary",
+    "CANARY_LABEL": "admission.routingcanary", "as_webhook_routes": "admission.routingcanary",
     # what a decision is
     "Decision": "core.decision", "NodeFinding": "core.decision", "Reason": "core.decision",
     "allow": "core.decision", "clean_warning": "core.decision",
@@ -106,6 +110,12 @@ if TYPE_CHECKING:  # written by python -m tests.engine_surface from _SURFACE
     from webhook.engine.admission.nativerouting import routing_facts as routing_facts
     from webhook.engine.admission.nativerouting import webhook_condition as webhook_condition
     from webhook.engine.admission.nativerouting import why_left as why_left
+    from webhook.engine.admission.routingcanary import CANARY_BINDING as CANARY_BINDING
+    from webhook.engine.admission.routingcanary import CANARY_LABEL as CANARY_LABEL
+    from webhook.engine.admission.routingcanary import as_webhook_routes as as_webhook_routes
+    from webhook.engine.admission.routingcanary import canary_binding as canary_binding
+    from webhook.engine.admission.routingcanary import canary_pods as canary_pods
+    from webhook.engine.admission.routingcanary import disagreement as disagreement
     from webhook.engine.admission.workloads import template_pod as template_pod
     from webhook.engine.aftercare.nodehazards import NodeHazard as NodeHazard
     from webhook.engine.aftercare.nodehazards import advertised_twice as advertised_twice

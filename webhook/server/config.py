@@ -101,6 +101,11 @@ class ServeConfig:
                               "or auto (policy where the API server serves it); needs a "
                               "watch (--kubeconfig or --in-cluster)",
                               choices=("webhook", "policy", "auto"))
+    routing_canary_namespace: str = _flag(
+        "gpupool-system", "--routing-canary-namespace",
+        "namespace of the canary pods that prove the routing policy on the API server before "
+        "it routes real pods (server-side dry-run creates: nothing is stored); gpupool's own, "
+        "which its webhooks do not see")
     routing_sync_period: float = 30.0
     loglevel: str = _flag("info", "--log-level", "server log level",
                           choices=("debug", "info", "warning", "error", "critical"))

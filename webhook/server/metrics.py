@@ -70,6 +70,12 @@ AUDIT_FAILING = Gauge("gpupool_audit_sink_failing",
                       multiprocess_mode="livemax")
 
 
+ROUTING_PROOFS = Counter("gpupool_routing_canary_total",
+                         "Proofs of the compiled routing policy on the API server by its canary "
+                         "pods (docs/install.md, 'Routing in the API server'): result is passed "
+                         "(then it routes real pods) or failed (it routes none; the reason is "
+                         "logged and recorded on gpupool-mutating)", ["result"])
+
 NODE_SOURCE = Gauge("gpupool_node_source",
                     "1 for the node view the server decides against (watch, file, demo, or "
                     "none: CDI devices not checked)", ["source"], multiprocess_mode="livemax")
@@ -184,6 +190,11 @@ def audit_totals() -> dict[str, tuple[float, bool]]:
                 failing[sink] = failing.get(sink, False) or sample.value > 0
     return {sink: (lost.get(sink, 0.0), failing.get(sink, False))
             for sink in lost.keys() | failing.keys()}
+
+
+def routing_proof(result: str, reason: str) -> None:
+    """One proof of the routing policy by its canary pods (``routingpolicy.prove``)."""
+    ROUTING_PROOFS.labels(result).inc()
 
 
 def node_source(source: str) -> None:

@@ -113,9 +113,11 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
         keep.append(informer)
         informer_ref = informer
         from webhook.routingpolicy import Keeper
+        from webhook.server.metrics import routing_proof
 
         keeper = Keeper(cfg.routing_mode, informer.api_client, lambda: policies.policy, view,
-                        informer.settled, period=cfg.routing_sync_period)
+                        informer.settled, period=cfg.routing_sync_period,
+                        canary_namespace=cfg.routing_canary_namespace, on_proof=routing_proof)
         listeners.append(lambda _p: keeper.poke())
         keeper.start()
         keep.append(keeper)

@@ -21,7 +21,11 @@ def test_compile_writes_the_policy_and_its_binding_for_kubectl_apply(capsys):
     assert all(d["apiVersion"] == "admissionregistration.k8s.io/v1" for d in docs)
     assert docs[1]["spec"]["policyName"] == docs[0]["metadata"]["name"]
     spec = docs[0]["spec"]
-    assert spec["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+    # The binding, not the policy, says which namespaces: a canary binding gives the policy
+    # gpupool's own canary pods (webhook.engine.admission.routingcanary).
+    assert "namespaceSelector" not in spec["matchConstraints"]
+    match = docs[1]["spec"]["matchResources"]
+    assert match["namespaceSelector"]["matchExpressions"][0]["values"] == [
         "kube-system", "kube-node-lease", "gpupool-system"]
     # Both pools' schedulers are what the mutation can write.
     text = spec["mutations"][0]["jsonPatch"]["expression"]

@@ -397,16 +397,19 @@ def compile_policy(policy: Policy, facts: RoutingFacts,
                    name: str = ROUTING_NAME, selectors: Mapping[str, Any] | None = None
                    ) -> list[dict[str, Any]]:
     """The MutatingAdmissionPolicy and its binding. ``selectors``: the webhook's own
-    ``namespaceSelector`` and ``objectSelector``, so that the policy sees the pods the webhook
-    would (else namespaces ``excluded_namespaces`` are left out)."""
+    ``namespaceSelector`` and ``objectSelector``, so that the binding gives the policy the
+    pods the webhook would see (else namespaces ``excluded_namespaces`` are left out). They
+    are the binding's, not the policy's: a second binding (``routingcanary``) gives it the
+    canary pods in gpupool's own namespace, which the webhook never sees."""
     constraints: dict[str, Any] = {
         "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
                            "operations": ["CREATE"], "resources": ["pods"]}]}
+    match: dict[str, Any] = {}
     if selectors:
-        constraints.update({k: v for k, v in selectors.items()
-                            if k in ("namespaceSelector", "objectSelector")})
+        match.update({k: v for k, v in selectors.items()
+                      if k in ("namespaceSelector", "objectSelector")})
     else:
-        constraints["namespaceSelector"] = {"matchExpressions": [
+        match["namespaceSelector"] = {"matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
              "values": list(excluded_namespaces)}]}
     spec: dict[str, Any] = {
@@ -431,7 +434,7 @@ def compile_policy(policy: Policy, facts: RoutingFacts,
         {"apiVersion": "admissionregistration.k8s.io/v1",
          "kind": "MutatingAdmissionPolicyBinding",
          "metadata": {**meta, "annotations": dict(meta["annotations"])},
-         "spec": {"policyName": name}},
+         "spec": {"policyName": name, "matchResources": match}},
     ]
 
 
