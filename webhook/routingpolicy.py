@@ -357,8 +357,8 @@ def sync(cluster: Cluster, mode: str, want: Callable[[dict[str, Any] | None], Ta
                   "at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
         if why:
             record["reason"] = why[:1000]
-        config = cluster.get("MutatingWebhookConfiguration", CONFIGURATION)
         cluster.record_proof(record)
+        config = cluster.get("MutatingWebhookConfiguration", CONFIGURATION)
         if on_proof is not None:
             on_proof(record["result"], why or "")
         if why:
@@ -368,9 +368,6 @@ def sync(cluster: Cluster, mode: str, want: Callable[[dict[str, Any] | None], Ta
                                "in the webhook")
         done.append(f"proved policy {t.digest} on API server {version or '(version unknown)'}"
                     f" with {len(t.canaries)} canary pods")
-        config = cluster.get("MutatingWebhookConfiguration", CONFIGURATION)
-        entry = _webhook_entry(config) if config else None
-        assert config is not None and entry is not None
     if not installed.binding:
         cluster.put(t.objects[1])
         done.append(f"wrote MutatingAdmissionPolicyBinding {ROUTING_NAME} ({t.digest})")

@@ -325,7 +325,7 @@ def test_the_server_keeps_the_policy_current_and_routing_survives_its_outage(
         proof = _proof(cp)
         assert proof["result"] == "passed" and proof["digest"] == want, proof
         assert proof["server"] == _server_version(cp)
-        assert "routing-proof" not in _pods_in(cp, "gpupool-system")  # nothing was stored
+        assert "routing-canary" not in _pods_in(cp, "gpupool-system")  # nothing was stored
         code, doc = _doctor(cp, policy)
         assert doc["routing"]["mode"] == "api-server" and doc["routing"]["matches"] is True
         assert doc["routing"]["pools"] == ["hami", "operator"]

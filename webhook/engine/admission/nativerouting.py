@@ -386,8 +386,9 @@ def _mutation(policy: Policy, facts: RoutingFacts) -> str:
 
 
 def digest(spec: Mapping[str, Any]) -> str:
-    """What ``doctor`` compares: the compiled spec's own digest, so an installed policy
-    matches the PoolPolicy and the cluster exactly when compiling them again gives it."""
+    """What ``doctor`` compares: the digest of the compiled policy's spec and its binding's
+    selectors, so an installed policy matches the PoolPolicy and the cluster exactly when
+    compiling them again gives it (and a changed selector is a new policy, proved again)."""
     text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -426,7 +427,7 @@ def compile_policy(policy: Policy, facts: RoutingFacts,
     meta: dict[str, Any] = {
         "name": name, "labels": {"app.kubernetes.io/name": "gpupool",
                                  "app.kubernetes.io/component": "routing-policy"},
-        "annotations": {DIGEST_ANNOTATION: digest(spec),
+        "annotations": {DIGEST_ANNOTATION: digest({"policy": spec, "binding": match}),
                         FACTS_ANNOTATION: json.dumps(facts.as_json(), sort_keys=True)}}
     return [
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
