@@ -38,6 +38,7 @@ from harness import install
 from harness.controlplane import ControlPlane, release
 from harness.servers import free_port, stop_server
 from tests import routingcorpus
+from tests.conftest import report
 
 pytestmark = pytest.mark.e2e
 SERVED = tuple(int(x) for x in release().split(".")) >= (1, 36)
@@ -212,6 +213,9 @@ def agreement(judged: Judged) -> None:
     assert not failed, failed[:3]
     claimed = [i for i in range(len(corpus)) if by_policy[i] != untouched[i]]
     gpu = [i for i, (_, p) in enumerate(corpus) if _is_gpu_pod(p)]
+    report(f"routing in the API server, Kubernetes {release()}",
+           f"the policy claims {len(claimed)} of {len(gpu)} GPU pods of the routing corpus "
+           f"(seed {SEED}); the webhook routes the rest")
     # The corpus must exercise both sides, or agreement would prove nothing.
     assert len(claimed) >= len(gpu) // 6, (len(claimed), len(gpu))
     assert len(gpu) - len(claimed) >= len(gpu) // 3, (len(claimed), len(gpu))

@@ -180,6 +180,7 @@ def test_a_held_gpu_the_driver_no_longer_lists_cannot_come_back():
     plain = hold(copy.deepcopy(stale), "u1", [old], container="c", visible=old)
     a = _answer(plain)
     assert a.outcome is Outcome.FAILS_ON_RESTART and a.missing == (old,), a.message
+    assert a.reason == "UnknownDevice"
     assert "no longer has" in a.message and "hami-1" in a.message
     in_mig_mode = hold(copy.deepcopy(stale), "u1", [f"{old}-3"], container="c",
                        visible=created)

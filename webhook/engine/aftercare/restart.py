@@ -164,6 +164,7 @@ def judge_held(node: NodeInfo, entries: tuple[Held, ...], runtime_class: str | N
     gone = _gone(node, entries)
     if gone:
         return NodeAssessment(node.name, NodeState.MISSING, missing=gone,
+                              reason=Reason.UNKNOWN_DEVICE,
                               note=said("restart.deviceGone", missing=gone))
     gpus = (*node.gpu_uuids(), *(m for ids in (inv.mig or {}).values() for m in ids))
     doubt: NodeAssessment | None = None
