@@ -101,11 +101,43 @@ def _is_gpu_pod(pod: dict[str, Any]) -> bool:
 Judged = tuple[list[tuple[str, dict[str, Any]]], list[Any], list[Any], list[Any], list[Any]]
 
 
+def operator_cluster(cp: ControlPlane, tmp: Path) -> list[dict[str, Any]]:
+    """HAMi beside the GPU Operator, as ``kubectl get nodes,clusterpolicies,daemonsets``
+    shows such a cluster: the operator's ClusterPolicy (CDI on), HAMi's device-plugin
+    DaemonSet as its chart labels it, and nodes whose agents learned each plugin's way from
+    its pod (HAMi's on ``gpu=on`` nodes, the operator's where it deploys its plugin)."""
+    from harness.kit import UPSTREAM
+    from tests.unit.engine.test_steering import agent_node
+    from webhook.engine.stacks.clusterpolicy import DEPLOY_LABEL
+
+    cp.kubectl("create", "-f", str(UPSTREAM / "crds/nvidia.com_clusterpolicies.yaml"))
+    cp.kubectl("wait", "--for", "condition=established", "--timeout=60s",
+               "crd/clusterpolicies.nvidia.com")
+    hami = agent_node(tmp / "hami-1", "hami-1", "hami", "operator-management", per_uuid=True)
+    hami["metadata"]["labels"].update({"gpu": "on", DEPLOY_LABEL: "false"})
+    op = agent_node(tmp / "op-1", "op-1", None, "device-plugin", register=False)
+    op["metadata"]["labels"][DEPLOY_LABEL] = "true"
+    labels = {"app.kubernetes.io/component": "hami-device-plugin"}
+    return [
+        {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+         "metadata": {"name": "cluster-policy"}, "spec": {"cdi": {"enabled": True}}},
+        {"apiVersion": "apps/v1", "kind": "DaemonSet",
+         "metadata": {"name": "hami-device-plugin", "namespace": "kube-system",
+                      "labels": labels},
+         "spec": {"selector": {"matchLabels": labels}, "template": {
+             "metadata": {"labels": labels},
+             "spec": {"nodeSelector": {"gpu": "on"}, "containers": [{
+                 "name": "device-plugin", "image": "projecthami/hami:v2.10.0",
+                 "env": [{"name": "DEVICE_LIST_STRATEGY", "value": "envvar"}]}]}}}},
+        hami, op]
+
+
 @contextlib.contextmanager
-def judging(bin_dir: Path, tmp: Path) -> Iterator[Judged]:
+def judging(bin_dir: Path, tmp: Path, operator: bool = False) -> Iterator[Judged]:
     """The routing corpus through the four set-ups above, on the API server in ``bin_dir``:
     the corpus, and the pods as stored (or the errors answered) untouched, by the policy, by
-    the webhook and in the outage."""
+    the webhook and in the outage. ``operator``: in a cluster of HAMi beside the GPU
+    Operator (``operator_cluster``)."""
     cp = ControlPlane(tmp / "cp", bin_dir).start()
     server = None
     try:
@@ -114,8 +146,9 @@ def judging(bin_dir: Path, tmp: Path) -> Iterator[Judged]:
             r = install.apply(cp, {"apiVersion": "v1", "kind": "Namespace",
                                    "metadata": {"name": ns, "labels": labels}})
             assert r.returncode == 0, r.stderr
-        nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {
-            "name": name, "labels": {**labels, "nvidia.com/gpu.present": "true"}}}
+        nodes = operator_cluster(cp, tmp) if operator else [
+            {"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": name, "labels": {**labels, "nvidia.com/gpu.present": "true"}}}
             for name, labels in (("hami-1", {"gpupool.io/pool": "hami"}), ("op-1", {}))]
         # The runtime classes the GPU Operator installs (the API server refuses a pod that
         # names one it does not have).
@@ -182,6 +215,22 @@ def judged(k8s_bin, tmp_path_factory):
         yield j
 
 
+@needs_policy
+def test_in_hami_beside_the_gpu_operator_the_policy_routes_plain_pods_of_both_pools(
+        k8s_bin, tmp_path_factory):
+    """A ClusterPolicy and HAMi's device-plugin DaemonSet declare each plugin's way; where
+    every agent learned it from the plugin's pod, the steering label carries it, so the
+    policy claims the plain GPU pods of both pools and agrees with the webhook on each, and
+    routes them in an outage."""
+    with judging(k8s_bin, tmp_path_factory.mktemp("operator"), operator=True) as j:
+        agreement(j, "HAMi beside the GPU Operator")
+        outage(j)
+        corpus, untouched, by_policy, _, _ = j
+        pools = Counter(by_policy[i]["metadata"]["annotations"]["gpupool.io/pool"]
+                        for i in range(len(corpus)) if by_policy[i] != untouched[i])
+        assert pools["hami"] and pools["operator"], pools
+
+
 def corpus_probe() -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
             "spec": {"containers": [{"name": "c", "image": "cuda",
@@ -203,7 +252,7 @@ def test_in_an_outage_the_policys_pods_are_created_and_every_other_gpu_pod_waits
     outage(judged)
 
 
-def agreement(judged: Judged) -> None:
+def agreement(judged: Judged, cluster: str = "nodes without inventory") -> None:
     """Field by field, on every pod the policy claims; and no request the policy was in
     answered with an error the webhook alone did not give (a dropped connection, an API
     server that failed the patch)."""
@@ -213,7 +262,7 @@ def agreement(judged: Judged) -> None:
     assert not failed, failed[:3]
     claimed = [i for i in range(len(corpus)) if by_policy[i] != untouched[i]]
     gpu = [i for i, (_, p) in enumerate(corpus) if _is_gpu_pod(p)]
-    report(f"routing in the API server, Kubernetes {release()}",
+    report(f"routing in the API server, Kubernetes {release()}, {cluster}",
            f"the policy claims {len(claimed)} of {len(gpu)} GPU pods of the routing corpus "
            f"(seed {SEED}); the webhook routes the rest")
     # The corpus must exercise both sides, or agreement would prove nothing.

@@ -36,6 +36,10 @@ BOUNDARIES = {
     ("access/grants.py", "_annotated", "fold"),
     # ...and which pools serve a DRA extended resource (the resource and its class)
     ("placement/routing.py", "_serving_pools", "fold"),
+    # whether the cluster's declarations reach beyond the agents' labels in a pool (key: the
+    # pool and the policy; it reads the pool's nodes and the cluster's settings, each of
+    # which changes the view's version): asked by every review of the pool
+    ("admission/steering.py", "_cluster_steers", "until_any_change"),
     # the boundaries themselves
     ("view/cluster.py", "fold", "fold"),
     ("view/cluster.py", "kept_fold", "kept_fold"),

@@ -69,3 +69,38 @@ def test_a_cdi_strategy_plugin_without_its_spec_is_caught(tmp_path):
     node["metadata"]["labels"][DEPLOY_LABEL] = "false"
     rv, _, _ = decide([node, policy()], pod)
     assert rv.final.allowed
+
+
+def test_where_every_agent_learned_the_way_the_label_steers_and_the_api_server_can_route(
+        tmp_path):
+    """A ClusterPolicy declares the plugin's way. A node whose agent read the plugin's pod
+    already carries that way in its steering label (``delivery.detected_way``), so a
+    ``detect`` pool of such nodes is steered by the label and its plain pods are the routing
+    policy's; one node whose agent could not read the plugin's pod (its label speaks of the
+    disk alone) makes the pool's pods judged node by node again."""
+    from tests.unit.engine import test_steering
+    from webhook.engine import routing_facts, view_from_objects
+    from webhook.policyfile import default_policy
+
+    def op_node(name: str, learned: bool) -> dict:
+        node = test_steering.agent_node(
+            tmp_path / name, name, None, "device-plugin", register=False,
+            **({} if learned else {"plugins": None}))
+        node["metadata"]["labels"][DEPLOY_LABEL] = "true"
+        return node
+
+    pol = default_policy()
+    learned = [op_node("op-1", True), op_node("op-2", True)]
+    view = view_from_objects(learned, pol, resources=[policy()])
+    assert view.operator_way() == CDI_DEVICES
+    assert routing_facts(view, pol).by_name == frozenset()
+    pod = gpu_pod("g", limits={"nvidia.com/gpu": 1})
+    rv, _, _ = decide([*learned, policy()], pod)
+    assert rv.final.allowed, rv.final.to_json()
+    steered = test_steering.terms(pod, rv.mutation.patch)
+    assert not any(t.get("matchFields") for t in steered)  # by the label, not by name
+    assert any(e["key"] == "resolve.gpupool.io/detected" for t in steered
+               for e in t["matchExpressions"])
+    guessed = [*learned, op_node("op-3", False)]
+    view = view_from_objects(guessed, pol, resources=[policy()])
+    assert routing_facts(view, pol).by_name == frozenset({"operator"})

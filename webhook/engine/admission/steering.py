@@ -23,6 +23,7 @@ from webhook.engine.placement import candidates as cand
 from webhook.engine.pod.affinity import Requirement
 from webhook.engine.pod.placement import NAME_FIELD
 from webhook.engine.pod.podfacts import PodFacts
+from webhook.engine.stacks.clusterpolicy import runs_operator_plugin
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.wording.words import words
 
@@ -72,9 +73,33 @@ def cluster_steers_by_name(pool_name: str, view: ClusterView, policy: Policy) ->
 def _cluster_steers(pool_name: str, policy: Policy, view: ClusterView) -> bool:
     hami_pool = policy.is_hami_pool(pool_name)
     return (policy.by_name[pool_name].cdi.delivery is delivery.DETECT
-            and (view.operator_way() is not None or view.knows_hami_plugins())) \
+            and (view.operator_way() is not None or view.knows_hami_plugins())
+            and view.until_any_change(("declared beyond the labels", pool_name,
+                                       policy.cache_key),
+                                      _declared_beyond_labels, pool_name, policy, view)) \
         or view.has_hami_mig(pool_name, policy) \
         or (not hami_pool and view.has_single_strategy_mig())
+
+
+def _declared_beyond_labels(pool_name: str, policy: Policy, view: ClusterView) -> bool:
+    """Does the cluster's own configuration (the GPU Operator's ClusterPolicy, HAMi's
+    device-plugin DaemonSet) declare how the device plugin hands GPUs on a node of the pool
+    whose agent did not learn it from the plugin's pod? That node is judged by the
+    declaration (``assessment.declared_way``) while its steering label speaks of the disk
+    alone, so the pool's pods are steered node by node. Where every agent learned the way
+    from the plugin's pod (the chart lets it read them), its label already follows that way
+    (``delivery.detected_way``), as the node's judgement does: the label steers, and the
+    API server can route the pool's plain pods (``nativerouting``). Kept until the view
+    changes: a review asks it for its pool."""
+    operator = view.operator_way() is not None
+    for node in view.pool_nodes(policy, pool_name):
+        inv = node.inventory
+        if inv is None or delivery.learned_way(inv).way is not None:
+            continue
+        if (operator and runs_operator_plugin(node.labels)) \
+                or view.hami_way(node.labels) is not None:
+            return True
+    return False
 
 
 def requirements(facts: PodFacts, pool_name: str, view: ClusterView | None,
