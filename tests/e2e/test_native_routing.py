@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 import requests
 import urllib3
+import yaml
 from kubernetes import client, config
 
 from harness import install
@@ -118,9 +119,12 @@ def operator_cluster(cp: ControlPlane, tmp: Path) -> list[dict[str, Any]]:
     op = agent_node(tmp / "op-1", "op-1", None, "device-plugin", register=False)
     op["metadata"]["labels"][DEPLOY_LABEL] = "true"
     labels = {"app.kubernetes.io/component": "hami-device-plugin"}
+    # the operator's own sample, CDI on (the real CRD requires its every section)
+    policy = yaml.safe_load((UPSTREAM / "runtime-config/gpu-operator-sample-clusterpolicy.yaml")
+                            .read_text())
+    policy["spec"]["cdi"] = {"enabled": True}
     return [
-        {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
-         "metadata": {"name": "cluster-policy"}, "spec": {"cdi": {"enabled": True}}},
+        policy,
         {"apiVersion": "apps/v1", "kind": "DaemonSet",
          "metadata": {"name": "hami-device-plugin", "namespace": "kube-system",
                       "labels": labels},
@@ -315,8 +319,6 @@ def _doctor(cp: ControlPlane, policy: Any) -> tuple[int, dict[str, Any]]:
 
 
 def _compiled_digest(cp: ControlPlane, policy: Any) -> str:
-    import yaml
-
     out = _cli("policy", "compile", "--kubeconfig", str(cp.kubeconfig), "--policy", str(policy))
     return str(next(yaml.safe_load_all(out))["metadata"]["annotations"][
         "gpupool.io/routing-digest"])
