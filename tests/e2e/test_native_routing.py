@@ -477,6 +477,26 @@ def test_a_canary_the_api_server_routes_otherwise_keeps_routing_in_the_webhook(
     cleared, the policy is proved and bound."""
     with _Installed(k8s_bin, tmp_path_factory.mktemp("canary")) as g:
         cp, policy = g.cp, g.policy
+        # The webhook's identity may create pods in its namespace for the canary (RBAC), and
+        # gpupool-webhook-dry-run-only keeps that to dry runs.
+        who = ["--as=system:serviceaccount:gpupool-system:gpupool-webhook",
+               "--as-group=system:serviceaccounts"]
+        borrowed = _plain("borrowed", {"cpu": "1"})
+        borrowed["metadata"] = {"generateName": "borrowed-"}
+        pod = json.dumps(borrowed)
+
+        def refused() -> bool:  # (once the admission plugin's informer has the policy)
+            r = cp.kubectl("create", "-n", "gpupool-system", "-f", "-", *who, input=pod,
+                           check=False)
+            return r.returncode != 0 and "may only dry-run pods" in r.stderr
+
+        install.wait_until(refused, "gpupool-webhook-dry-run-only to refuse a real create")
+        r = cp.kubectl("create", "-n", "gpupool-system", "-f", "-", "--dry-run=server", *who,
+                       input=pod, check=False)
+        assert r.returncode == 0, r.stderr
+        r = cp.kubectl("create", "-n", "ml", "-f", "-", "--dry-run=server", *who, input=pod,
+                       check=False)
+        assert r.returncode != 0 and "forbidden" in r.stderr.lower(), r.stderr
         assert install.apply(cp, NEIGHBOUR).returncode == 0
         time.sleep(2)  # (the admission plugin's informer follows the new policy)
         g.serve("auto")

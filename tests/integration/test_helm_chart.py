@@ -258,9 +258,15 @@ def test_release_name_and_namespace_flow_into_names_and_identities(helm, tmp_pat
     objs = template(tmp_path, {}, release="platform", namespace="gpu-admission")
     dep = one(objs, "Deployment", "platform-gpupool-webhook")
     assert dep["metadata"]["namespace"] == "gpu-admission"
-    vap = one(objs, "ValidatingAdmissionPolicy")
+    vap = one(objs, "ValidatingAdmissionPolicy", "platform-gpupool-agent-inventory-only")
     assert "system:serviceaccount:gpu-admission:platform-gpupool-agent" in \
         vap["spec"]["matchConditions"][0]["expression"]
+    # the webhook's pod creates are its routing canary's dry runs, whatever its name
+    dry = one(objs, "ValidatingAdmissionPolicy", "platform-gpupool-webhook-dry-run-only")
+    assert "system:serviceaccount:gpu-admission:platform-gpupool-webhook" in \
+        dry["spec"]["matchConditions"][0]["expression"]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--routing-canary-namespace=gpu-admission" in args
     for wh in one(objs, "ValidatingWebhookConfiguration")["webhooks"]:
         assert "gpu-admission" in wh["namespaceSelector"]["matchExpressions"][0]["values"]
         assert wh["clientConfig"]["service"]["namespace"] == "gpu-admission"
@@ -344,8 +350,8 @@ def test_failure_policies_and_url(rendered, helm, tmp_path):
 def test_agent_off_renders_no_agent_objects(rendered):
     names = {o["metadata"]["name"] for o in rendered["agent-off"]}
     assert not {n for n in names if "agent" in n}
-    assert not [o for o in rendered["agent-off"] if o["kind"] in
-                ("DaemonSet", "ValidatingAdmissionPolicy")]
+    assert not [o for o in rendered["agent-off"] if o["kind"] == "DaemonSet"
+                or (o["kind"] == "ValidatingAdmissionPolicy" and "agent" in o["metadata"]["name"])]
 
 
 def test_plugin_pods_off_drops_the_flag_and_the_read_access(rendered):
