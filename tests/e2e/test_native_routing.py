@@ -109,15 +109,16 @@ def operator_cluster(cp: ControlPlane, tmp: Path) -> list[dict[str, Any]]:
     its pod (HAMi's on ``gpu=on`` nodes, the operator's where it deploys its plugin)."""
     from harness.kit import UPSTREAM
     from tests.unit.engine.test_steering import agent_node
-    from webhook.engine.stacks.clusterpolicy import DEPLOY_LABEL
 
     cp.kubectl("create", "-f", str(UPSTREAM / "crds/nvidia.com_clusterpolicies.yaml"))
     cp.kubectl("wait", "--for", "condition=established", "--timeout=60s",
                "crd/clusterpolicies.nvidia.com")
     hami = agent_node(tmp / "hami-1", "hami-1", "hami", "operator-management", per_uuid=True)
-    hami["metadata"]["labels"].update({"gpu": "on", DEPLOY_LABEL: "false"})
+    # (the operator's deploy label, as it sets it on the nodes it runs its plugin on)
+    deploy = "nvidia.com/gpu.deploy.device-plugin"
+    hami["metadata"]["labels"].update({"gpu": "on", deploy: "false"})
     op = agent_node(tmp / "op-1", "op-1", None, "device-plugin", register=False)
-    op["metadata"]["labels"][DEPLOY_LABEL] = "true"
+    op["metadata"]["labels"][deploy] = "true"
     labels = {"app.kubernetes.io/component": "hami-device-plugin"}
     # the operator's own sample, CDI on (the real CRD requires its every section)
     policy = yaml.safe_load((UPSTREAM / "runtime-config/gpu-operator-sample-clusterpolicy.yaml")

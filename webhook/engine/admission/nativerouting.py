@@ -413,14 +413,19 @@ def compile_policy(policy: Policy, facts: RoutingFacts,
         match["namespaceSelector"] = {"matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
              "values": list(excluded_namespaces)}]}
+    variables = _variables(policy, facts)
+    named = dict(variables)
     spec: dict[str, Any] = {
         "failurePolicy": "Fail",
         "reinvocationPolicy": "IfNeeded",
         "matchConstraints": constraints,
-        # (No matchConditions: with one, Kubernetes 1.37's API server fails to marshal the
-        # typed Object values of the patch, "proto: invalid type: v1.NodeSelectorRequirement";
-        # the claim's first test is the GPU-pod one, so pods without a GPU stop there.)
-        "variables": [{"name": n, "expression": e} for n, e in _variables(policy, facts)],
+        # Pods without a GPU leave here, before any variable is built: most pods of a
+        # cluster ask for none. (Conditions see no variables: the test is written out. With
+        # typed Object values in the patch, 1.37's API server failed to marshal them once a
+        # condition was present; the patch's values are plain maps now: ``_value``.)
+        "matchConditions": [{"name": "gpu-pods", "expression": named["gpuPod"].replace(
+            "variables.containers", f"({named['containers']})")}],
+        "variables": [{"name": n, "expression": e} for n, e in variables],
         "mutations": [{"patchType": "JSONPatch",
                        "jsonPatch": {"expression": _mutation(policy, facts)}}],
     }
