@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -181,9 +182,10 @@ class Policy:
     access: Access = field(default_factory=Access)
 
     # What the fields imply, worked out once when the policy is made (it never changes):
-    #: stable per policy content (every field above: the dataclass's own hash); the fold
-    #: and per-shape keys use it instead of hashing the whole policy on each lookup
-    cache_key: int = field(init=False, compare=False, repr=False)
+    #: the policy's content as a SHA-256 digest of every field above: the fold and
+    #: per-shape keys use it instead of hashing the whole policy on each lookup, and a key
+    #: must never stand for two policies (a 64-bit ``hash`` could)
+    cache_key: bytes = field(init=False, compare=False, repr=False)
     #: every pool's ``exclusiveAnnotations``: pod annotations routing reads
     exclusive_annotations: frozenset[str] = field(init=False, compare=False, repr=False)
     #: every pool's ``exclusiveResources``: a pod asking for none of them (nearly every pod)
@@ -224,7 +226,7 @@ class Policy:
         derived["_gpu_patterns"] = tuple(re.compile(fnmatch.translate(p)) for p in patterns)
         for name, value in derived.items():
             object.__setattr__(self, name, value)
-        object.__setattr__(self, "cache_key", hash(self))
+        object.__setattr__(self, "cache_key", hashlib.sha256(repr(self).encode()).digest())
 
     def is_gpu_resource(self, name: str) -> bool:
         return name in self.exact_gpu_resources or any(
