@@ -381,9 +381,9 @@ def routing_report(api: Any, view: ClusterView, policy: Policy, policy_source: s
         return RoutingReport("webhook", None, "routing: in the webhook alone (this API server "
                              "does not serve MutatingAdmissionPolicy v1: Kubernetes 1.36 or "
                              "newer routes in the API server)")
+    want = target(policy, view, config)
     proof = installed.proof or {}
-    if proof.get("result") == "failed" and \
-            proof.get("digest") == target(policy, view, config).digest:
+    if proof.get("result") == "failed" and proof.get("digest") == want.digest:
         return RoutingReport(
             "webhook", False, "routing: in the webhook alone: the canary pods that prove "
             f"MutatingAdmissionPolicy gpupool-routing ({proof.get('digest')}) failed on API "
@@ -394,7 +394,6 @@ def routing_report(api: Any, view: ClusterView, policy: Policy, policy_source: s
         return RoutingReport("webhook", None, "routing: in the webhook alone (no "
                              "MutatingAdmissionPolicy gpupool-routing: --routing-mode webhook, "
                              "or no gpupool replica has installed it yet)")
-    want = target(policy, view, config)
     pools = list(claimable_pools(policy, routing_facts(view, policy)))
     problems = []
     if installed.digest == want.digest and not installed.binding and installed.canary:

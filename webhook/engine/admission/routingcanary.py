@@ -27,6 +27,7 @@ from webhook.engine.core.policy import (
     POOL_LABEL,
     Policy,
 )
+from webhook.engine.pod.placement import REQUIRED
 from webhook.engine.pod.podfacts import DEFAULT_SCHEDULER
 from webhook.engine.view.cluster import ClusterView
 
@@ -35,7 +36,6 @@ CANARY_LABEL = "gpupool.io/routing-canary"
 CANARY_BINDING = f"{ROUTING_NAME}-canary"
 #: A pod that never runs (dry-run), from the registry every cluster pulls its pause image from.
 CANARY_IMAGE = "registry.k8s.io/pause:3.10"
-_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def canary_binding(namespace: str, name: str = ROUTING_NAME) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def canary_binding(namespace: str, name: str = ROUTING_NAME) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": f"{name}-canary", "labels": {
+        "metadata": {"name": f"{name}-canary", "labels": {  # (CANARY_BINDING by default)
             "app.kubernetes.io/name": "gpupool",
             "app.kubernetes.io/component": "routing-canary"}},
         "spec": {"policyName": name, "matchResources": {
@@ -80,7 +80,7 @@ def canary_pods(policy: Policy, facts: RoutingFacts, namespace: str
                  {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "Exists"}]}]
         out.append((f"pool {pool}, by its label, two required terms",
                     _pod(namespace, resource, {POOL_LABEL: pool}, {"affinity": {
-                        "nodeAffinity": {_REQUIRED: {"nodeSelectorTerms": terms}}}})))
+                        "nodeAffinity": {REQUIRED: {"nodeSelectorTerms": terms}}}})))
         if pool == policy.default_pool:
             out.append((f"pool {pool}, no routing evidence", _pod(namespace, resource, {})))
     return out
@@ -120,7 +120,7 @@ def routing_of(pod: Mapping[str, Any]) -> dict[str, Any]:
     the pool annotation, HAMi's opt-out label and the required node affinity."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
-    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(_REQUIRED)
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(REQUIRED)
     return {"schedulerName": spec.get("schedulerName") or DEFAULT_SCHEDULER,
             "pool": (meta.get("annotations") or {}).get(POOL_ANNOTATION),
             "hamiWebhook": (meta.get("labels") or {}).get(HAMI_IGNORE_LABEL),
