@@ -19,7 +19,13 @@ CDI library as containerd injects names. Two steps stay modelled, each as its so
 containerd creates a container with its sandbox's runtime handler, looked up in its config
 each time (containerd v2.2 ``internal/cri/server/container_create.go``,
 ``GetSandboxRuntime``: "no runtime for ... is configured"), and runc, as containerd's
-default handler, reads no ``NVIDIA_VISIBLE_DEVICES``.
+default handler, reads no ``NVIDIA_VISIBLE_DEVICES``. A third: containerd with CDI off
+(``enable_cdi = false``, 1.7's default) applies no CDI name (v1.7
+``pkg/cri/server/container_create_linux.go``, CDI devices only ``if c.config.EnableCDI``)
+and passes on only the container annotations its handler's ``container_annotations`` match
+(``GetPassthroughAnnotations``); the real runtime then decides what it makes of them and
+of the container's variables. A container may set ``NVIDIA_VISIBLE_DEVICES`` itself: the
+kubelet puts it after the plugin's, so it is the value containerd and the runtime see.
 
 Where the agent does not read the kubelet's checkpoint, what the pod holds is not known:
 the answer must be doubt with that reason, never Fine (HAMi's pods carry their scheduler's
@@ -98,6 +104,11 @@ class State:
     #: MIG devices the plugin registered (mixed strategy, ``MIG_RESOURCE``); a pod on a node
     #: with some holds one of them
     migs: tuple[str, ...] = ()
+    #: containerd's ``enable_cdi`` (false: containerd 1.7's default)
+    containerd_cdi: bool = True
+    #: the NVIDIA handlers' ``container_annotations`` pass ``cdi.k8s.io/*`` (as
+    #: ``nvidia-ctk`` writes them, toolkit v1.20.2 ``containerAnnotationsFromCDIPrefixes``)
+    passes_annotations: bool = True
 
     @property
     def resource(self) -> str:
@@ -123,6 +134,19 @@ STARTS: dict[str, State] = {
     "MIG, envvar, cdi mode, per-device spec":
         State(gpus=GPUS[:2], migs=MIGS[:2], per_uuid=GPUS[:2] + MIGS[:2]),
     "MIG, envvar, auto mode": State(gpus=GPUS[:2], migs=MIGS[:2], mode="auto"),
+    # containerd 1.7 as it ships (enable_cdi = false): the plugin's CDI names reach only the
+    # NVIDIA runtime, as annotations, or nobody; a pod's own NVIDIA_VISIBLE_DEVICES may be
+    # all its containers get
+    "cdi-annotations, containerd CDI off, cdi mode":
+        State(strategy="cdi-annotations", plugin_spec=GPUS[:3], containerd_cdi=False),
+    "cdi-annotations, containerd CDI off, legacy mode":
+        State(mode="legacy", strategy="cdi-annotations", plugin_spec=GPUS[:3],
+              containerd_cdi=False),
+    "cdi-cri, containerd CDI off, auto mode":
+        State(mode="auto", strategy="cdi-cri", plugin_spec=GPUS[:3], containerd_cdi=False),
+    "cdi-annotations, containerd CDI off, annotations not passed":
+        State(mode="auto", strategy="cdi-annotations", plugin_spec=GPUS[:3],
+              containerd_cdi=False, passes_annotations=False),
 }
 
 
@@ -184,6 +208,10 @@ CHANGES: dict[str, tuple[str, Callable[[State, tuple[str, ...]], State]]] = {
         s, plugin_spec=None)),
     "MIG re-laid out": ("2", lambda s, h: _regenerated(s, s.gpus, MIGS[2:4]) if s.migs
                         else _regenerated(s, s.gpus)),
+    "containerd's CDI turned off (containerd 1.7's default)": ("7", lambda s, h: (
+        dataclasses.replace(s, containerd_cdi=False))),
+    "containerd's CDI turned on": ("7", lambda s, h: dataclasses.replace(
+        s, containerd_cdi=True)),
     "a label": ("neutral", lambda s, h: dataclasses.replace(s, label="team-a")),
     "an unrelated file": ("neutral", lambda s, h: dataclasses.replace(s, junk=True)),
     "specs regenerated identically": ("neutral", lambda s, h: _regenerated(s, s.gpus)),
@@ -210,6 +238,12 @@ def _containerd(s: State) -> str:
         if not skip:
             out.append(line)
     text = "\n".join(out).replace("{{ .toolkitRoot }}", "/usr/local/nvidia")
+    if not s.containerd_cdi:
+        text = text.replace("enable_cdi = true", "enable_cdi = false")
+    if s.passes_annotations:
+        text = text.replace('runtime_type = "io.containerd.runc.v2"',
+                            'runtime_type = "io.containerd.runc.v2"\n'
+                            '          container_annotations = ["cdi.k8s.io/*"]')
     text = text.replace('default_runtime_name = "nvidia"',
                         f'default_runtime_name = "{s.default_handler}"')
     if s.default_handler == "runc":
@@ -284,8 +318,11 @@ def write_checkpoint(path: Path, uid: str, container: str, a: Allocation, resour
 
 
 def restart(root: Path, paths: dict[str, Path], s: State, a: Allocation,
-            runtime_class: str | None) -> Verdict:
-    """The container created again with the same cached answer, on the node as it is."""
+            runtime_class: str | None, own_env: str | None = None) -> Verdict:
+    """The container created again with the same cached answer, on the node as it is.
+    ``own_env``: the container's own NVIDIA_VISIBLE_DEVICES; the kubelet hands the device
+    plugin's variables first and the container's own after them (``kubelet_pods.go``,
+    ``GenerateRunContainerOptions``), so its value is the one every reader sees."""
     handler = runtime_class or s.default_handler
     configured = (*s.handlers, *(("runc",) if s.default_handler == "runc" else ()))
     if handler not in configured:
@@ -295,17 +332,25 @@ def restart(root: Path, paths: dict[str, Path], s: State, a: Allocation,
                         gpus=s.gpus + s.migs)
     nvidia = handler in NVIDIA_HANDLERS
     names = (*a.cdi, *(n for v in a.annotations.values() for n in v.split(",")))
-    env = a.envs.get("NVIDIA_VISIBLE_DEVICES")
-    if names:
-        injected = oracle.inject(*dict.fromkeys(names))
+    env = own_env if own_env is not None else a.envs.get("NVIDIA_VISIBLE_DEVICES")
+    annotations: dict[str, str] = {}
+    if s.containerd_cdi and names:
+        injected = oracle.inject(*dict.fromkeys(names), env=(
+            () if env is None else (f"NVIDIA_VISIBLE_DEVICES={env}",)))
         if not injected.ok or not nvidia:
             return injected
         return oracle.create_injected(injected, a.annotations)
-    if env is None:
-        return Verdict(False, "no device in the answer", by="rule")
+    if not s.containerd_cdi and nvidia and s.passes_annotations:
+        # containerd with CDI off applies no CDI name (v1.7 container_create_linux.go: only
+        # ``if c.config.EnableCDI``) and passes on the container annotations the handler's
+        # container_annotations match (GetPassthroughAnnotations); the runtime decides
+        annotations = a.annotations
+    if env is None and not annotations:
+        return Verdict(False, "no device reaches the container", by="rule: containerd")
     if not nvidia:
         return Verdict(False, "runc reads no NVIDIA_VISIBLE_DEVICES: no GPU", by="rule: runc")
-    v = oracle.legacy(env) if s.mode == "legacy" else oracle.create(env)
+    v = oracle.legacy(env or "", annotations) if s.mode == "legacy" \
+        else oracle.create(env or "", annotations)
     if v.ok and v.spec is not None and not v.devices:
         return Verdict(False, "created without a GPU", by=v.by, spec=v.spec)
     return v
@@ -324,6 +369,8 @@ class Case:
     runtime_class: str | None
     hami: bool
     agent_reads_checkpoint: bool
+    #: the container's own NVIDIA_VISIBLE_DEVICES (None: it sets none)
+    own_env: str | None = None
     answer: PodAnswer | None = None
     verdict: Verdict | None = None
 
@@ -363,8 +410,11 @@ def _pod(c: Case, uid: str) -> dict[str, Any]:
     limits: dict[str, Any] = {c.start.resource: c.gpus}
     if c.hami:
         limits["nvidia.com/gpumem"] = 1000
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "cuda",
-                                            "resources": {"limits": limits}}]}
+    container: dict[str, Any] = {"name": "main", "image": "cuda",
+                                 "resources": {"limits": limits}}
+    if c.own_env is not None:
+        container["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": c.own_env}]
+    spec: dict[str, Any] = {"containers": [container]}
     if c.runtime_class:
         spec["runtimeClassName"] = c.runtime_class
     return {"apiVersion": "v1", "kind": "Pod", "spec": spec,
@@ -377,7 +427,8 @@ def run_case(c: Case, root: Path, policy: Policy) -> Case:
     held = tuple(c.start.devices[:c.gpus])
     alloc = Allocation.of(c.start.strategy, held, uid[:8])
     before = write_node(root / "before", c.start)
-    started = restart(root / "before" / "oracle", before, c.start, alloc, c.runtime_class)
+    started = restart(root / "before" / "oracle", before, c.start, alloc, c.runtime_class,
+                      c.own_env)
     if not started.ok:
         return c  # it never ran: not a running pod
     checkpoint = root / "kubelet_internal_checkpoint"
@@ -400,7 +451,8 @@ def run_case(c: Case, root: Path, policy: Policy) -> Case:
     view.upsert_node(NodeInfo.from_object(node_now))
     c.answer = recheck(pod, view, policy)
     after = write_node(root / "after", c.after)
-    c.verdict = restart(root / "after" / "oracle", after, c.after, alloc, c.runtime_class)
+    c.verdict = restart(root / "after" / "oracle", after, c.after, alloc, c.runtime_class,
+                        c.own_env)
     return c
 
 
@@ -418,10 +470,15 @@ def cases(n: int, seed: int = 45) -> Iterator[Case]:
         gpus = 2 if rng.random() < 0.3 else 1
         hami = s0.strategy == "envvar" and not s0.migs and rng.random() < 0.5
         held = s0.devices[:gpus]
+        # A container that sets NVIDIA_VISIBLE_DEVICES itself: often where containerd drops
+        # the plugin's CDI names (it may be all it gets), sometimes elsewhere
+        share = 0.0 if hami else 0.8 if not s0.containerd_cdi else \
+            0.3 if s0.strategy != "envvar" else 0.1
+        own = rng.choice(("all", ",".join(held), "0")) if rng.random() < share else None
         yield Case(f"c{i}-{start}-{change}".replace(" ", "-").replace(",", "")[:200],
                    klass, s0, how(s0, held), gpus,
                    runtime_class="nvidia" if rng.random() < 0.3 else None, hami=hami,
-                   agent_reads_checkpoint=rng.random() > 0.1)
+                   agent_reads_checkpoint=rng.random() > 0.1, own_env=own)
 
 
 def table(done: list[Case]) -> str:

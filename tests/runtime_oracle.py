@@ -132,13 +132,16 @@ class OracleNode:
         (xdg / "config.toml").write_text("\n".join(lines) + "\n")
         self._n = 0
 
-    def create(self, visible_devices: str) -> Verdict:
-        """A container whose device plugin set NVIDIA_VISIBLE_DEVICES (envvar strategy)."""
+    def create(self, visible_devices: str, annotations: dict[str, str] | None = None
+               ) -> Verdict:
+        """A container whose device plugin set NVIDIA_VISIBLE_DEVICES (envvar strategy), or
+        which set it itself; ``annotations``: the CDI annotations containerd passed on (its
+        CDI off), which the runtime reads before any variable in ``cdi`` and ``auto`` mode."""
         jit = "runtime.nvidia.com/gpu"
         jit_kind = self.mode == "cdi" and self.default_kind == jit
         wanted = [n.partition("=")[2] if n.startswith(jit + "=") and jit_kind else n
                   for n in visible_devices.split(",")]
-        if (self.mode in (None, "auto") or jit_kind) and \
+        if not annotations and (self.mode in (None, "auto") or jit_kind) and \
                 all("=" not in n and n not in ("", "void", "none") for n in wanted):
             # Both generate the spec just in time from the driver (toolkit v1.20.2
             # internal/modifier/cdi.go, newJitCDIModifier), which needs NVML: not here. It
@@ -148,11 +151,12 @@ class OracleNode:
                        and not (u.isdigit() and int(u) < len(whole))]
             return Verdict(not missing, f"no GPU {', '.join(missing)} on the node" if missing
                            else "", by="rule: jit-cdi resolves the GPUs the node has")
-        return self._runtime_create({"linux": {}, "process": {
+        return self._runtime_create({"linux": {}, "annotations": annotations or {}, "process": {
             "args": ["sh"], "cwd": "/",
             "env": ["PATH=/usr/bin", f"NVIDIA_VISIBLE_DEVICES={visible_devices}"]}})
 
-    def legacy(self, visible_devices: str) -> Verdict:
+    def legacy(self, visible_devices: str, annotations: dict[str, str] | None = None
+               ) -> Verdict:
         """A container in the runtime's ``legacy`` mode: the runtime creates it with its
         prestart hook, and at start the real ``nvidia-container-runtime-hook`` reads the
         bundle and runs ``nvidia-container-cli configure``, here a recorder that keeps the
@@ -161,7 +165,8 @@ class OracleNode:
         commit 1aea987): ``all``; a whole GPU UUID, PCI bus id or index of the node's GPUs; a
         whole MIG UUID or ``<gpu>:<mig>`` index; anything else fails the container with
         "unknown device". ``devices`` afterwards are those it mounts."""
-        created = self._runtime_create({"linux": {}, "process": {
+        created = self._runtime_create({"linux": {}, "annotations": annotations or {},
+                                        "process": {
             "args": ["sh"], "cwd": "/",
             "env": ["PATH=/usr/bin", f"NVIDIA_VISIBLE_DEVICES={visible_devices}"]}})
         if not created.ok:

@@ -75,7 +75,7 @@ def test_failures_name_what_the_runtime_refuses(corpus):
 def test_every_class_is_in_the_corpus_both_ways(corpus):
     """Each class of change fails some running pods, gpupool naming them, and leaves others
     running; changes that break nothing break nothing."""
-    for klass in ("1", "2", "4", "5", "6"):
+    for klass in ("1", "2", "4", "5", "6", "7"):
         hit = [c for c in corpus if c.klass == klass]
         assert any(c.answer.outcome is Outcome.FAILS_ON_RESTART for c in hit), klass
         assert any(c.answer.outcome is Outcome.FINE for c in hit), klass
@@ -90,6 +90,15 @@ def test_every_class_is_in_the_corpus_both_ways(corpus):
     # a RuntimeClass whose handler is gone, and runc left as the default: both fail
     assert any(c.answer.reason == "RuntimeHandlerMissing" for c in corpus)
     assert any(c.klass == "5" and c.answer.reason == "GPUNotDelivered" for c in corpus)
+    # a container's own NVIDIA_VISIBLE_DEVICES beside a plugin's CDI names (issue 64, item
+    # 2): where containerd resolves the names it decides nothing, where containerd's CDI is
+    # off and the names reach nobody it is all the container gets; both ways in the corpus
+    for cdi_on in (True, False):
+        hit = [c for c in corpus if c.own_env is not None and c.start.strategy != "envvar"
+               and c.after.containerd_cdi is cdi_on and c.agent_reads_checkpoint]
+        assert any(c.runs and c.answer.outcome is Outcome.FINE for c in hit), cdi_on
+        assert any(not c.runs and c.answer.outcome is Outcome.FAILS_ON_RESTART
+                   for c in hit), cdi_on
     # the seed's story after the fact: every envvar pod a CDI upgrade breaks is named
     seed = [c for c in corpus if c.klass == "1" and not c.runs]
     assert seed and all(c.answer.outcome is not Outcome.FINE for c in seed)

@@ -10,7 +10,8 @@ HAMi's), not of the runtime:
   GPUs the node has resolve; ``legacy`` and ``csv`` modes never use CDI.
 - ``cdiDevices``: the plugin's ``cdi-annotations``/``cdi-cri`` strategies hand containerd fully
   qualified names (``k8s.device-plugin.nvidia.com/gpu=<uuid>``). containerd resolves them with
-  the CDI library whatever the NVIDIA runtime's mode, so the RuntimeClass does not matter.
+  the CDI library whatever the NVIDIA runtime's mode, so the RuntimeClass does not matter;
+  where containerd's CDI is off, who resolves them, if anyone, is ``cdi_names_path``'s.
 
 The agent publishes one node label per way (and one for the way it detects) computed here; the
 engine checks candidate nodes with the same functions, so the two can never disagree.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from webhook.api.inventory import DEFAULT_KIND, Inventory
 from webhook.api.said import Said, said
@@ -117,8 +119,12 @@ def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | 
     if way == CDI_DEVICES:
         have = inv.kinds.get(device_kind, frozenset())
         missing = tuple(f"{device_kind}={u}" for u in gpus if u not in have)
-        return Resolution(way, not missing, missing, kind=device_kind,
-                          note=_BY_CONTAINERD)
+        path, why = cdi_names_path(inv, runtime_class, hands_annotations(inv))
+        if path is NamesPath.DROPPED:
+            return Resolution(way, False, undelivered=True, note=why)
+        if path is NamesPath.UNKNOWN and not missing:
+            return Resolution(way, None, kind=device_kind, note=why)
+        return Resolution(way, not missing, missing, kind=device_kind, note=why)
     default = inv.runtime.default_handler
     if not runtime_class and default is not None and default not in inv.runtime.handlers:
         # Only the NVIDIA runtime reads NVIDIA_VISIBLE_DEVICES; under containerd's default
@@ -150,6 +156,86 @@ def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | 
     have = inv.kinds.get(kind, frozenset())
     missing = tuple(f"{kind}={u}" for u in gpus if u not in have)
     return Resolution(way, not missing, missing, mode=mode, kind=kind)
+
+
+class NamesPath(StrEnum):
+    """Who resolves a device plugin's CDI names (``cdi_names_path``)."""
+
+    CONTAINERD = "containerd"  # containerd's CDI library, whatever the runtime does
+    RUNTIME = "runtime"  # the NVIDIA runtime's own CDI library, from the annotations
+    DROPPED = "dropped"  # nobody: the container gets its variables alone
+    UNKNOWN = "unknown"  # one of the above; what decides is not known here
+
+
+#: The annotation key NVIDIA's device plugin (and HAMi's fork of it) hands CDI names under
+#: (k8s-device-plugin v0.19.3 ``internal/plugin/server.go``, ``getCDIDeviceAnnotations``:
+#: ``nvidia-device-plugin_<response id>`` under ``cdi.k8s.io/``): what a handler's
+#: ``container_annotations`` must let through.
+PLUGIN_ANNOTATION_KEY = "cdi.k8s.io/nvidia-device-plugin_0"
+#: Runtime modes in which the NVIDIA runtime resolves a container's CDI annotations: ``cdi``,
+#: and ``auto``, which turns to ``cdi`` when every device asked for is a fully qualified CDI
+#: name, and annotations are asked for before any variable (toolkit v1.20.2
+#: ``internal/info/auto.go`` ``ResolveRuntimeMode``, ``internal/config/image/cuda_image.go``
+#: ``VisibleDevices``). In every other mode they are dropped before anything reads them
+#: (``internal/runtime/runtime_factory.go``, ``initRuntimeModeAndImage``).
+ANNOTATION_MODES = ("cdi", "auto")
+
+
+def hands_annotations(inv: Inventory) -> bool | None:
+    """Does the node's device plugin hand its CDI names as ``cdi.k8s.io/`` annotations
+    (``cdi-annotations``, alone or with ``cdi-cri``)? None: its strategy is not known."""
+    known = [p.strategies for p in inv.plugins or () if p.strategies is not None]
+    if not known:
+        return None
+    return any("cdi-annotations" in s for s in known)
+
+
+def passes_annotation(patterns: Iterable[str], key: str) -> bool:
+    """containerd's ``GetPassthroughAnnotations``: a container annotation reaches the
+    runtime when one of the handler's patterns matches its key with Go's ``path.Match``
+    (``*`` and ``?`` never cross a ``/``)."""
+    for pattern in patterns:
+        regex = "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c)
+                        for c in pattern)
+        if re.fullmatch(regex, key):
+            return True
+    return False
+
+
+def cdi_names_path(inv: Inventory, runtime_class: str | None, annotations: bool | None,
+                   key: str = PLUGIN_ANNOTATION_KEY) -> tuple[NamesPath, Said]:
+    """Who resolves the CDI names a device plugin hands a container on this node, and why.
+
+    With CDI on (or containerd's config not read), containerd resolves the ``cdi-cri``
+    names and the ``cdi.k8s.io/`` annotations alike. With ``enable_cdi = false``
+    (containerd 1.7's default) containerd applies neither (containerd v1.7
+    ``pkg/cri/server/container_create_linux.go``: CDI devices only ``if
+    c.config.EnableCDI``): ``cdi-cri`` names are lost; annotations reach the runtime only
+    when the handler's ``container_annotations`` pass them, and only the NVIDIA runtime in
+    ``cdi`` or ``auto`` mode resolves them (``ANNOTATION_MODES``). Where nobody resolves them
+    the container starts with its variables alone: the plugin's, or its own
+    ``NVIDIA_VISIBLE_DEVICES`` (``checks.owndevices``). ``annotations``: whether the names
+    come as annotations (None: not known)."""
+    rt = inv.runtime
+    if rt.containerd_cdi is not False:
+        return NamesPath.CONTAINERD, _BY_CONTAINERD
+    if annotations is False:
+        return NamesPath.DROPPED, said("delivery.criDropped")
+    handler = runtime_class or rt.default_handler
+    if handler is None or rt.handler_annotations is None:
+        return NamesPath.UNKNOWN, said("delivery.cdiOffUnknown")
+    if handler not in rt.handlers:
+        return NamesPath.DROPPED, said("delivery.annotationsNotNvidia", handler=handler)
+    if not passes_annotation(rt.handler_annotations.get(handler, ()), key):
+        return NamesPath.DROPPED, said("delivery.annotationsNotPassed", handler=handler)
+    mode = rt.effective_mode(runtime_class)
+    if mode is None:
+        return NamesPath.UNKNOWN, MODE_UNKNOWN
+    if mode not in ANNOTATION_MODES:
+        return NamesPath.DROPPED, said("delivery.annotationsIgnored", mode=mode)
+    if annotations is None:
+        return NamesPath.UNKNOWN, said("delivery.cdiOffUnknown")
+    return NamesPath.RUNTIME, said("delivery.byRuntime", mode=mode)
 
 
 #: What an NVIDIA_VISIBLE_DEVICES value asks for no device at all (the toolkit's ``void``,

@@ -72,6 +72,11 @@ class RuntimeInfo:
     #: was not read). A container is created with its pod sandbox's handler, looked up in
     #: that config each time, so a handler dropped from it fails every restart there.
     runtime_handlers: tuple[str, ...] | None = None
+    #: NVIDIA handler -> the container annotation patterns containerd passes to it
+    #: (``container_annotations``); read only where containerd's CDI is off, where it decides
+    #: whether the device plugin's ``cdi.k8s.io/`` annotations reach the runtime (None: not
+    #: read)
+    handler_annotations: Mapping[str, tuple[str, ...]] | None = None
     #: everything above as one string, worked out as it is made: nodes of one kind hold
     #: equal runtimes, which the view keeps once (``view.index``), looked up by it on every
     #: node update (a string keeps its hash; a tuple hashes again each time)
@@ -81,7 +86,9 @@ class RuntimeInfo:
         object.__setattr__(self, "content", repr((
             self.mode, self.default_kind, self.containerd_cdi, self.spec_dirs,
             sorted(self.handlers.items()), self.default_handler, self.source,
-            self.accept_envvar_unprivileged, self.containerd_nri, self.runtime_handlers)))
+            self.accept_envvar_unprivileged, self.containerd_nri, self.runtime_handlers,
+            None if self.handler_annotations is None
+            else sorted(self.handler_annotations.items()))))
 
     def effective_mode(self, runtime_class: str | None) -> str | None:
         """The mode a pod's containers run in: its RuntimeClass's handler (named like the
@@ -112,6 +119,9 @@ class RuntimeInfo:
             out["containerdNRI"] = False
         if self.runtime_handlers is not None:
             out["runtimeHandlers"] = list(self.runtime_handlers)
+        if self.handler_annotations is not None:
+            out["handlerAnnotations"] = {k: list(v) for k, v in
+                                         sorted(self.handler_annotations.items())}
         return out
 
 
@@ -204,6 +214,12 @@ def _str_map(value: Any, what: str) -> dict[str, str]:
     return dict(value)
 
 
+def _list_map(value: Any, what: str) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise InventoryError(f"{what}: expected an object of string lists")
+    return {k: _str_list(v, f"{what}.{k}") for k, v in value.items()}
+
+
 def _opt(value: Any, kind: type, what: str) -> Any:
     if value is not None and not isinstance(value, kind):
         raise InventoryError(f"{what}: expected {kind.__name__}")
@@ -224,6 +240,8 @@ def _runtime(rt: Mapping[str, Any]) -> RuntimeInfo:
         containerd_nri=_opt(rt.get("containerdNRI"), bool, "runtime.containerdNRI"),
         runtime_handlers=None if rt.get("runtimeHandlers") is None
         else _str_list(rt.get("runtimeHandlers"), "runtime.runtimeHandlers"),
+        handler_annotations=None if rt.get("handlerAnnotations") is None
+        else _list_map(rt.get("handlerAnnotations"), "runtime.handlerAnnotations"),
     )
 
 

@@ -89,6 +89,11 @@ class ContainerdConfig:
     nri_enabled: bool | None = None
     #: every runtime handler containerd's config defines, NVIDIA's or not
     runtimes: tuple[str, ...] = ()
+    #: NVIDIA handler -> its ``container_annotations``: the patterns of the container
+    #: annotations containerd passes on to that runtime (``nvidia-ctk`` writes
+    #: ``cdi.k8s.io/*`` there, toolkit v1.20.2 ``cmd/nvidia-ctk-installer/container/runtime/
+    #: containerd/containerd.go``, ``containerAnnotationsFromCDIPrefixes``)
+    container_annotations: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _cri_sections(doc: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any], int]:
@@ -179,6 +184,7 @@ def read_containerd_config(path: str, host_root: str = "") -> ContainerdConfig:
     runtimes = _get(rt_section, "containerd", "runtimes") or {}
     default = _get(rt_section, "containerd", "default_runtime_name")
     handlers: dict[str, str] = {}
+    passed: dict[str, tuple[str, ...]] = {}
     for name, rt in runtimes.items():
         binary = _get(rt, "options", "BinaryName")
         if not isinstance(binary, str):
@@ -187,11 +193,15 @@ def read_containerd_config(path: str, host_root: str = "") -> ContainerdConfig:
         if base.startswith("nvidia-container-runtime"):
             suffix = base.removeprefix("nvidia-container-runtime")
             handlers[name] = {".cdi": "cdi", ".legacy": "legacy"}.get(suffix, "config")
+            patterns = _get(rt, "container_annotations")
+            passed[name] = tuple(p for p in patterns if isinstance(p, str)) \
+                if isinstance(patterns, list) else ()
     return ContainerdConfig(cdi_enabled=bool(enabled), spec_dirs=tuple(str(d) for d in dirs),
                             nvidia_handlers=handlers,
                             default_runtime=default if isinstance(default, str) else None,
                             nri_enabled=_nri_enabled(doc, version),
-                            runtimes=tuple(sorted(str(n) for n in runtimes)))
+                            runtimes=tuple(sorted(str(n) for n in runtimes)),
+                            container_annotations=passed)
 
 
 def _nri_enabled(doc: Mapping[str, Any], version: int) -> bool | None:
@@ -229,4 +239,8 @@ def runtime_info(nvidia: NvidiaConfig | None, containerd: ContainerdConfig | Non
         else None,
         containerd_nri=False if containerd and containerd.nri_enabled is False else None,
         runtime_handlers=containerd.runtimes if containerd else None,
+        # Only where containerd leaves CDI names to the runtime does it matter which
+        # annotations reach it (``webhook.api.delivery.cdi_names_path``).
+        handler_annotations=dict(containerd.container_annotations)
+        if containerd and not containerd.cdi_enabled else None,
     )

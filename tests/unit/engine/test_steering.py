@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 
 import jsonpatch
 import pytest
@@ -58,14 +59,16 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
                default_kind: str | None = None, mode: str | None = None,
                mig: dict[str, tuple[str, ...]] | None = None,
                plugins: tuple[Settled, ...] | str | None = IMPLIED,
-               held: dict[str, tuple[str, ...]] | None = None) -> dict:
+               held: dict[str, tuple[str, ...]] | None = None,
+               containerd: Callable[[str], str] | None = None) -> dict:
     """A node as gpupool's agent publishes it (inventory annotation and steering labels);
     ``per_uuid``: a per-UUID spec for every GPU, or for those listed; ``mig``: the MIG
     devices the kubelet's checkpoint lists, per resource; ``plugins``: what the agent
     learned from the device-plugin pods there (None: it did not look); ``held``: pod UID ->
     the GPUs it holds there, as the agent publishes them from the kubelet's checkpoint
     (handed the way the layout's plugin hands them: CDI names beside its spec outside
-    HAMi's pool, else UUIDs in NVIDIA_VISIBLE_DEVICES)."""
+    HAMi's pool, else UUIDs in NVIDIA_VISIBLE_DEVICES); ``containerd``: an edit of
+    containerd's config."""
     if plugins == IMPLIED:
         plugins = implied_plugins(layout, pool, name)
     assert not isinstance(plugins, str)
@@ -85,6 +88,8 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
             paths["containerd"].write_text(text.replace('default_runtime_name = "nvidia"',
                                                         f'default_runtime_name = '
                                                         f'"{default_runtime}"'))
+        if containerd is not None:
+            paths["containerd"].write_text(containerd(paths["containerd"].read_text()))
         if mode:  # the runtime's nvidia-container-runtime.mode
             text = paths["config"].read_text()
             assert 'mode = "cdi"' in text

@@ -48,7 +48,8 @@ def _judged_by_name(facts: PodFacts, pool_name: str, view: ClusterView | None,
     kubelet's, under either of the plugin's MIG strategies, or those HAMi creates on a GPU
     it runs in MIG mode), devices a pod names
     itself (in NVIDIA_VISIBLE_DEVICES, or in annotations for the NRI plugin), or a way the
-    plugins' own configuration declares (the detected label knows only the disk)."""
+    plugins' own configuration declares (the detected label knows only the disk), nor
+    whether CDI names reach a resolver under another handler where containerd's CDI is off."""
     way = policy.by_name[pool_name].cdi.delivery
     hami_pool = policy.is_hami_pool(pool_name)
     rc = facts.runtime_class
@@ -58,6 +59,8 @@ def _judged_by_name(facts: PodFacts, pool_name: str, view: ClusterView | None,
         return True
     if view is None:
         return False
+    if rc and view.has_containerd_cdi_off():
+        return True
     return (bool(facts.nri_requests) and view.operator_nri() is not None) \
         or _cluster_steers(pool_name, policy, view)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from webhook.api import delivery
-from webhook.api.said import Said
+from webhook.api.said import Said, said
 from webhook.engine.checks import allocation, cdi
 from webhook.engine.checks.assessment import NodeAssessment
 from webhook.engine.checks.cdi import Finding, Verdicts
@@ -120,6 +120,8 @@ def _fix_for(pool: Pool, c: NodeAssessment, policy: Policy, view: ClusterView) -
         return ("set accept-nvidia-visible-devices-envvar-when-unprivileged = true in the "
                 f"NVIDIA runtime's config.toml on those nodes, or set {strategy} (a CDI "
                 "strategy, whose devices containerd delivers to any container)")
+    if c.undelivered and c.way == delivery.CDI_DEVICES:
+        return words(said("delivery.cdiOffFix"))
     if c.undelivered:
         return ("make the NVIDIA runtime containerd's default runtime on those nodes, or set "
                 f"{strategy} (a CDI strategy, which containerd and the GPU Operator's NRI "

@@ -258,6 +258,12 @@ class ClusterView:
         """Does a device plugin hand MIG devices as nvidia.com/gpu on some node?"""
         return bool(self._index.single_mig)
 
+    def has_containerd_cdi_off(self) -> bool:
+        """Does containerd run with CDI off on some node? A plugin's CDI names then reach a
+        resolver or not by the pod's runtime handler, which the agent's label (judged under
+        the default handler) cannot say."""
+        return bool(self._index.cdi_off)
+
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:
         return self._namespaces.get(name)
 

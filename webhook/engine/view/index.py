@@ -37,6 +37,9 @@ class NodeIndex:
         #: nodes whose device plugin registered MIG devices as nvidia.com/gpu (its single
         #: MIG strategy, as the agent read the kubelet's checkpoint)
         self.single_mig: set[str] = set()
+        #: nodes whose containerd has CDI off: who resolves a plugin's CDI names there
+        #: depends on the pod's handler (``delivery.cdi_names_path``)
+        self.cdi_off: set[str] = set()
 
     def put(self, node: NodeInfo) -> None:
         old = self.nodes.get(node.name)
@@ -91,6 +94,8 @@ class NodeIndex:
         if inv is not None:
             if PLUGIN_RESOURCE in (inv.mig or {}):
                 self.single_mig.add(node.name)
+            if inv.runtime.containerd_cdi is False:
+                self.cdi_off.add(node.name)
             runtime = self._runtimes.hold(inv.runtime.content, inv.runtime)
             if runtime is not inv.runtime:
                 # (an equal value for the one parsed: the inventory reads the same)
@@ -121,6 +126,7 @@ class NodeIndex:
                         del self._shared_by_content[content_hash]
         self.hami_mig.discard(node.name)
         self.single_mig.discard(node.name)
+        self.cdi_off.discard(node.name)
         if node.inventory is not None:
             self._runtimes.release(node.inventory.runtime.content)
 

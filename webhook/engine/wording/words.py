@@ -105,6 +105,33 @@ _DELIVERY: dict[str, Callable[[Said], str]] = {
         "false: an unprivileged container's NVIDIA_VISIBLE_DEVICES is ignored and it starts "
         "without its GPUs"),
     "delivery.modeUnknown": lambda s: "runtime mode unknown",
+    "delivery.criDropped": lambda s: (
+        "containerd's CDI is off (enable_cdi = false) and the device plugin hands its CDI "
+        "names through the CRI (cdi-cri): containerd drops them and the pod's containers "
+        "start without their GPUs"),
+    "delivery.annotationsNotNvidia": lambda s: (
+        f"containerd's CDI is off and handler {s.fact('handler')} is not the NVIDIA "
+        "runtime: nothing resolves the device plugin's CDI annotations and the pod's "
+        "containers start without their GPUs"),
+    "delivery.annotationsNotPassed": lambda s: (
+        f"containerd's CDI is off and its handler {s.fact('handler')} passes no cdi.k8s.io/ "
+        "annotation to the NVIDIA runtime (container_annotations): the device plugin's CDI "
+        "names never reach a resolver and the pod's containers start without their GPUs"),
+    "delivery.annotationsIgnored": lambda s: (
+        f"containerd's CDI is off and the NVIDIA runtime runs in {s.fact('mode')} mode, "
+        "which ignores CDI annotations: the device plugin's CDI names are never resolved "
+        "and the pod's containers start without their GPUs"),
+    "delivery.cdiOffUnknown": lambda s: (
+        "containerd's CDI is off: whether the device plugin's CDI names reach the NVIDIA "
+        "runtime (its strategy, the handler's container_annotations) is not known here"),
+    "delivery.cdiOffFix": lambda s: (
+        "turn containerd's CDI on on those nodes (enable_cdi = true in its CRI plugin, as "
+        "the GPU Operator's toolkit writes it with CDI enabled), or have containerd pass "
+        "cdi.k8s.io/* annotations to the NVIDIA runtime handler (container_annotations) "
+        "with the runtime in cdi or auto mode and the device plugin in cdi-annotations"),
+    "delivery.byRuntime": lambda s: (
+        f"containerd's CDI is off: the NVIDIA runtime ({s.fact('mode')} mode) resolves the "
+        "device plugin's CDI annotations from its spec dirs"),
     "delivery.modeWithoutSpecs": _mode_without_specs,
     "delivery.justInTime": lambda s: (
         f"default kind {delivery.JIT_KIND}: generated just in time, no spec file needed"),
@@ -195,6 +222,10 @@ _OWN: dict[str, Callable[[Said], str]] = {
         "a GPU container takes NVIDIA_VISIBLE_DEVICES from valueFrom, which replaces the "
         "device plugin's; its value cannot be known at admission (the plugin's own would "
         f"fail: {words(s.fact('plugin')) or ', '.join(s.fact('missing')[:2])})"),
+    "own.fixCdiOff": lambda s: (
+        "set NVIDIA_VISIBLE_DEVICES in the pod's GPU containers to devices the node's "
+        "runtime resolves, or turn containerd's CDI on on those nodes (enable_cdi = true) "
+        "so that the device plugin's CDI names reach the containers"),
     "own.fix": lambda s: (
         "remove NVIDIA_VISIBLE_DEVICES from the pod's GPU containers: the device plugin "
         "sets it"),
