@@ -134,6 +134,11 @@ class NodeSetup:
     default_runtime: str = "nvidia"
     #: HAMi's device plugin runs here, whatever the pool (its DaemonSet's selector lands here)
     hami_plugin: bool = False
+    #: containerd's ``enable_cdi`` (false: containerd 1.7 as it ships); its NVIDIA handlers
+    #: pass ``cdi.k8s.io/*`` annotations on, as ``nvidia-ctk`` configures them
+    containerd_cdi: bool = True
+    #: the strategies the device plugin really runs with (its own code's answer)
+    strategies: tuple[str, ...] = ()
 
 
 def _uuid(rng: random.Random) -> str:
@@ -260,6 +265,11 @@ def write_node(root: Path, n: NodeSetup) -> dict[str, Path]:
         ((etc if where == "etc" else run) / fname).write_text(text)
     (cfg / "config.toml").write_text(_config(n.mode, n.default_kind, n.envvar_unprivileged))
     containerd = CONTAINERD_SRC.read_text().replace("{{ .toolkitRoot }}", "/usr/local/nvidia")
+    if not n.containerd_cdi:
+        containerd = containerd.replace("enable_cdi = true", "enable_cdi = false").replace(
+            'runtime_type = "io.containerd.runc.v2"',
+            'runtime_type = "io.containerd.runc.v2"\n'
+            '          container_annotations = ["cdi.k8s.io/*"]')
     if n.default_runtime != "nvidia":
         assert 'default_runtime_name = "nvidia"' in containerd
         containerd = containerd.replace('default_runtime_name = "nvidia"',
@@ -529,6 +539,9 @@ class Configuration:
     kubelet_checkpoint: bool | None = None
     #: may the agent read the device plugin's pods (``--no-plugin-pods``, or RBAC taken away)
     plugin_pods: bool | None = None
+    #: containerd's ``enable_cdi`` on every node (false: containerd 1.7 as it ships; the GPU
+    #: Operator's NRI setup, which needs its CDI, is then not drawn)
+    containerd_cdi: bool | None = None
 
 
 #: Every such setting, each a run of its own (``tests/integration/test_corpus.py``).
@@ -536,6 +549,7 @@ CONFIGURATIONS = (
     Configuration("agent.kubeletCheckpoint: false", kubelet_checkpoint=False),
     Configuration("agent does not read the device plugin's pods", plugin_pods=False),
     Configuration("neither", kubelet_checkpoint=False, plugin_pods=False),
+    Configuration("containerd 1.7 as it ships: CDI off", containerd_cdi=False),
 )
 
 
@@ -574,11 +588,14 @@ def make_cluster(rng: random.Random, root: Path, index: int,
             n.reads_kubelet = config.kubelet_checkpoint
         if config.plugin_pods is False:
             n.learns = "no access"
+        if config.containerd_cdi is not None:
+            n.containerd_cdi = config.containerd_cdi
     objects, oracles = [], {}
     for n in nodes:
         # where the operator runs its toolkit (every operator node, some of HAMi's)
         toolkit = with_policy and (n.pool == "operator" or rng.random() < 0.5)
-        if nri_allowed and toolkit and random.Random(f"{n.name}/runc").random() < 0.4:
+        if nri_allowed and toolkit and random.Random(f"{n.name}/runc").random() < 0.4 \
+                and n.containerd_cdi:
             n.default_runtime = "runc"
             n.what.append("containerd's default runtime runc (NRI injects CDI devices)")
         paths = write_node(root / n.name / "node", n)
@@ -657,6 +674,7 @@ def _run_plugin_pods(rng: random.Random, nodes: list[NodeSetup]) -> None:
         cdi = set(real["strategies"]) <= set(_CDI_STRATEGIES)
         assert cdi or real["strategies"] == ["envvar"], real
         n.plugin = "cdi" if cdi else "envvar"
+        n.strategies = tuple(real["strategies"])
         assert real["migStrategy"] == (n.mig_strategy if n.mig else "none"), (n.what, real)
 
 
@@ -682,7 +700,9 @@ def runs(cluster: Cluster, n: NodeSetup, rc: str | None, gpu: str) -> Verdict:
     """Would a container handed this GPU by the node's device plugin be created?"""
     key = (str(cluster.root / n.name), rc, n.plugin, gpu)
     if key not in _verdicts:
-        if n.plugin == "cdi":
+        if n.plugin == "cdi" and not n.containerd_cdi:
+            _verdicts[key] = cdi_off_runs(cluster, n, rc, [gpu], None)
+        elif n.plugin == "cdi":
             # containerd injects the plugin's CDI names whatever the runtime handler.
             _verdicts[key] = cluster.oracles[(n.name, None)].inject(f"{DP_KIND}={gpu}")
         else:
@@ -753,6 +773,13 @@ def node_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
     # On a GPU HAMi runs in MIG mode the container gets the MIG device HAMi creates.
     handed = [created_mig(g) if g in n.hami_mig else g for g in gpus]
     own = _own_value(pod)
+    if own is not None and n.plugin == "cdi" and not n.containerd_cdi:
+        # the main container's value beside the plugin's names as the runtime gets them;
+        # the plugin's names alone for the containers that leave the variable alone
+        others = len(pod["spec"]["containers"]) > 1
+        return bool(gpus) and cdi_off_runs(cluster, n, rc, handed, own).ok and \
+            annotated_runs(cluster, pod, n) and (
+                not others or all(runs(cluster, n, rc, g).ok for g in handed))
     if own is not None and n.plugin == "cdi":
         # containerd injects the plugin's CDI names over the container's own environment,
         # then the runtime creates it: the real CDI library and runtime say what arrives.
@@ -813,6 +840,42 @@ def injected_own_runs(cluster: Cluster, n: NodeSetup, rc: str | None, handed: li
         _verdicts[key] = oracle.create_injected(injected, {}) if injected.ok else injected
     v = _verdicts[key]
     return v.ok and bool(v.devices)
+
+
+def cdi_off_runs(cluster: Cluster, n: NodeSetup, rc: str | None, handed: list[str],
+                 own: str | None) -> Verdict:
+    """A container handed these GPUs by a CDI strategy on a node whose containerd has CDI
+    off: containerd applies no CDI name (v1.7 ``container_create_linux.go``, only ``if
+    c.config.EnableCDI``) and passes the plugin's ``cdi.k8s.io/`` annotations to the NVIDIA
+    handlers (their ``container_annotations``, ``GetPassthroughAnnotations``); the real
+    runtime decides what it makes of them and of the container's own variable. Created with
+    a GPU?"""
+    handler = rc if rc in ("nvidia-cdi", "nvidia-legacy") else None
+    if handler is None and n.default_runtime == "runc":
+        return RUNC
+    key = (str(cluster.root / n.name), handler, "cdi-off", own or "", *handed)
+    if key in _verdicts:
+        return _verdicts[key]
+    oracle = cluster.oracles[(n.name, handler)]
+    annotations = {"cdi.k8s.io/nvidia-device-plugin_0": ",".join(
+        f"{DP_KIND}={g}" for g in handed)} if "cdi-annotations" in n.strategies else {}
+    if own is not None and (not annotations or oracle.mode == "legacy"):
+        # nothing resolves the names (cdi-cri, or a mode that drops annotations): the
+        # container's own value is what the runtime reads
+        ok = own_runs(cluster, n, rc, own)
+        v = Verdict(ok, "" if ok else "its own NVIDIA_VISIBLE_DEVICES brings no GPU",
+                    by="nvidia-container-runtime (own value)")
+    elif not annotations:
+        v = Verdict(False, "containerd's CDI is off: the plugin's cdi-cri names are dropped "
+                           "(started without its GPU)", by="rule: containerd")
+    else:
+        v = oracle.legacy(own or "", annotations) if oracle.mode == "legacy" else \
+            oracle.create(own or "", annotations)
+        if v.ok and not v.devices:
+            v = Verdict(False, "created without any device: the CDI annotations were not "
+                               "resolved (started without its GPU)", by=v.by, spec=v.spec)
+    _verdicts[key] = v
+    return v
 
 
 #: runc, containerd's default runtime on such a node, reads no NVIDIA_VISIBLE_DEVICES: only
@@ -976,9 +1039,13 @@ def judge(cluster: Cluster, pod: dict) -> Judged:
 def _unverifiable(n: NodeSetup, pod: dict) -> bool:
     """What no agent can vouch for on this node: everything where none runs, and the MIG
     devices the plugin hands where the agent does not read the kubelet's checkpoint (the
-    only list of them). ``requireInventory`` asks for verified nodes or none."""
+    only list of them), and, where containerd's CDI is off, a CDI strategy's delivery where
+    the agent cannot learn the strategy from the plugin's pod (``cdi-cri`` names are then
+    lost, annotations reach the runtime). ``requireInventory`` asks for verified nodes or
+    none."""
     return not n.agent or (not n.reads_kubelet and (
-        _asks_mig(pod) or (n.mig_strategy == "single" and bool(n.mig))))
+        _asks_mig(pod) or (n.mig_strategy == "single" and bool(n.mig)))) or (
+        not n.containerd_cdi and n.plugin == "cdi" and n.learns != "yes")
 
 
 #: Counted apart: ``detect`` reads the disk where the plugin's pod cannot tell the agent its
@@ -1049,7 +1116,8 @@ def settings(n: NodeSetup) -> tuple[str, ...]:
     deployed = n.plugin_pod.what.split(" ")[1] if n.plugin_pod else "none"
     return (f"kubelet checkpoint {'read' if n.reads_kubelet else 'not read'}",
             f"plugin's pod {'read' if n.learns == 'yes' else n.learns}",
-            f"plugin deployed by {deployed}")
+            f"plugin deployed by {deployed}",
+            f"containerd CDI {'on' if n.containerd_cdi else 'off'}")
 
 
 def by_setting(judged: list[Judged]) -> dict[str, Counter[str]]:

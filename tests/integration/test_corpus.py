@@ -51,6 +51,8 @@ def test_every_supported_configuration_holds_the_same_promise(tmp_path, config):
         assert all(n.reads_kubelet is config.kubelet_checkpoint for n in nodes)
     if config.plugin_pods is False:
         assert all(n.learns == "no access" for n in nodes)
+    if config.containerd_cdi is not None:
+        assert all(n.containerd_cdi is config.containerd_cdi for n in nodes)
     assert sum(j.outcome == "fine" for j in judged) > CONFIGURATION_PODS // 4, table
 
 
