@@ -379,8 +379,27 @@ class Case:
         return self.verdict is not None and self.verdict.ok
 
 
-def _node_object(root: Path, name: str, s: State, hami: bool, checkpoint: Path | None
-                 ) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Configuration:
+    """The agent's options a user chooses, forced on every case; None keeps each case's
+    own draw (the draws stay those of the corpus, so each configuration judges the same
+    pods)."""
+
+    name: str = "as drawn"
+    #: ``agent.kubeletCheckpoint``
+    kubelet_checkpoint: bool | None = None
+    #: may the agent read the device plugin's pods (``--no-plugin-pods``, RBAC)
+    plugin_pods: bool = True
+
+
+CONFIGURATIONS = (
+    Configuration("agent.kubeletCheckpoint: false", kubelet_checkpoint=False),
+    Configuration("agent does not read the device plugin's pods", plugin_pods=False),
+)
+
+
+def _node_object(root: Path, name: str, s: State, hami: bool, checkpoint: Path | None,
+                 plugin_pods: bool = True) -> dict[str, Any]:
     paths = write_node(root, s)
     pool = "hami" if hami else None
     plugin = Settled(f"{'kube-system/hami' if hami else 'gpu-operator/nvidia'}-device-plugin",
@@ -389,7 +408,7 @@ def _node_object(root: Path, name: str, s: State, hami: bool, checkpoint: Path |
     observer = Observer([str(paths["etc"]), str(paths["run"])], str(paths["config"]),
                         str(paths["containerd"]), driver_gpus_dir=str(paths["driver"]),
                         kubelet_checkpoint=str(checkpoint) if checkpoint else None,
-                        plugin_pods=lambda: (plugin,))
+                        plugin_pods=(lambda: (plugin,)) if plugin_pods else None)
     inv = observer.observe()
     labels = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": name,
               **{k: v for k, v in node_labels(inv).items() if v}}
@@ -421,8 +440,11 @@ def _pod(c: Case, uid: str) -> dict[str, Any]:
             "metadata": {"name": c.name, "namespace": "ml", "uid": uid}}
 
 
-def run_case(c: Case, root: Path, policy: Policy) -> Case:
+def run_case(c: Case, root: Path, policy: Policy,
+             config: Configuration = Configuration()) -> Case:
     """Start the pod, change the node, ask gpupool, restart it on the real stack."""
+    if config.kubelet_checkpoint is not None:
+        c = dataclasses.replace(c, agent_reads_checkpoint=config.kubelet_checkpoint)
     uid = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, c.name))
     held = tuple(c.start.devices[:c.gpus])
     alloc = Allocation.of(c.start.strategy, held, uid[:8])
@@ -433,7 +455,8 @@ def run_case(c: Case, root: Path, policy: Policy) -> Case:
         return c  # it never ran: not a running pod
     checkpoint = root / "kubelet_internal_checkpoint"
     write_checkpoint(checkpoint, uid, "main", alloc, c.start.resource, c.start)
-    node_then = _node_object(root / "n0", "gpu-1", c.start, c.hami, checkpoint)
+    node_then = _node_object(root / "n0", "gpu-1", c.start, c.hami, checkpoint,
+                             config.plugin_pods)
     view = view_from_objects([node_then], policy, {"ml": {}})
     pod = _pod(c, uid)
     m = decide(Stage.MUTATE, Subject(kind="Pod", object=pod, namespace="ml"), view, policy)
@@ -447,7 +470,8 @@ def run_case(c: Case, root: Path, policy: Policy) -> Case:
             "".join(f"{g},NVIDIA,1000,0:" for g in held) + ";"
     write_checkpoint(checkpoint, uid, "main", alloc, c.start.resource, c.after)
     node_now = _node_object(root / "n1", "gpu-1", c.after, c.hami,
-                            checkpoint if c.agent_reads_checkpoint else None)
+                            checkpoint if c.agent_reads_checkpoint else None,
+                            config.plugin_pods)
     view.upsert_node(NodeInfo.from_object(node_now))
     c.answer = recheck(pod, view, policy)
     after = write_node(root / "after", c.after)

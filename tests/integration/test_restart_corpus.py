@@ -102,3 +102,28 @@ def test_every_class_is_in_the_corpus_both_ways(corpus):
     # the seed's story after the fact: every envvar pod a CDI upgrade breaks is named
     seed = [c for c in corpus if c.klass == "1" and not c.runs]
     assert seed and all(c.answer.outcome is not Outcome.FINE for c in seed)
+
+
+@pytest.mark.parametrize("config", rc.CONFIGURATIONS, ids=lambda c: c.name)
+def test_every_supported_configuration_holds_the_same_promise(tmp_path, config):
+    """Each agent option a user may choose, forced on every case: zero missed and zero
+    false alarms there too, each restart judged by the real stack. What the agent cannot
+    read then is doubt that says so, never Fine."""
+    policy = default_policy()
+    n = len(rc.STARTS) * len(rc.CHANGES)
+    done = [rc.run_case(c, tmp_path / str(i), policy, config)
+            for i, c in enumerate(rc.cases(n))]
+    judged = [c for c in done if c.answer is not None and c.verdict is not None]
+    print(f"\nrestart corpus, {config.name}\n" + rc.table(judged))
+    missed = [_show(c) for c in judged if c.answer.outcome is Outcome.FINE and not c.runs]
+    false = [_show(c) for c in judged
+             if c.answer.outcome is Outcome.FAILS_ON_RESTART and c.runs]
+    assert not missed, "\n".join(missed)
+    assert not false, "\n".join(false)
+    outcomes = Counter(c.answer.outcome for c in judged)
+    if config.kubelet_checkpoint is False:
+        # nothing says what a non-HAMi pod holds: doubt, naming what is missing
+        assert all(c.answer.outcome is Outcome.MAY_FAIL_ON_RESTART
+                   for c in judged if not c.hami), outcomes
+    else:
+        assert outcomes[Outcome.FINE] and outcomes[Outcome.FAILS_ON_RESTART], outcomes
