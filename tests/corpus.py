@@ -60,6 +60,7 @@ from harness.layouts import (
     nvidia_ctk_spec,
     per_uuid_spec,
 )
+from tests import pendingpod
 from tests.plugincases import BUILD as PLUGIN_JUDGE_BUILD
 from tests.plugincases import Judge, PluginPod, plugin_pod
 from tests.runtime_oracle import OracleNode, Verdict
@@ -88,7 +89,8 @@ TAINT = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
 #: Denials the oracle judges: would the pod have run on a node it could reach?
 CDI_REASONS = {Reason.CDI_DEVICE_MISSING, Reason.INVENTORY_MISSING,
                Reason.GPU_UUID_UNAVAILABLE, Reason.NO_CANDIDATE_NODES,
-               Reason.GPU_NOT_DELIVERED, Reason.UNKNOWN_DEVICE, Reason.GPU_NOT_ACCOUNTED}
+               Reason.GPU_NOT_DELIVERED, Reason.UNKNOWN_DEVICE, Reason.GPU_NOT_ACCOUNTED,
+               Reason.NOT_BOUND_BY_HAMI}
 OUTCOMES = ("fine", "potential late failure", "certain late failure", "false denial",
             "denied correctly")
 
@@ -766,7 +768,28 @@ REQUIRED_INVENTORY = "requireInventory: it would run only on nodes it cannot ver
 NO_NODE_PENDING = "pending: no node it reaches has what it asks for"
 
 
+def hami_serves(n: NodeSetup) -> bool:
+    """HAMi's device plugin serves the node's GPUs: a node of HAMi's pool (its plugin
+    registered the GPUs there), or one its DaemonSet's selector reaches."""
+    return n.pool == "hami" or n.hami_plugin
+
+
+def hami_refuses(pod: dict, n: NodeSetup) -> bool:
+    """Does HAMi's plugin on this node refuse the pod's Allocate? Asked of HAMi's own code
+    (``tests.pendingpod``) with the pod as it stands when the kubelet allocates for it: bound
+    by HAMi's scheduler or by the default one. (A pod for HAMi's scheduler that names its
+    node itself is refused at creation by HAMi's own webhook, which the corpus does not run:
+    it is judged as HAMi's scheduler's.)"""
+    if not hami_serves(n) or not any(
+            c["resources"]["limits"].get("nvidia.com/gpu") for c in pod["spec"]["containers"]):
+        return False  # (its plugin serves nvidia.com/gpu: a MIG resource is not its)
+    by_hami = pod["spec"].get("schedulerName") == "hami-scheduler"
+    return "error" in pendingpod.allocates(pendingpod.as_bound(pod, n.name, by_hami), n.name)
+
+
 def node_runs(cluster: Cluster, pod: dict, n: NodeSetup) -> bool:
+    if hami_refuses(pod, n):
+        return False
     rc = pod["spec"].get("runtimeClassName")
     gpus = plugin_gpus(pod, n)
     # No GPU the plugin may hand it: the container does not get its devices at all.

@@ -68,6 +68,9 @@ def test_zero_late_failures_and_zero_false_denials(tmp_path):
     # tests/pluginjudge), so detect's blind spot is what is left of it.
     apart = Counter(j.apart for j in judged if j.apart)
     assert all(n < PODS // 100 for n in apart.values()), table
+    # HAMi's plugin on another pool's nodes refuses that pool's pods (its own
+    # util.GetPendingPod says): some pods are denied for it, none fails there
+    assert any(j.reason == "NotBoundByHAMi" for j in judged), table
     # Every class of issue 34 is in the table, decided by the real programs: a GPU that
     # arrives but is not the one accounted for (the NRI plugin under runc)...
     assert any(j.note == corpus.MISACCOUNTED for j in judged), table

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from webhook.api import delivery
 from webhook.api.said import said
+from webhook.engine.checks.assessment import node_fact
 from webhook.engine.checks.cdi import verdicts
 from webhook.engine.core.policy import Policy
 from webhook.engine.placement import candidates as cand
@@ -81,7 +82,18 @@ def _cluster_steers(pool_name: str, policy: Policy, view: ClusterView) -> bool:
                                        policy.cache_key),
                                       _declared_beyond_labels, pool_name, policy, view)) \
         or view.has_hami_mig(pool_name, policy) \
-        or (not hami_pool and view.has_single_strategy_mig())
+        or (not hami_pool and view.has_single_strategy_mig()) \
+        or (not hami_pool and view.until_any_change(
+            ("HAMi's plugin in the pool", pool_name, policy.cache_key),
+            _hami_plugin_in_pool, pool_name, policy, view))
+
+
+def _hami_plugin_in_pool(pool_name: str, policy: Policy, view: ClusterView) -> bool:
+    """Does HAMi's device plugin serve a node of this pool (not HAMi's)? It allocates only
+    for pods HAMi's scheduler bound (``checks.hamibinding``), which the steering label does
+    not say. Kept until the view changes: a review asks it for its pool."""
+    return any(node_fact(n, "HAMi's device plugin", view)
+               for n in view.pool_nodes(policy, pool_name))
 
 
 def _declared_beyond_labels(pool_name: str, policy: Policy, view: ClusterView) -> bool:

@@ -20,7 +20,7 @@ from webhook.api.said import Said, said
 from webhook.engine.core.policy import Policy, Pool
 from webhook.engine.placement.candidates import GPUDemand
 from webhook.engine.pod.podfacts import PodFacts
-from webhook.engine.stacks import clusterpolicy, gfd, nri
+from webhook.engine.stacks import clusterpolicy, gfd, hamiplugin, nri
 from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
@@ -174,6 +174,11 @@ NODE_FACTS: Mapping[str, Fact] = {
     # whether its GPUs have MIG enabled, as GPU feature discovery's and the MIG manager's
     # labels say (``gfd.mig_mode``)
     "MIG mode": Fact(frozenset(), lambda n, v: gfd.mig_mode(n.labels)),
+    # HAMi's device plugin runs there: its agent found the plugin's pod, or one of HAMi's
+    # DaemonSets selects it (``hamiplugin.runs_here``)
+    "HAMi's device plugin": Fact(frozenset(), lambda n, v: hamiplugin.runs_here(
+        n.inventory.plugins if n.inventory is not None else None,
+        v.hami_plugin_runs(n.labels))),
 }
 
 

@@ -127,6 +127,7 @@ class Finding(StrEnum):
     NOT_DELIVERED = "notDelivered"  # on every candidate its containers start without GPUs
     NOT_ACCOUNTED = "notAccounted"  # on every candidate a GPU arrives, not the one accounted
     UNKNOWN_DEVICE = "unknownDevice"  # on every candidate the legacy hook names no such GPU
+    NOT_BOUND = "notBoundByHAMi"  # on every candidate HAMi's plugin refuses its allocation
 
 
 def _on_no_candidates(p: Policy) -> bool:
@@ -146,6 +147,7 @@ OUTCOMES: dict[Finding, _Outcome] = {
     Finding.NOT_DELIVERED: _Outcome(Reason.GPU_NOT_DELIVERED, lambda p: True),
     Finding.NOT_ACCOUNTED: _Outcome(Reason.GPU_NOT_ACCOUNTED, lambda p: True),
     Finding.UNKNOWN_DEVICE: _Outcome(Reason.UNKNOWN_DEVICE, lambda p: True),
+    Finding.NOT_BOUND: _Outcome(Reason.NOT_BOUND_BY_HAMI, lambda p: True),
 }
 
 
@@ -255,6 +257,9 @@ def _finding(s: Verdicts, facts: PodFacts, hami_pool: bool, policy: Policy) -> F
         return Finding.SOME_FAIL if s.missing or s.unknown else None
     if s.unknown and (policy.on_missing_inventory is OnFinding.WARN or not s.missing):
         return Finding.UNKNOWN
+    if s.missing and not s.unknown and all(c.reason == Reason.NOT_BOUND_BY_HAMI
+                                           for c in s.missing):
+        return Finding.NOT_BOUND
     if all(c.undelivered for c in s.missing + s.unknown):
         return Finding.NOT_DELIVERED
     if s.missing and not s.unknown and all(c.misaccounted for c in s.missing):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, overload
 
-from webhook.engine.checks import nriannotations, owndevices, plugindevices
+from webhook.engine.checks import hamibinding, nriannotations, owndevices, plugindevices
 from webhook.engine.checks.assessment import (
     FACTS,
     NODE_FACTS,
@@ -58,7 +58,8 @@ class Checks(Sequence[NodeCheck]):
         return len(self.checks)
 
 
-NODE_CHECKS = Checks((plugindevices.CHECK, owndevices.CHECK, nriannotations.CHECK))
+NODE_CHECKS = Checks((plugindevices.CHECK, owndevices.CHECK, nriannotations.CHECK,
+                     hamibinding.CHECK))
 
 
 def _checks(checks: Iterable[NodeCheck] | None) -> Checks:

@@ -247,6 +247,11 @@ def _cdi_texts(finding: Finding, s: Verdicts, pool: Pool, policy: Policy,
                     f"(UUID or index): {failing}. Fix: name the node's GPUs by UUID "
                     "or index, or remove NVIDIA_VISIBLE_DEVICES from the pod's GPU "
                     "containers so the device plugin's GPUs are used", "")
+        case Finding.NOT_BOUND:
+            return (f" would fail on its node: HAMi's device plugin serves every candidate "
+                    f"node of pool {name} and allocates only for pods HAMi's scheduler "
+                    f"bound ('no binding pod found on node'): {failing}. "
+                    f"Fix: {fix_text(pool, s.missing, policy, view)}", "")
         case Finding.MISSING:
             why = _why(pool, s.missing)
             return (f" would fail on its node with 'unresolvable CDI devices': no "

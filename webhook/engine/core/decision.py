@@ -52,6 +52,8 @@ class Reason(StrEnum):
     UNKNOWN_DEVICE = "UnknownDevice"
     GPU_NOT_GRANTED = "GPUNotGranted"
     FORGED_ALLOCATION = "ForgedAllocation"
+    #: HAMi's device plugin serves the node, and HAMi's scheduler does not bind the pod
+    NOT_BOUND_BY_HAMI = "NotBoundByHAMi"
     # after admission (``gpupool scan``): never an admission answer
     SCHEDULER_NOT_RUNNING = "SchedulerNotRunning"
     GPUS_ADVERTISED_TWICE = "GPUsAdvertisedTwice"

@@ -124,6 +124,13 @@ _DELIVERY: dict[str, Callable[[Said], str]] = {
     "delivery.cdiOffUnknown": lambda s: (
         "containerd's CDI is off: whether the device plugin's CDI names reach the NVIDIA "
         "runtime (its strategy, the handler's container_annotations) is not known here"),
+    "hami.notBound": lambda s: (
+        "HAMi's device plugin serves this node and allocates only for pods HAMi's scheduler "
+        "bound: the kubelet's Allocate for this pod fails ('no binding pod found on node')"),
+    "hami.notBoundFix": lambda s: (
+        "keep HAMi's device plugin off those nodes (its DaemonSet's nodeSelector, "
+        "devicePlugin.nvidiaNodeSelector in HAMi's chart) and run the pool's own device "
+        "plugin there, or put those nodes in HAMi's pool"),
     "delivery.cdiOffFix": lambda s: (
         "turn containerd's CDI on on those nodes (enable_cdi = true in its CRI plugin, as "
         "the GPU Operator's toolkit writes it with CDI enabled), or have containerd pass "
