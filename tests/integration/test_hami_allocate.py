@@ -10,7 +10,7 @@ from harness.kit import gpu_pod
 from tests import pendingpod
 from tests.unit.engine.test_hami_binding import served_by_hami
 from tests.unit.engine.test_steering import decide
-from webhook.engine.core.decision import Reason
+from webhook.engine import Reason
 
 
 def test_hamis_plugin_finds_only_the_pod_its_scheduler_bound():
