@@ -14,10 +14,11 @@ from harness.gobuild import built
 from harness.kit import ROOT
 
 BUILD = ROOT / "tests" / "hamiallocate" / "build.sh"
-#: what HAMi's scheduler extender writes on a pod it filters and binds (HAMi v2.10.0
-#: ``pkg/scheduler/scheduler.go``: ``hami.io/vgpu-node`` at filter, ``bind-phase``
-#: allocating and ``bind-time`` at Bind)
-BIND_ANNOTATIONS = ("hami.io/vgpu-node", "hami.io/bind-phase", "hami.io/bind-time")
+#: What HAMi's scheduler extender writes on a pod it filters and binds to a node (HAMi
+#: v2.10.0 ``pkg/scheduler/scheduler.go``: ``hami.io/vgpu-node`` at filter, ``bind-phase``
+#: allocating and ``bind-time`` at Bind).
+NODE_ANNOTATION = "hami.io/vgpu-node"
+BOUND = {"hami.io/bind-phase": "allocating", "hami.io/bind-time": "1765000000"}
 
 _answers: dict[str, dict[str, str]] = {}
 
@@ -30,8 +31,7 @@ def as_bound(pod: dict[str, Any], node: str, by_hami: bool) -> dict[str, Any]:
     out["status"] = {"phase": "Pending"}
     if by_hami:
         ann = out["metadata"].setdefault("annotations", {})
-        ann.update({"hami.io/vgpu-node": node, "hami.io/bind-phase": "allocating",
-                    "hami.io/bind-time": "1765000000"})
+        ann.update({NODE_ANNOTATION: node, **BOUND})
     return out
 
 

@@ -22,7 +22,7 @@ def test_hamis_plugin_finds_only_the_pod_its_scheduler_bound():
     assert by_hami == {"pod": "ml/p"}
     # bound to another node by HAMi: not this node's pod either
     elsewhere = pendingpod.as_bound(pod, "n1", by_hami=True)
-    elsewhere["metadata"]["annotations"]["hami.io/vgpu-node"] = "n2"
+    elsewhere["metadata"]["annotations"][pendingpod.NODE_ANNOTATION] = "n2"
     assert "error" in pendingpod.allocates(elsewhere, "n1")
 
 

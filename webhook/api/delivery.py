@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 from webhook.api.inventory import DEFAULT_KIND, Inventory
 from webhook.api.said import Said, said
@@ -119,7 +120,7 @@ def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | 
     if way == CDI_DEVICES:
         have = inv.kinds.get(device_kind, frozenset())
         missing = tuple(f"{device_kind}={u}" for u in gpus if u not in have)
-        path, why = cdi_names_path(inv, runtime_class, hands_annotations(inv))
+        path, why = cdi_names_path(inv, runtime_class)
         if path is NamesPath.DROPPED:
             return Resolution(way, False, undelivered=True, note=why)
         if path is NamesPath.UNKNOWN and not missing:
@@ -202,7 +203,8 @@ def passes_annotation(patterns: Iterable[str], key: str) -> bool:
     return False
 
 
-def cdi_names_path(inv: Inventory, runtime_class: str | None, annotations: bool | None,
+def cdi_names_path(inv: Inventory, runtime_class: str | None,
+                   annotations: bool | Literal["learned"] | None = "learned",
                    key: str = PLUGIN_ANNOTATION_KEY) -> tuple[NamesPath, Said]:
     """Who resolves the CDI names a device plugin hands a container on this node, and why.
 
@@ -215,10 +217,13 @@ def cdi_names_path(inv: Inventory, runtime_class: str | None, annotations: bool 
     ``cdi`` or ``auto`` mode resolves them (``ANNOTATION_MODES``). Where nobody resolves them
     the container starts with its variables alone: the plugin's, or its own
     ``NVIDIA_VISIBLE_DEVICES`` (``checks.owndevices``). ``annotations``: whether the names
-    come as annotations (None: not known)."""
+    come as annotations (None: not known; "learned": as the node's plugin hands them,
+    ``hands_annotations``)."""
     rt = inv.runtime
     if rt.containerd_cdi is not False:
         return NamesPath.CONTAINERD, _BY_CONTAINERD
+    if annotations == "learned":
+        annotations = hands_annotations(inv)
     if annotations is False:
         return NamesPath.DROPPED, said("delivery.criDropped")
     handler = runtime_class or rt.default_handler

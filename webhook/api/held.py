@@ -69,11 +69,18 @@ class Held:
     @property
     def cdi_names(self) -> tuple[str, ...]:
         """Every fully qualified CDI name the runtime or containerd will look up."""
-        names = list(self.cdi_devices)
-        for key, value in sorted(self.annotations.items()):
-            if key.startswith(CDI_ANNOTATION_PREFIX):
-                names += [n.strip() for n in value.split(",") if n.strip()]
-        return tuple(dict.fromkeys(names))
+        return tuple(dict.fromkeys((*self.cdi_devices, *self.annotation_names)))
+
+    @property
+    def annotation_keys(self) -> tuple[str, ...]:
+        """The answer's ``cdi.k8s.io/`` annotations (the ``cdi-annotations`` strategy)."""
+        return tuple(k for k in sorted(self.annotations) if k.startswith(CDI_ANNOTATION_PREFIX))
+
+    @property
+    def annotation_names(self) -> tuple[str, ...]:
+        """The CDI names those annotations hold."""
+        return tuple(dict.fromkeys(n.strip() for k in self.annotation_keys
+                                   for n in self.annotations[k].split(",") if n.strip()))
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"container": self.container, "resource": self.resource,

@@ -186,6 +186,15 @@ def _requirements(policy: Policy, pool: str) -> list[dict[str, Any]]:
     return out
 
 
+#: A pod's containers, init containers first.
+_CONTAINERS = "object.spec.?initContainers.orValue([]) + object.spec.containers"
+
+
+def _gpu_pod(policy: Policy, containers: str) -> str:
+    """Does some container of ``containers`` ask for a GPU resource (a non-zero amount)?"""
+    return f"{containers}.exists(c, {_asks_nonzero('c', _is_gpu(policy, 'k'))})"
+
+
 def _variables(policy: Policy, facts: RoutingFacts) -> list[tuple[str, str]]:
     L = policy.pool_label
     D = policy.default_pool
@@ -194,8 +203,8 @@ def _variables(policy: Policy, facts: RoutingFacts) -> list[tuple[str, str]]:
     others = [v for p in policy.pools if p.name != D for v in p.label_values]
     pods = "variables.containers"
     out = [
-        ("containers", "object.spec.?initContainers.orValue([]) + object.spec.containers"),
-        ("gpuPod", f"{pods}.exists(c, {_asks_nonzero('c', _is_gpu(policy, 'k'))})"),
+        ("containers", _CONTAINERS),
+        ("gpuPod", _gpu_pod(policy, pods)),
     ]
     # Where the mutation would read the cluster, or differ per node.
     grant = _any([_is_gpu(policy, "k"), f"k.startsWith({_s(IMPLICIT_EXTENDED_PREFIX)})"])
@@ -414,7 +423,6 @@ def compile_policy(policy: Policy, facts: RoutingFacts,
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
              "values": list(excluded_namespaces)}]}
     variables = _variables(policy, facts)
-    named = dict(variables)
     spec: dict[str, Any] = {
         "failurePolicy": "Fail",
         "reinvocationPolicy": "IfNeeded",
@@ -423,8 +431,8 @@ def compile_policy(policy: Policy, facts: RoutingFacts,
         # cluster ask for none. (Conditions see no variables: the test is written out. With
         # typed Object values in the patch, 1.37's API server failed to marshal them once a
         # condition was present; the patch's values are plain maps now: ``_value``.)
-        "matchConditions": [{"name": "gpu-pods", "expression": named["gpuPod"].replace(
-            "variables.containers", f"({named['containers']})")}],
+        "matchConditions": [{"name": "gpu-pods",
+                             "expression": _gpu_pod(policy, f"({_CONTAINERS})")}],
         "variables": [{"name": n, "expression": e} for n, e in variables],
         "mutations": [{"patchType": "JSONPatch",
                        "jsonPatch": {"expression": _mutation(policy, facts)}}],

@@ -46,7 +46,6 @@ def _assess(node: NodeInfo, ask: Ask, prepared: Any, so_far: NodeAssessment | No
     if not node_fact(node, "HAMi's device plugin", ask.view):
         return None
     return NodeAssessment(node.name, NodeState.MISSING, reason=Reason.NOT_BOUND_BY_HAMI,
-                          missing=("a pod HAMi's scheduler bound",),
                           note=said("hami.notBound"), fix=said("hami.notBoundFix"))
 
 
