@@ -278,6 +278,20 @@ class ControlPlane:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {r.stderr}")
         return r
 
+    def create_crd(self, path: Path | str, timeout: float = 60) -> None:
+        """Creates a CRD and returns once it is Established. ``kubectl wait --for
+        condition=established`` fails outright, not waiting, while the new CRD has no
+        ``status.conditions`` yet; polling the condition is the wait that holds."""
+        self.kubectl("create", "-f", str(path))
+        name = yaml.safe_load(Path(path).read_text())["metadata"]["name"]
+        query = '{.status.conditions[?(@.type=="Established")].status}'
+        deadline = time.monotonic() + timeout
+        while self.kubectl("get", "crd", name, "-o", f"jsonpath={query}",
+                           check=False).stdout.strip() != "True":
+            if time.monotonic() > deadline:
+                raise AssertionError(f"CRD {name} not Established after {timeout:.0f}s")
+            time.sleep(0.2)
+
     def token_kubeconfig(self, token: str, path: Path) -> Path:
         """A kubeconfig acting as one of ``tokens``' identities instead of the admin."""
         cfg = yaml.safe_load(self.kubeconfig.read_text())

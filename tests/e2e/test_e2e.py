@@ -84,7 +84,7 @@ def env(k8s_bin, helm, tmp_path_factory):
         e.agent("hami-1", "operator-management")
         e.agent("op-1", "device-plugin")
         # The GPU Operator's CRD (its chart's own file): gpupool follows ClusterPolicies.
-        e.kubectl("create", "-f", str(UPSTREAM / "crds/nvidia.com_clusterpolicies.yaml"))
+        e.cp.create_crd(UPSTREAM / "crds/nvidia.com_clusterpolicies.yaml")
         e.server = install.serve(e.cp, e.tmp, objs)
         e.hami = HamiWebhook(e.certs / "tls.crt", e.certs / "tls.key",
                              e.tmp / "hami-webhook.log").start()

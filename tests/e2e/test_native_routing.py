@@ -110,9 +110,7 @@ def operator_cluster(cp: ControlPlane, tmp: Path) -> list[dict[str, Any]]:
     from harness.kit import UPSTREAM
     from tests.unit.engine.test_steering import agent_node
 
-    cp.kubectl("create", "-f", str(UPSTREAM / "crds/nvidia.com_clusterpolicies.yaml"))
-    cp.kubectl("wait", "--for", "condition=established", "--timeout=60s",
-               "crd/clusterpolicies.nvidia.com")
+    cp.create_crd(UPSTREAM / "crds/nvidia.com_clusterpolicies.yaml")
     hami = agent_node(tmp / "hami-1", "hami-1", "hami", "operator-management", per_uuid=True)
     # (the operator's deploy label, as it sets it on the nodes it runs its plugin on)
     deploy = "nvidia.com/gpu.deploy.device-plugin"

@@ -161,7 +161,7 @@ def env(k8s_bin, tmp_path_factory):
         # no node controller here to lift the taint a new node starts with
         e.kubectl("taint", "node", "hami-1", "node.kubernetes.io/not-ready:NoSchedule-",
                   check=False)
-        e.kubectl("create", "-f", str(UPSTREAM / "crds/wgpolicyk8s.io_policyreports.yaml"))
+        e.cp.create_crd(UPSTREAM / "crds/wgpolicyk8s.io_policyreports.yaml")
         e.kubectl("create", "namespace", NS)
         # created while gpupool's webhooks were not registered (failurePolicy Ignore, an
         # outage): the API server defaults its scheduler, nothing routes it
@@ -333,7 +333,7 @@ def test_a_missing_crd_turns_off_reports_alone_until_it_is_installed(env):
     install.wait_until(says_missing, "readyz names the missing CRD", timeout=40)
     assert other.get("/readyz").status_code == 200  # the scan itself works
     assert 'gpupool_scan_output_available{output="reports"} 0.0' in other.get("/metrics").text
-    env.kubectl("create", "-f", str(UPSTREAM / "crds/openreports.io_reports.yaml"))
+    env.cp.create_crd(UPSTREAM / "crds/openreports.io_reports.yaml")
     install.wait_until(lambda: env.report(kind=kind) is not None, "the Report written",
                        timeout=60)
     assert set(env.results(kind=kind)) == {"bypassed", "train", "waiting"}
