@@ -1,6 +1,7 @@
 """Pod creation under load through a real API server, with and without the webhooks:
 
     python -m bench.e2e_load [--quick | --calls [--placement split] | --routing] [--rounds N]
+                             [--writers N[,N...]]
                              [--apiserver-profiles DIR] [--kube-bin DIR]
                              [--out bench/results/e2e-load.json]
 
@@ -941,6 +942,10 @@ def main() -> int:
     p.add_argument("--kube-bin", metavar="DIR", type=Path,
                    help="run the Kubernetes programs found here (another release's "
                         "kube-apiserver, say) in place of the suite's build")
+    p.add_argument("--writers", metavar="N[,N...]",
+                   help="the numbers of concurrent writers to measure, in place of the plan's "
+                        "(10,50,200): 1 is sequential creates, where the API server's CPU per "
+                        "pod is least disturbed by the rest of the machine")
     p.add_argument("--rounds", type=int, metavar="N",
                    help="rounds per number of writers (default: 5; 1 with --quick): single "
                         "rounds here move by tens of percent, and every ratio is a median of "
@@ -961,6 +966,14 @@ def main() -> int:
     if a.rounds is not None and a.rounds < 1:
         print(f"e2e load: --rounds {a.rounds}: give at least 1", file=sys.stderr)
         return 2
+    try:
+        writers = tuple(int(n) for n in a.writers.split(",")) if a.writers else None
+    except ValueError:
+        writers = ()
+    if writers is not None and (not writers or min(writers) < 1):
+        print(f"e2e load: --writers {a.writers}: give whole numbers of 1 or more, comma "
+              "separated (--writers 1,10)", file=sys.stderr)
+        return 2
     a.out = a.out or str(ROOT / "bench/results" / {
         "quick": "e2e-load-quick.json", "calls": "e2e-load-calls.json",
         "routing": "e2e-load-routing.json", "full": "e2e-load.json"}[plan])
@@ -970,7 +983,7 @@ def main() -> int:
         try:
             placements = {"placements": (a.placement,)} if a.placement else {}
             res = run(Path(tmp), **{**PLANS[plan], "rounds": a.rounds or PLANS[plan]["rounds"],
-                                    **placements},
+                                    **placements, **({"writers": writers} if writers else {})},
                       profiles=a.apiserver_profiles,
                       kube_bin=a.kube_bin)
         except StartError as exc:
