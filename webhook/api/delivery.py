@@ -20,11 +20,12 @@ engine checks candidate nodes with the same functions, so the two can never disa
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
+from webhook.api.cdireaders import first_reading
 from webhook.api.inventory import DEFAULT_KIND, Inventory
 from webhook.api.said import Said, said
 from webhook.api.ways import CDI_DEVICES as CDI_DEVICES
@@ -118,9 +119,11 @@ def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | 
     if way == DETECT:
         way = detected_way(inv, device_kind)
     if way == CDI_DEVICES:
-        have = inv.kinds.get(device_kind, frozenset())
-        missing = tuple(f"{device_kind}={u}" for u in gpus if u not in have)
         path, why = cdi_names_path(inv, runtime_class)
+        have = names_resolved(inv, path).get(device_kind, frozenset())
+        missing = tuple(f"{device_kind}={u}" for u in gpus if u not in have)
+        if missing and path is NamesPath.CONTAINERD:
+            why = unreadable_note(inv, device_kind, gpus) or why
         if path is NamesPath.DROPPED:
             return Resolution(way, False, undelivered=True, note=why)
         if path is NamesPath.UNKNOWN and not missing:
@@ -241,6 +244,30 @@ def cdi_names_path(inv: Inventory, runtime_class: str | None,
     if annotations is None:
         return NamesPath.UNKNOWN, said("delivery.cdiOffUnknown")
     return NamesPath.RUNTIME, said("delivery.byRuntime", mode=mode)
+
+
+def names_resolved(inv: Inventory, path: NamesPath) -> Mapping[str, frozenset[str]]:
+    """The CDI devices whoever resolves the names (``path``) finds on the node: containerd
+    reads the spec files its own CDI library can parse (``Inventory.containerd_kinds``,
+    ``webhook.api.cdireaders``); the NVIDIA runtime's library reads every released
+    version."""
+    return inv.containerd_kinds if path is NamesPath.CONTAINERD else inv.kinds
+
+
+#: The key of the note on devices containerd cannot read (``unreadable_note``)
+SPEC_TOO_NEW = "delivery.specTooNew"
+
+
+def unreadable_note(inv: Inventory, kind: str, devices: Iterable[str]) -> Said | None:
+    """Why containerd cannot resolve devices a spec file defines: the file's version is
+    newer than its CDI library reads. None where that is not why."""
+    unreadable = inv.unreadable(kind, devices)
+    if not unreadable:
+        return None
+    newest = inv.spec_versions[-1]
+    return said("delivery.specTooNew", reads=inv.containerd_reads, newest=newest,
+                devices=tuple(f"{kind}={d}" for d in unreadable),
+                upgrade=first_reading(newest))
 
 
 #: What an NVIDIA_VISIBLE_DEVICES value asks for no device at all (the toolkit's ``void``,

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.api.cdireaders import version_key
 from webhook.api.pluginconfig import Settled
 from webhook.api.ways import Learned, learned_from
 
@@ -28,6 +29,7 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 #: MIG devices under this name (k8s-device-plugin ``internal/lm/mig-strategy.go``).
 PLUGIN_RESOURCE = "nvidia.com/gpu"
 MIG_ID_PREFIX = "MIG-"
+_SPEC_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 
 
 def is_mig_resource(resource: str, ids: tuple[str, ...] | list[str]) -> bool:
@@ -147,12 +149,46 @@ class Inventory:
     #: strategy it settles on (``webhook.api.pluginconfig``); None: the agent did not look.
     #: Added within schema version 1.
     plugins: tuple[Settled, ...] | None = None
+    #: The spec versions of the files that define devices, oldest first (empty: not
+    #: known, an agent that predates the field). Added within schema version 1.
+    spec_versions: tuple[str, ...] = ()
+    #: For each of ``spec_versions`` but the newest, the devices a CDI library that reads
+    #: spec versions up to it resolves (``webhook.api.cdireaders``). Added within schema
+    #: version 1.
+    readable_up_to: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
+    #: The newest spec version the node's containerd reads (its CDI library's), where the
+    #: node's runtime version says (set from the Node, not published: None, every version)
+    containerd_reads: str | None = None
     #: how its device plugin hands GPUs, as learned from ``plugins`` (worked out here, once:
     #: every node check and every node update asks it of each node it judges)
     learned: Learned = field(init=False, repr=False, compare=False)
+    #: the devices containerd resolves there (``kinds`` unless its library reads fewer
+    #: files: ``kinds_read_by``), worked out once, as ``learned``
+    containerd_kinds: Mapping[str, frozenset[str]] = field(init=False, repr=False,
+                                                            compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "learned", learned_from(self.plugins))
+        object.__setattr__(self, "containerd_kinds", self.kinds_read_by(self.containerd_reads))
+
+    def kinds_read_by(self, reads: str | None) -> Mapping[str, frozenset[str]]:
+        """The devices a CDI library reading spec versions up to ``reads`` resolves here:
+        those of the newest published version it reads; none where every file is newer.
+        ``kinds`` where ``reads`` is None or the versions are not known."""
+        if reads is None or not self.spec_versions:
+            return self.kinds
+        readable = [v for v in self.spec_versions if version_key(v) <= version_key(reads)]
+        if not readable:
+            return {}
+        if readable[-1] == self.spec_versions[-1]:
+            return self.kinds
+        return self.readable_up_to.get(readable[-1], {})
+
+    def unreadable(self, kind: str, devices: Iterable[str]) -> tuple[str, ...]:
+        """Of ``devices`` of ``kind``, those spec files define here but the node's
+        containerd cannot read (``containerd_reads``)."""
+        have, read = self.kinds.get(kind, frozenset()), self.containerd_kinds.get(kind, frozenset())
+        return tuple(d for d in devices if d in have and d not in read)
 
     @property
     def gpu_uuids(self) -> tuple[str, ...]:
@@ -182,6 +218,10 @@ class Inventory:
                if self.mig is not None else {}),
             **({"plugins": [p.to_json() for p in self.plugins]}
                if self.plugins is not None else {}),
+            **({"specVersions": list(self.spec_versions)} if self.spec_versions else {}),
+            **({"readableUpTo": {v: {k: sorted(d) for k, d in sorted(kinds.items())}
+                                 for v, kinds in sorted(self.readable_up_to.items())}}
+               if self.readable_up_to else {}),
         }
 
     def content(self) -> dict[str, Any]:
@@ -288,5 +328,16 @@ def parse_inventory(text: str) -> Inventory:
             Settled.from_json(p) for p in plugins_raw)
     except ValueError as exc:
         raise InventoryError(f"plugins: {exc}") from exc
+    versions = _str_list(doc.get("specVersions"), "specVersions")
+    if not all(_SPEC_VERSION.match(v) for v in versions):
+        raise InventoryError("specVersions: expected versions such as \"0.7.0\"")
+    versions = tuple(sorted(set(versions), key=version_key))
+    up_raw = doc.get("readableUpTo") or {}
+    if not isinstance(up_raw, dict) or not all(k in versions and isinstance(v, dict)
+                                               for k, v in up_raw.items()):
+        raise InventoryError("readableUpTo: expected an object of specVersions -> kinds")
+    up_to = {k: {sys.intern(kind): frozenset(_str_list(d, f"readableUpTo[{k}][{kind}]"))
+                 for kind, d in v.items()} for k, v in up_raw.items()}
     return Inventory(kinds=kinds, runtime=runtime, errors=errors, observed_at=observed,
-                     gpus=gpus, resolves=resolves, mig=mig, plugins=plugins)
+                     gpus=gpus, resolves=resolves, mig=mig, plugins=plugins,
+                     spec_versions=versions, readable_up_to=up_to)

@@ -124,8 +124,10 @@ class Observer:
             mig, mig_errors = mig_devices(self.kubelet_checkpoint)
             errors += mig_errors
         plugins = self.plugin_pods() if self.plugin_pods is not None else None
+        versions, up_to = registry.readable_up_to(dirs, reg)
         inv = Inventory(kinds=reg.kinds(), runtime=rt, errors=tuple(errors + reg.error_list()),
-                        observed_at=_now(), gpus=gpus, mig=mig, plugins=plugins)
+                        observed_at=_now(), gpus=gpus, mig=mig, plugins=plugins,
+                        spec_versions=versions, readable_up_to=up_to)
         return dataclasses.replace(inv, resolves=delivery.resolving_gpus(inv, gpus))
 
     def held(self) -> HeldDevices | None:

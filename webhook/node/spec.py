@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from webhook.api.cdireaders import version_key
 from webhook.api.yamltext import LOADER, yaml_error
 
 #: Released spec versions (a leading 'v' is accepted, as upstream does).
@@ -43,10 +44,6 @@ class Spec:
 
     def qualified(self, device: str) -> str:
         return f"{self.kind}={device}"
-
-
-def _version_key(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in v.split("."))
 
 
 def valid_vendor(name: str) -> bool:
@@ -272,7 +269,7 @@ def validate_spec(doc: Any, path: str = "<spec>") -> Spec:
         if not c.edits(dev["containerEdits"], f"{where}.containerEdits"):
             raise CDIError(f"{where}: invalid device, empty device edits")
     for feature, minimum in c.needs.items():
-        if _version_key(minimum) > _version_key(plain):
+        if version_key(minimum) > version_key(plain):
             raise CDIError(f"cdiVersion {version} is too old for {feature} "
                            f"(the spec version must be at least {minimum})")
     return Spec(path=path, version=plain, kind=kind, devices=tuple(names))

@@ -13,6 +13,7 @@ import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from webhook.api.cdireaders import version_key
 from webhook.node.spec import CDIError, Spec, parse_spec
 
 DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -72,11 +73,46 @@ def load_file(path: str) -> Spec:
     return parse_spec(text, path)
 
 
+def _reading_up_to(loader: Callable[[str], Spec], reads: str) -> Callable[[str], Spec]:
+    def load(path: str) -> Spec:
+        spec = loader(path)
+        if version_key(spec.version) > version_key(reads):
+            raise CDIError(f"cdiVersion {spec.version} is newer than the {reads} this CDI "
+                           "library reads")
+        return spec
+    return load
+
+
+def readable_up_to(dirs: Iterable[str], reg: Registry
+                   ) -> tuple[tuple[str, ...], dict[str, dict[str, frozenset[str]]]]:
+    """The spec versions of the files ``reg`` (a scan of ``dirs``) loaded, and for each
+    but the newest, the devices a library reading up to that version resolves: the same
+    files without the newer ones (a device a newer file overrode or conflicted with may
+    come back). What a runtime reading up to any version resolves follows from these
+    (``Inventory.kinds_read_by``). The files are not read again: what the scan loaded is
+    what counts."""
+    dirs = list(dirs)
+    loaded = {s.path: s for s in reg.specs}
+
+    def load(path: str) -> Spec:
+        if path not in loaded:
+            raise CDIError("refused by the scan")
+        return loaded[path]
+
+    versions = tuple(sorted({s.version for s in reg.specs}, key=version_key))
+    return versions, {v: scan(dirs, load, reads=v).kinds() for v in versions[:-1]}
+
+
 def scan(dirs: Iterable[str] = DEFAULT_SPEC_DIRS,
-         loader: Callable[[str], Spec] = load_file) -> Registry:
+         loader: Callable[[str], Spec] = load_file, reads: str | None = None) -> Registry:
     """Scan spec directories; ``loader`` lets the agent substitute a file's last good parse
-    while it is being rewritten."""
+    while it is being rewritten. ``reads``: the newest spec version the reading library
+    knows (None: every released one); a newer file is refused whole, as an older CDI library
+    refuses it (``webhook.api.cdireaders``), so it neither defines a device nor conflicts
+    with another file."""
     reg = Registry()
+    if reads is not None:
+        loader = _reading_up_to(loader, reads)
     for directory in dirs:
         try:
             files = spec_files(directory)

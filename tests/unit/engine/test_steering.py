@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import jsonpatch
 import pytest
@@ -60,7 +61,9 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
                mig: dict[str, tuple[str, ...]] | None = None,
                plugins: tuple[Settled, ...] | str | None = IMPLIED,
                held: dict[str, tuple[str, ...]] | None = None,
-               containerd: Callable[[str], str] | None = None) -> dict:
+               containerd: Callable[[str], str] | None = None,
+               specs: Callable[[Path], None] | None = None,
+               runtime_version: str | None = None) -> dict:
     """A node as gpupool's agent publishes it (inventory annotation and steering labels);
     ``per_uuid``: a per-UUID spec for every GPU, or for those listed; ``mig``: the MIG
     devices the kubelet's checkpoint lists, per resource; ``plugins``: what the agent
@@ -68,7 +71,8 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
     the GPUs it holds there, as the agent publishes them from the kubelet's checkpoint
     (handed the way the layout's plugin hands them: CDI names beside its spec outside
     HAMi's pool, else UUIDs in NVIDIA_VISIBLE_DEVICES); ``containerd``: an edit of
-    containerd's config."""
+    containerd's config; ``specs``: an edit of the spec directory the layout writes to
+    (/var/run/cdi); ``runtime_version``: the Node's ``status.nodeInfo.containerRuntimeVersion``."""
     if plugins == IMPLIED:
         plugins = implied_plugins(layout, pool, name)
     assert not isinstance(plugins, str)
@@ -105,6 +109,8 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
             assert f"{key} = true" in text or f"#{key} = true" in text
             paths["config"].write_text(text.replace(f"#{key} = true", f"{key} = false")
                                        .replace(f"{key} = true", f"{key} = false"))
+        if specs is not None:
+            specs(paths["run"])
         if per_uuid:
             (paths["run"] / "per-uuid.yaml").write_text(
                 per_uuid_spec() if per_uuid is True else per_uuid_spec(uuids=per_uuid))
@@ -133,6 +139,8 @@ def agent_node(tmp_path, name: str, pool: str | None, layout: str, *,
             hold(out, uid, uuids, container="c", visible=",".join(uuids))
     if allocatable is not None:
         out["status"] = {"allocatable": {"nvidia.com/gpu": str(allocatable)}}
+    if runtime_version is not None:
+        out.setdefault("status", {})["nodeInfo"] = {"containerRuntimeVersion": runtime_version}
     return out
 
 

@@ -122,6 +122,8 @@ def _fix_for(pool: Pool, c: NodeAssessment, policy: Policy, view: ClusterView) -
                 "strategy, whose devices containerd delivers to any container)")
     if c.undelivered and c.way == delivery.CDI_DEVICES:
         return words(said("delivery.cdiOffFix"))
+    if c.note is not None and c.note.what == delivery.SPEC_TOO_NEW:
+        return words(said("delivery.specTooNewFix", **dict(c.note.facts)))
     if c.undelivered:
         return ("make the NVIDIA runtime containerd's default runtime on those nodes, or set "
                 f"{strategy} (a CDI strategy, which containerd and the GPU Operator's NRI "
@@ -170,6 +172,8 @@ def _why(pool: Pool, missing: list[NodeAssessment]) -> str:
     if not named:
         return ""
     kind, mode, way = named[0].kind, named[0].mode, named[0].way or delivery.VISIBLE_DEVICES
+    if named[0].note is not None and named[0].note.what == delivery.SPEC_TOO_NEW:
+        return words(named[0].note)
     if way == nri.WAY:
         return (f"The GPU Operator's NRI plugin has containerd inject the CDI devices its "
                 f"{nri.DOMAIN} annotations name, which containerd resolves from the node's "

@@ -5,12 +5,14 @@ the agent's CDI inventory. Status heartbeats leave its fingerprint unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.api.cdireaders import containerd_reader
 from webhook.api.held import HELD_ANNOTATION
 from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
 from webhook.engine.core import objects
@@ -82,11 +84,19 @@ class NodeInfo:
         inventory = None
         inventory_error = None
         raw_inventory = annotations.get(INVENTORY_ANNOTATION)
+        node_info = objects.as_mapping(status.get("nodeInfo"))
+        runtime_version = node_info.get("containerRuntimeVersion")
+        runtime_version = runtime_version if isinstance(runtime_version, str) else None
         if isinstance(raw_inventory, str):
             try:
                 inventory = parse_inventory(raw_inventory)
             except InventoryError as exc:
                 inventory_error = f"{INVENTORY_ANNOTATION}: {exc}"
+        reader = containerd_reader(runtime_version)
+        if inventory is not None and reader is not None:
+            # containerd resolves CDI names with the library it was built with, which reads
+            # spec versions up to its own (webhook.api.cdireaders)
+            inventory = dataclasses.replace(inventory, containerd_reads=reader.reads)
         extended: set[str] = set()
         for part in ("capacity", "allocatable"):
             res = status.get(part)
@@ -103,7 +113,8 @@ class NodeInfo:
         # A digest of exactly what decisions read: status heartbeats leave it unchanged, so
         # they never invalidate the view's memo.
         cordoned = hami.cordoned(annotations.get(hami.CORDON_ANNOTATION))
-        devices = hashlib.blake2b(repr((raw_register, raw_inventory, sorted(extended),
+        devices = hashlib.blake2b(repr((raw_register, raw_inventory, runtime_version,
+                                        sorted(extended),
                                         sorted((allocatable or {}).items()),
                                         sorted(cordoned))).encode(), digest_size=16).digest()
         raw_held = annotations.get(HELD_ANNOTATION) if keep_held else None

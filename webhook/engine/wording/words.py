@@ -96,6 +96,15 @@ def _legacy_unchecked(s: Said) -> str:
 
 _DELIVERY: dict[str, Callable[[Said], str]] = {
     "delivery.byContainerd": lambda s: "resolved by containerd whatever the runtime mode",
+    "delivery.specTooNew": lambda s: (
+        f"containerd here reads CDI specs up to version {s.fact('reads')} (the CDI library "
+        f"it is built with) and refuses a newer file whole: {_shown(s.fact('devices'))} "
+        f"{'is' if len(s.fact('devices')) == 1 else 'are'} defined only in a spec of a "
+        f"newer version (the node's newest: {s.fact('newest')})"),
+    "delivery.specTooNewFix": lambda s: (
+        (f"upgrade containerd on those nodes to {s.fact('upgrade')} or later, or "
+         if s.fact('upgrade') else "")
+        + f"have the toolkit write CDI specs of version {s.fact('reads')} or older there"),
     "delivery.otherDefaultHandler": lambda s: (
         f"containerd's default handler {s.fact('handler')} is not the NVIDIA runtime: "
         "NVIDIA_VISIBLE_DEVICES is ignored and the pod's containers start without their "
