@@ -34,7 +34,7 @@ def _view(n: int, tainted: bool) -> Any:
 
 def _policies() -> tuple[Any, Any]:
     from webhook.engine import load_policy_text
-    from webhook.policyfile import default_policy_text
+    from webhook.files.policyfile import default_policy_text
 
     text = default_policy_text()
     return load_policy_text(text), load_policy_text(text + "access: {ungranted: \"off\"}\n")

@@ -114,7 +114,7 @@ def memory(n: int, slices: bool) -> dict[str, Any]:
 
 def timings(sizes: list[int], rounds: int = 7, per_round: int = 200) -> dict[str, Any]:
     from webhook.engine import Slice, review_pod
-    from webhook.policyfile import default_policy
+    from webhook.files.policyfile import default_policy
 
     policy = default_policy()
     unpinned = pods()["unpinned"]

@@ -93,7 +93,7 @@ def _pods(n_nodes: int, n_pods: int, n_gpu: int, templates: dict[str, dict[str, 
 def measure(n_nodes: int, n_pods: int, n_gpu: int) -> dict[str, Any]:
     from webhook.api.held import HELD_ANNOTATION
     from webhook.engine import ClusterView, NodeInfo, Stage, Subject, decide
-    from webhook.policyfile import default_policy
+    from webhook.files.policyfile import default_policy
     from webhook.scan.scanner import Scanner
 
     base = rss_mib()

@@ -33,7 +33,7 @@ def review(obj: dict[str, Any], uid: str) -> bytes:
 
 def bodies() -> dict[str, bytes]:
     from webhook.engine import Stage, decide_pod
-    from webhook.policyfile import default_policy
+    from webhook.files.policyfile import default_policy
 
     pod = cluster.pods()["unpinned"]
     mutated = jsonpatch.apply_patch(copy.deepcopy(pod),

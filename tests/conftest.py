@@ -46,7 +46,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @pytest.fixture
 def policy():
-    from webhook.policyfile import default_policy
+    from webhook.files.policyfile import default_policy
 
     return default_policy()
 

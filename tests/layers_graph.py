@@ -33,11 +33,12 @@ def _imports(path: Path) -> set[str]:
 
 
 def _layer(module: str) -> str:
-    """webhook.engine.checks.cdi -> engine; webhook.snapshot -> shared; webhook.cli.x -> cli"""
+    """webhook.engine.checks.cdi -> engine; webhook.files.snapshot -> files;
+    webhook.cli.x -> cli; webhook (its version) -> shared"""
     parts = module.split(".")
     if len(parts) == 1:
         return "shared"
-    if parts[1] in ("engine", "api", "server", "scan", "node", "cli"):
+    if parts[1] in ("engine", "api", "server", "scan", "node", "cli", "cluster", "files"):
         return parts[1]
     return "cli" if parts[1] == "__main__" else "shared"  # `python -m webhook` is the CLI
 
@@ -92,8 +93,9 @@ def render() -> str:
         "I/O and imports only `webhook.api`; `webhook.api` imports nothing of gpupool; the node",
         "side never imports the server or the CLI; shells reach the engine only through",
         "`webhook/engine/__init__.py`'s declared surface; no two packages import each other,",
-        "directly or round a cycle. `shared` is the top-level modules (`policyfile`,",
-        "`snapshot`, `certs`, `kube`, `clusterwatch`).",
+        "directly or round a cycle. `cluster` is the shells' reach into the cluster (`kube`,",
+        "`watch`, `routingpolicy`), `files` their reach into files (`policyfile`,",
+        "`snapshot`, `certs`); `shared` is the package's own `__init__` (its version).",
         "",
         "## Packages",
         "",
@@ -123,5 +125,57 @@ def render() -> str:
     return "\n".join(lines)
 
 
+#: Where the README's map of the package sits (``readme_map``, written in place).
+MAP_BEGIN = "<!-- package map: python -m tests.layers_graph --readme -->"
+MAP_END = "<!-- end of package map -->"
+
+
+def _summary(init: Path) -> str:
+    """A package's ``__init__`` docstring, its first paragraph, on one line."""
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    return " ".join(doc.split("\n\n")[0].split()).replace("|", "\\|")
+
+
+def _packages() -> list[Path]:
+    """Every package of ``webhook``, the engine's rooms after the engine, in path order."""
+    return sorted((p.parent for p in PKG.rglob("__init__.py") if p.parent != PKG),
+                  key=lambda d: d.relative_to(PKG).parts)
+
+
+def readme_map() -> str:
+    """The README's table of the package: each folder, what its ``__init__`` says it holds,
+    its modules, and what it imports (the engine's rooms: what each declares; the rest:
+    the packages the code imports, as docs/layers.md draws them). Made from the tree, so a
+    module added, moved or described anew shows here without a hand edit."""
+    layers, _ = edges()
+    rows = ["| folder | what it holds | modules | imports |", "| --- | --- | --- | --- |"]
+    for d in _packages():
+        rel = d.relative_to(PKG)
+        modules = ", ".join(f"`{p.stem}`" for p in sorted(d.glob("*.py"))
+                            if p.name != "__init__.py") or "-"
+        if rel.parts[0] == "engine" and len(rel.parts) == 2:
+            doc = ast.get_docstring(ast.parse((d / "__init__.py").read_text())) or ""
+            declared = [ln for ln in doc.splitlines() if ln.startswith("May import:")]
+            imports = declared[0].removeprefix("May import:").strip(" .") if declared else "-"
+        elif len(rel.parts) == 1:
+            imports = ", ".join(sorted(b for a, b in layers if a == rel.parts[0])) or "nothing"
+        else:
+            imports = f"as `{rel.parts[0]}`"
+        rows.append(f"| `webhook/{rel.as_posix()}/` | {_summary(d / '__init__.py')} | "
+                    f"{modules} | {imports} |")
+    return "\n".join([MAP_BEGIN, "", *rows, "", MAP_END])
+
+
+def with_readme_map(text: str) -> str:
+    """The README with its package map made anew."""
+    head, _, rest = text.partition(MAP_BEGIN)
+    _, _, tail = rest.partition(MAP_END)
+    return head + readme_map() + tail
+
+
 if __name__ == "__main__":
-    sys.stdout.write(render())
+    if sys.argv[1:] == ["--readme"]:
+        readme = ROOT / "README.md"
+        readme.write_text(with_readme_map(readme.read_text()))
+    else:
+        sys.stdout.write(render())

@@ -152,7 +152,7 @@ EXTRA_TEMPLATES += [
 
 def _hami_dra_policy(tmp: Path) -> Path:
     """The built-in policy as a HAMi-DRA cluster runs it (docs/dra.md)."""
-    from webhook.policyfile import default_policy_text
+    from webhook.files.policyfile import default_policy_text
 
     policy = yaml.safe_load(default_policy_text())
     (hami,) = [p for p in policy["pools"] if p["name"] == "hami"]

@@ -6,7 +6,7 @@ Kubernetes 1.36 before v1.36.5 panics during admission on a JSON patch whose val
 list of typed ``Object`` initializers (kubernetes#142181; fixed by #140419, cherry-picked to
 release-1.36 by #140557): the request's connection is dropped whatever ``failurePolicy``
 says, so every GPU pod such a policy claims fails to be created. gpupool's patches are plain
-CEL maps and lists (``nativerouting._value``), and must route every claimed pod there exactly
+CEL maps and lists (``native.routing._value``), and must route every claimed pod there exactly
 as on a fixed release. The first test shows the judge sees the bug at all: a policy of the
 shape the issue names makes that API server drop the request.
 

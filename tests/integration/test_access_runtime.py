@@ -32,7 +32,7 @@ from webhook.engine import (
     review,
     view_from_objects,
 )
-from webhook.policyfile import default_policy_text
+from webhook.files.policyfile import default_policy_text
 
 VAR = "NVIDIA_VISIBLE_DEVICES"
 CUDA = "nvidia/cuda:12.4.1-base-ubuntu22.04"  # its image sets ENV NVIDIA_VISIBLE_DEVICES=all

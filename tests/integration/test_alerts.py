@@ -16,7 +16,7 @@ from harness import promtool
 from harness.kit import ROOT, body, gpu_pod
 from harness.servers import start_server, stop_server
 from webhook.engine import ClusterView, Outcome, PodAnswer
-from webhook.policyfile import default_policy
+from webhook.files.policyfile import default_policy
 from webhook.scan.metrics import ScanCollector, exposition, registry_for
 from webhook.scan.scanner import Answer, Scanner
 

@@ -23,7 +23,7 @@ from tests.docs import Block, Shell, blocks, inline_commands, path_with, workdir
 from webhook.api.inventory import parse_inventory
 from webhook.cli.main import build_parser
 from webhook.engine import PolicyError, load_policy_text
-from webhook.policyfile import default_policy_text
+from webhook.files.policyfile import default_policy_text
 
 MODES = ("offline", "cluster", "e2e", "render", "make", "policy")
 BLOCKS = blocks()

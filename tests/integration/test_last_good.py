@@ -17,7 +17,7 @@ import requests
 from harness.kit import wait_until
 from harness.procs import children
 from harness.servers import gpupool_cmd, start_server, stop_server
-from webhook.policyfile import DATA_DIR, default_policy_text
+from webhook.files.policyfile import DATA_DIR, default_policy_text
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
 

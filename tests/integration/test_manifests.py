@@ -15,7 +15,7 @@ import yaml
 
 from harness.kit import ROOT, UPSTREAM, gpu_pod, load_docs, upstream_pods
 from tests.unit.engine.test_workloads import KINDS, workload
-from webhook.policyfile import default_policy, default_policy_text
+from webhook.files.policyfile import default_policy, default_policy_text
 
 VERSIONS = ("1.33.0", "1.34.0", "1.35.0")
 CRD_KINDS = {"Certificate", "Issuer"}  # cert-manager's; no upstream schema to check against
@@ -145,9 +145,9 @@ def test_least_privilege_rbac(rendered):
 
 def test_the_webhooks_role_grants_exactly_what_gpupool_reads(rendered):
     """The ClusterRole and the table of sources the watch and ``check`` list from
-    (``webhook.kube.SOURCES``) name the same kinds: a kind added to one is added to both."""
+    (``webhook.cluster.kube.SOURCES``) name the same kinds: a kind added to one is added to both."""
+    from webhook.cluster.kube import SOURCES
     from webhook.engine import RESOURCE_KINDS
-    from webhook.kube import SOURCES
 
     roles = {r["metadata"]["name"]: r["rules"] for r in by_kind(rendered["base"], "ClusterRole")}
     granted = {(g, r) for rule in roles["gpupool-webhook"] for g in rule["apiGroups"]

@@ -20,7 +20,7 @@ from tests.stacknames import MANAGEMENT_KIND as MANAGEMENT
 from tests.stacknames import NRI_DOMAIN as DOMAIN
 from tests.unit.engine.test_nri import cluster_policy, operator_node
 from webhook.engine import Reason, Review, Subject, load_policy_text, review, view_from_objects
-from webhook.policyfile import default_policy_text
+from webhook.files.policyfile import default_policy_text
 
 ALL = f"{MANAGEMENT}=all"
 DP = "k8s.device-plugin.nvidia.com/gpu"

@@ -17,7 +17,7 @@ import pytest
 from harness.kit import UPSTREAM, load_docs, review
 from harness.servers import start_server, stop_server
 from webhook.engine import Subject, template_pod
-from webhook.policyfile import DATA_DIR, default_policy_text
+from webhook.files.policyfile import DATA_DIR, default_policy_text
 
 DEMO = DATA_DIR / "demo-cluster.yaml"
 #: Fixture files holding Kubernetes objects (the Helm values file among them holds none).

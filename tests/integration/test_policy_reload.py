@@ -13,7 +13,7 @@ import requests
 
 from harness.kit import body, gpu_pod
 from harness.servers import start_server, stop_server
-from webhook.policyfile import default_policy_text
+from webhook.files.policyfile import default_policy_text
 
 
 def _swap(root: Path, text: str, generation: int) -> None:

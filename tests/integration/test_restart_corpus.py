@@ -11,7 +11,7 @@ import pytest
 
 from tests import restartcorpus as rc
 from webhook.engine import Outcome
-from webhook.policyfile import default_policy
+from webhook.files.policyfile import default_policy
 
 
 @pytest.fixture(scope="module")

@@ -135,7 +135,7 @@ def test_cdi_repair_sets_a_class_under_which_the_real_runtime_creates_the_contai
         review_pod,
         view_from_objects,
     )
-    from webhook.policyfile import default_policy_text
+    from webhook.files.policyfile import default_policy_text
 
     text = default_policy_text().replace("    cdi:\n      delivery: detect\n",
                                          "    cdi:\n      delivery: detect\n      repair: true\n",

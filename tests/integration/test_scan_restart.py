@@ -15,7 +15,7 @@ from harness.layouts import UUIDS
 from tests.runtime_oracle import OracleNode
 from tests.unit.engine.test_steering import agent_node, hami_pod
 from webhook.engine import NodeInfo, Outcome, Stage, Subject, decide, view_from_objects
-from webhook.policyfile import default_policy
+from webhook.files.policyfile import default_policy
 from webhook.scan.scanner import Scanner
 
 #: The node's life: what it runs at each step (layout, per-UUID spec, runtime mode).

@@ -18,7 +18,7 @@ import requests
 
 from harness.kit import body, gpu_pod
 from harness.servers import kubeconfig_for, start_server, stop_server
-from webhook.policyfile import default_policy_text
+from webhook.files.policyfile import default_policy_text
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from harness.kit import hold
 from harness.layouts import UUIDS
 from tests.unit.engine.test_steering import agent_node, hami_pod
 from webhook.engine import Stage, Subject, decide, view_from_objects
-from webhook.policyfile import default_policy
+from webhook.files.policyfile import default_policy
 
 
 def _running(tmp_path, nodes: list[dict], *planned: dict) -> list[dict]:

@@ -20,8 +20,8 @@ ENGINE = sorted((PKG / "engine").rglob("*.py"))
 FORBIDDEN = {"flask", "gunicorn", "kubernetes", "requests", "urllib3", "prometheus_client",
              "os", "io", "pathlib", "shutil", "tempfile", "fcntl", "socket", "ssl", "select",
              "subprocess", "http", "urllib", "logging", "glob", "mmap",
-             "webhook.server", "webhook.node", "webhook.cli", "webhook.policyfile",
-             "webhook.snapshot", "webhook.certs"}
+             "webhook.server", "webhook.node", "webhook.cli", "webhook.files",
+             "webhook.cluster", "webhook.scan"}
 FORBIDDEN_CALLS = {"open", "print", "input", "exec", "eval", "__import__"}
 
 
@@ -199,6 +199,22 @@ def test_the_picture_of_the_layers_is_the_codes():
         "docs/layers.md is out of date: python -m tests.layers_graph > docs/layers.md")
 
 
+def test_the_readmes_map_of_the_package_is_the_tree_as_it_is():
+    """The README's folders, their modules and what each imports are made from the tree
+    (each package's own docstring says what it holds): a module added or moved, or a
+    package described anew, without the map made again fails here."""
+    from tests import layers_graph
+
+    readme = (ROOT / "README.md").read_text()
+    assert layers_graph.MAP_BEGIN in readme and layers_graph.MAP_END in readme
+    assert readme == layers_graph.with_readme_map(readme), (
+        "README.md's package map is out of date: python -m tests.layers_graph --readme")
+    # and the map names every module there is
+    for path in PKG.rglob("*.py"):
+        if path.name != "__init__.py" and path.parent != PKG:
+            assert f"`{path.stem}`" in layers_graph.readme_map(), path
+
+
 def test_the_engine_surface_is_listed_once():
     """``_SURFACE`` is the list; the type checkers' block is written from it, and every
     name it lists is what its module defines."""
@@ -265,3 +281,17 @@ def test_the_packages_import_each_other_in_no_cycle():
 
     cycles = sorted(a for a in graph if reaches(a, a, {a}))
     assert not cycles, f"packages on an import cycle: {cycles}"
+
+
+@pytest.mark.parametrize("folder, allowed", [
+    ("cluster", ("webhook.api", "webhook.engine", "webhook.cluster")),
+    ("files", ("webhook.api", "webhook.engine", "webhook.cluster", "webhook.files")),
+])
+def test_the_shells_reach_into_cluster_and_files_imports_only_what_it_declares(folder, allowed):
+    """The cluster-facing and file-facing modules every shell shares sit below the shells:
+    they import the contract, the engine's surface and (files) the cluster's reach, never a
+    shell, so the server, the scan and the CLI can all use them."""
+    for path in (PKG / folder).glob("*.py"):
+        bad = sorted(n for n in imports_of(path) if n.startswith("webhook.")
+                     and not n.startswith(allowed))
+        assert not bad, f"webhook/{folder}/{path.name} imports {bad}"

@@ -28,7 +28,7 @@ from webhook.engine import (
     review_pod,
     view_from_objects,
 )
-from webhook.policyfile import default_policy
+from webhook.files.policyfile import default_policy
 from webhook.server.app import Webhook
 from webhook.server.policysource import PolicySource
 

@@ -1,5 +1,5 @@
-"""The routing policy proved before it routes real pods (``webhook.routingpolicy.sync``,
-``webhook.engine.admission.routingcanary``): the order of the writes, a failed canary
+"""The routing policy proved before it routes real pods (``webhook.cluster.routingpolicy.sync``,
+``webhook.engine.native.canary``): the order of the writes, a failed canary
 unbinding everything, and the proof made again when the API server changes.
 
 The API server here is ``ApiServerDouble``, a test double: it keeps the objects the keeper
@@ -17,17 +17,7 @@ from typing import Any
 
 import pytest
 
-from webhook.engine import (
-    CANARY_BINDING,
-    CANARY_LABEL,
-    ROUTING_NAME,
-    canary_pods,
-    disagreement,
-    routing_facts,
-    view_from_objects,
-)
-from webhook.policyfile import default_policy
-from webhook.routingpolicy import (
+from webhook.cluster.routingpolicy import (
     CONFIGURATION,
     PROOF_ANNOTATION,
     WEBHOOK,
@@ -37,6 +27,16 @@ from webhook.routingpolicy import (
     sync,
     target,
 )
+from webhook.engine import (
+    CANARY_BINDING,
+    CANARY_LABEL,
+    ROUTING_NAME,
+    canary_pods,
+    disagreement,
+    routing_facts,
+    view_from_objects,
+)
+from webhook.files.policyfile import default_policy
 
 Answer = Callable[[dict[str, Any], dict[str, Any]], "dict[str, Any] | str"]
 
@@ -108,8 +108,8 @@ class ApiServerDouble:
 @pytest.fixture(autouse=True)
 def _no_waiting(monkeypatch):
     """A canary that keeps failing is tried for CANARY_PATIENCE seconds: not here."""
-    monkeypatch.setattr("webhook.routingpolicy.CANARY_PATIENCE", 0.05)
-    monkeypatch.setattr("webhook.routingpolicy.time.sleep", lambda s: None)
+    monkeypatch.setattr("webhook.cluster.routingpolicy.CANARY_PATIENCE", 0.05)
+    monkeypatch.setattr("webhook.cluster.routingpolicy.time.sleep", lambda s: None)
 
 
 def _sync(api: ApiServerDouble, proofs: list[tuple[str, str]] | None = None) -> list[str]:
@@ -211,7 +211,7 @@ def test_a_new_api_server_is_proved_again_and_a_bad_one_unbinds_in_the_safe_orde
 
 
 def test_a_policy_slow_to_take_effect_is_waited_for(monkeypatch):
-    monkeypatch.setattr("webhook.routingpolicy.CANARY_PATIENCE", 60.0)
+    monkeypatch.setattr("webhook.cluster.routingpolicy.CANARY_PATIENCE", 60.0)
     seen = {"n": 0}
 
     def late(pod: dict[str, Any], webhook: dict[str, Any]) -> dict[str, Any]:

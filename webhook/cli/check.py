@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from webhook import engine
 from webhook.engine import ClusterView, Policy, claims_of, clip, meta_of, name_of
-from webhook.snapshot import SnapshotError, load_yaml_objects, load_yaml_text
+from webhook.files.snapshot import SnapshotError, load_yaml_objects, load_yaml_text
 
 
 @dataclass

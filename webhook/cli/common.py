@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from webhook import __version__
-from webhook.kube import REQUEST_TIMEOUT
+from webhook.cluster.kube import REQUEST_TIMEOUT
 
 if TYPE_CHECKING:
     from webhook.engine import ClusterView, Policy, Release
-    from webhook.snapshot import ClusterFile
+    from webhook.files.snapshot import ClusterFile
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 OUTPUTS = ("json", "yaml", "wide")
@@ -33,7 +33,7 @@ def cluster_source(args: argparse.Namespace, need: str, without: str) -> str:
     ``--no-cluster`` does instead."""
     import os
 
-    from webhook.kube import kubeconfig_path
+    from webhook.cluster.kube import kubeconfig_path
 
     live = bool(args.kubeconfig or args.context)
     given = [flag for flag, value in (("--cluster", args.cluster),
@@ -57,7 +57,7 @@ def cluster_source(args: argparse.Namespace, need: str, without: str) -> str:
 
 
 def load_policy(path: str | None) -> Policy:
-    from webhook.policyfile import default_policy, load_policy_file
+    from webhook.files.policyfile import default_policy, load_policy_file
 
     return load_policy_file(path) if path else default_policy()
 
@@ -75,7 +75,7 @@ def namespace_labels(text: str | None) -> dict[str, str]:
 
 
 def load_nodes(cluster: str) -> ClusterFile:
-    from webhook.snapshot import load_cluster_file
+    from webhook.files.snapshot import load_cluster_file
 
     return load_cluster_file(cluster)
 

@@ -147,7 +147,7 @@ def certificate_status(pem: bytes, source: str, host: str = "") -> CertificateSt
     call)."""
     from cryptography import x509
 
-    from webhook import certs
+    from webhook.files import certs
 
     try:
         cert = x509.load_pem_x509_certificate(pem)
@@ -195,7 +195,7 @@ def covered(host: str, dns: Sequence[str], ips: Sequence[str]) -> bool:
 
 
 def certificate_from_file(path: str, host: str = "") -> CertificateStatus:
-    from webhook.certs import CertError
+    from webhook.files.certs import CertError
 
     try:
         with open(path, "rb") as fh:
@@ -211,7 +211,7 @@ def certificate_from_secret(live: Live, ref: str, host: str = "") -> Certificate
 
     from kubernetes import client
 
-    from webhook.kube import KubeError
+    from webhook.cluster.kube import KubeError
 
     namespace, _, name = ref.rpartition("/")
     source = f"secret {ref}"
@@ -351,7 +351,7 @@ def _risk(a: PodAnswer) -> str:
 
 @dataclass
 class RoutingReport:
-    """Where GPU pods are routed, as the cluster holds it (``webhook.routingpolicy``)."""
+    """Where GPU pods are routed, as the cluster holds it (``webhook.cluster.routingpolicy``)."""
 
     #: "api-server" (the compiled policy and the webhook's condition installed), "webhook"
     mode: str
@@ -372,8 +372,8 @@ def routing_report(api: Any, view: ClusterView, policy: Policy, policy_source: s
                    ) -> RoutingReport:
     """Which mode is live, and whether what is installed is what ``policy`` (from
     ``policy_source``) and this cluster compile to."""
+    from webhook.cluster.routingpolicy import CONFIGURATION, WEBHOOK, Cluster, read, target
     from webhook.engine import claimable_pools, routing_facts
-    from webhook.routingpolicy import CONFIGURATION, WEBHOOK, Cluster, read, target
 
     cluster = Cluster(api)
     installed, config = read(cluster)

@@ -19,10 +19,10 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from webhook.kube import REQUEST_TIMEOUT, KubeError, api_client, api_error
+from webhook.cluster.kube import REQUEST_TIMEOUT, KubeError, api_client, api_error
 
 if TYPE_CHECKING:
-    from webhook.snapshot import ClusterFile
+    from webhook.files.snapshot import ClusterFile
 
 T = TypeVar("T")
 
@@ -136,9 +136,9 @@ def cluster_objects(live: Live) -> ClusterFile:
     may (without RuntimeClasses every class is taken to name its handler; without DRA
     objects DRA claims are not judged; without ClusterPolicies and HAMi's DaemonSets
     ``detect`` reads each node's disk alone)."""
+    from webhook.cluster.kube import SOURCES
     from webhook.engine import runtime_classes_of
-    from webhook.kube import SOURCES
-    from webhook.snapshot import ClusterFile
+    from webhook.files.snapshot import ClusterFile
 
     api = live.api
     listed: dict[str, list[dict[str, Any]] | None] = {}
@@ -164,6 +164,6 @@ def cluster_objects(live: Live) -> ClusterFile:
 
 def server_version(live: Live) -> dict[str, Any] | None:
     """The API server's ``/version``, None where it does not say."""
-    from webhook.kube import server_version as read
+    from webhook.cluster.kube import server_version as read
 
     return live.call("reading the API server's version", read, live.api, optional=True)

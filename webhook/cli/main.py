@@ -52,11 +52,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "gpupool") -> int:
     if extra:  # named by the command they were given to, with that command's help
         getattr(args, "parser_of_command", parser).error(
             f"unrecognized arguments: {' '.join(extra)}")
-    from webhook.certs import CertError
+    from webhook.cluster.kube import KubeError
     from webhook.engine import PolicyError
-    from webhook.kube import KubeError
+    from webhook.files.certs import CertError
+    from webhook.files.snapshot import SnapshotError
     from webhook.node.spec import CDIError
-    from webhook.snapshot import SnapshotError
 
     def fail(text: str, code: int = EXIT_USAGE) -> int:
         print(f"{prog}: error: {text}", file=sys.stderr)

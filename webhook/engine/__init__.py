@@ -25,16 +25,16 @@ _SURFACE = {
     "decide": "admission.admit", "decide_pod": "admission.admit",
     "handles": "admission.admit", "review": "admission.admit", "review_pod": "admission.admit",
     # routing compiled for the API server (a MutatingAdmissionPolicy)
-    "RoutingFacts": "admission.nativerouting", "routing_facts": "admission.nativerouting",
-    "compile_policy": "admission.nativerouting",
-    "webhook_condition": "admission.nativerouting",
-    "claimable_pools": "admission.nativerouting", "why_left": "admission.nativerouting",
-    "EXCLUDED_NAMESPACES": "admission.nativerouting", "CONDITION": "admission.nativerouting",
-    "DIGEST_ANNOTATION": "admission.nativerouting", "ROUTING_NAME": "admission.nativerouting",
+    "RoutingFacts": "native.routing", "routing_facts": "native.routing",
+    "compile_policy": "native.routing",
+    "webhook_condition": "native.routing",
+    "claimable_pools": "native.routing", "why_left": "native.routing",
+    "EXCLUDED_NAMESPACES": "native.routing", "CONDITION": "native.routing",
+    "DIGEST_ANNOTATION": "native.routing", "ROUTING_NAME": "native.routing",
     # proving it on the API server before it routes real pods
-    "canary_binding": "admission.routingcanary", "canary_pods": "admission.routingcanary",
-    "disagreement": "admission.routingcanary", "CANARY_BINDING": "admission.routingcanary",
-    "CANARY_LABEL": "admission.routingcanary", "as_webhook_routes": "admission.routingcanary",
+    "canary_binding": "native.canary", "canary_pods": "native.canary",
+    "disagreement": "native.canary", "CANARY_BINDING": "native.canary",
+    "CANARY_LABEL": "native.canary", "as_webhook_routes": "native.canary",
     # what a decision is
     "Decision": "core.decision", "NodeFinding": "core.decision", "Reason": "core.decision",
     "allow": "core.decision", "clean_warning": "core.decision",
@@ -75,7 +75,7 @@ _SURFACE = {
     "advertised_twice": "aftercare.nodehazards",
     # a pod read as the engine reads it, for judges that compare it with the real stack
     "annotation_requests": "stacks.nri", "without_steering": "pod.affinity",
-    "selector_verdict": "stacks.cel", "glob_regex": "admission.nativerouting",
+    "selector_verdict": "stacks.cel", "glob_regex": "native.routing",
 }
 
 __all__ = sorted(_SURFACE)
@@ -99,23 +99,6 @@ if TYPE_CHECKING:  # written by python -m tests.engine_surface from _SURFACE
     from webhook.engine.admission.admit import handles as handles
     from webhook.engine.admission.admit import review as review
     from webhook.engine.admission.admit import review_pod as review_pod
-    from webhook.engine.admission.nativerouting import CONDITION as CONDITION
-    from webhook.engine.admission.nativerouting import DIGEST_ANNOTATION as DIGEST_ANNOTATION
-    from webhook.engine.admission.nativerouting import EXCLUDED_NAMESPACES as EXCLUDED_NAMESPACES
-    from webhook.engine.admission.nativerouting import ROUTING_NAME as ROUTING_NAME
-    from webhook.engine.admission.nativerouting import RoutingFacts as RoutingFacts
-    from webhook.engine.admission.nativerouting import claimable_pools as claimable_pools
-    from webhook.engine.admission.nativerouting import compile_policy as compile_policy
-    from webhook.engine.admission.nativerouting import glob_regex as glob_regex
-    from webhook.engine.admission.nativerouting import routing_facts as routing_facts
-    from webhook.engine.admission.nativerouting import webhook_condition as webhook_condition
-    from webhook.engine.admission.nativerouting import why_left as why_left
-    from webhook.engine.admission.routingcanary import CANARY_BINDING as CANARY_BINDING
-    from webhook.engine.admission.routingcanary import CANARY_LABEL as CANARY_LABEL
-    from webhook.engine.admission.routingcanary import as_webhook_routes as as_webhook_routes
-    from webhook.engine.admission.routingcanary import canary_binding as canary_binding
-    from webhook.engine.admission.routingcanary import canary_pods as canary_pods
-    from webhook.engine.admission.routingcanary import disagreement as disagreement
     from webhook.engine.admission.workloads import template_pod as template_pod
     from webhook.engine.aftercare.nodehazards import NodeHazard as NodeHazard
     from webhook.engine.aftercare.nodehazards import advertised_twice as advertised_twice
@@ -148,6 +131,23 @@ if TYPE_CHECKING:  # written by python -m tests.engine_surface from _SURFACE
     from webhook.engine.core.policy import load_policy_text as load_policy_text
     from webhook.engine.core.policy import parse_policy as parse_policy
     from webhook.engine.core.resources import resource_names as resource_names
+    from webhook.engine.native.canary import CANARY_BINDING as CANARY_BINDING
+    from webhook.engine.native.canary import CANARY_LABEL as CANARY_LABEL
+    from webhook.engine.native.canary import as_webhook_routes as as_webhook_routes
+    from webhook.engine.native.canary import canary_binding as canary_binding
+    from webhook.engine.native.canary import canary_pods as canary_pods
+    from webhook.engine.native.canary import disagreement as disagreement
+    from webhook.engine.native.routing import CONDITION as CONDITION
+    from webhook.engine.native.routing import DIGEST_ANNOTATION as DIGEST_ANNOTATION
+    from webhook.engine.native.routing import EXCLUDED_NAMESPACES as EXCLUDED_NAMESPACES
+    from webhook.engine.native.routing import ROUTING_NAME as ROUTING_NAME
+    from webhook.engine.native.routing import RoutingFacts as RoutingFacts
+    from webhook.engine.native.routing import claimable_pools as claimable_pools
+    from webhook.engine.native.routing import compile_policy as compile_policy
+    from webhook.engine.native.routing import glob_regex as glob_regex
+    from webhook.engine.native.routing import routing_facts as routing_facts
+    from webhook.engine.native.routing import webhook_condition as webhook_condition
+    from webhook.engine.native.routing import why_left as why_left
     from webhook.engine.pod.affinity import without_steering as without_steering
     from webhook.engine.stacks.cel import selector_verdict as selector_verdict
     from webhook.engine.stacks.clusterpolicy import cluster_operator as cluster_operator

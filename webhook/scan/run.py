@@ -52,7 +52,7 @@ class ScanService:
     def __init__(self, api_client: Any, policy: Policy, cfg: ScanConfig) -> None:
         from kubernetes import client
 
-        from webhook.clusterwatch import ClusterInformer, Reflector
+        from webhook.cluster.watch import ClusterInformer, Reflector
 
         self.cfg = cfg
         self.view = ClusterView(policy.pool_label)

@@ -36,7 +36,7 @@ from webhook import __version__
 if TYPE_CHECKING:
     from flask import Flask
 
-    from webhook.clusterwatch import ClusterInformer
+    from webhook.cluster.watch import ClusterInformer
     from webhook.engine import ClusterView, Decision
     from webhook.server.policysource import PolicySource
     from webhook.server.review import Request

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 
 from webhook.engine import Policy, PolicyError
-from webhook.policyfile import default_policy, load_policy_file
+from webhook.files.policyfile import default_policy, load_policy_file
 from webhook.server.filewatch import Watched
 
 log = logging.getLogger(__name__)

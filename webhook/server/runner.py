@@ -26,8 +26,8 @@ from webhook.server.policysource import PolicySource
 from webhook.server.tls import Deadlines, ReloadingContext
 
 if TYPE_CHECKING:
-    from webhook.clusterwatch import ClusterInformer
-    from webhook.snapshot import ClusterFile
+    from webhook.cluster.watch import ClusterInformer
+    from webhook.files.snapshot import ClusterFile
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,8 @@ def load_snapshot(cfg: ServeConfig) -> tuple[ClusterFile, str | None]:
     """``--cluster``'s snapshot, or the last good copy the server kept of it (with why), as
     the master checks it at start and every worker loads it at boot: a file broken after
     start must not stop a worker from booting (``webhook.server.filewatch``)."""
+    from webhook.files.snapshot import SnapshotError, load_cluster_file
     from webhook.server.filewatch import KeptCopies, load_or_kept
-    from webhook.snapshot import SnapshotError, load_cluster_file
 
     path = cfg.cluster_file
     assert path is not None
@@ -65,9 +65,9 @@ def load_snapshot(cfg: ServeConfig) -> tuple[ClusterFile, str | None]:
 
 def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
     """Everything one worker needs: the webhook, its metrics, and things to keep alive."""
+    from webhook.files.snapshot import restamp_inventories
     from webhook.server import metrics as metrics_mod
     from webhook.server.audit import AuditLog, SinkHealth
-    from webhook.snapshot import restamp_inventories
 
     keep: list[Any] = []
     informer_ref: ClusterInformer | None = None
@@ -103,8 +103,8 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
             webhook.ready_checks.append(Probe(
                 "cluster-file", lambda: (False, kept_why), critical=False))
     elif source == "watch":
-        from webhook.clusterwatch import ClusterInformer
-        from webhook.kube import api_client
+        from webhook.cluster.kube import api_client
+        from webhook.cluster.watch import ClusterInformer
 
         informer = ClusterInformer(view, api_client(kubeconfig=cfg.kubeconfig,
                                                     in_cluster=cfg.in_cluster),
@@ -112,7 +112,7 @@ def build_webhook(cfg: ServeConfig) -> tuple[Webhook, Any, list[Any]]:
         informer.start()
         keep.append(informer)
         informer_ref = informer
-        from webhook.routingpolicy import Keeper
+        from webhook.cluster.routingpolicy import Keeper
         from webhook.server.metrics import routing_proof
 
         keeper = Keeper(cfg.routing_mode, informer.api_client, lambda: policies.policy, view,

@@ -85,7 +85,7 @@ def test_a_dra_deployment_is_routed_and_checked_offline(tmp_path):
     assert result["allowed"] and any("no node in pool operator has the DRA devices" in w
                                      for w in result["warnings"])
     strict = tmp_path / "policy.yaml"
-    from webhook.policyfile import default_policy_text
+    from webhook.files.policyfile import default_policy_text
     strict.write_text(default_policy_text() + "onNoCandidates: deny\n")
     r = run("check", "--cluster", str(cluster_file(tmp_path)), "--policy", str(strict),
             "-f", str(app))

@@ -10,7 +10,7 @@ import yaml
 
 from webhook.cli.main import main
 from webhook.engine import RoutingFacts, claimable_pools, compile_policy, webhook_condition
-from webhook.policyfile import default_policy
+from webhook.files.policyfile import default_policy
 
 
 def test_compile_writes_the_policy_and_its_binding_for_kubectl_apply(capsys):
@@ -22,7 +22,7 @@ def test_compile_writes_the_policy_and_its_binding_for_kubectl_apply(capsys):
     assert docs[1]["spec"]["policyName"] == docs[0]["metadata"]["name"]
     spec = docs[0]["spec"]
     # The binding, not the policy, says which namespaces: a canary binding gives the policy
-    # gpupool's own canary pods (webhook.engine.admission.routingcanary).
+    # gpupool's own canary pods (webhook.engine.native.canary).
     assert "namespaceSelector" not in spec["matchConstraints"]
     match = docs[1]["spec"]["matchResources"]
     assert match["namespaceSelector"]["matchExpressions"][0]["values"] == [

@@ -25,7 +25,7 @@ from webhook.engine import (
     view_from_objects,
 )
 from webhook.engine.core.policy import PolicyError
-from webhook.policyfile import default_policy_text
+from webhook.files.policyfile import default_policy_text
 
 VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 OWNER = "system:serviceaccount:kube-system:hami-scheduler"

@@ -20,8 +20,8 @@ from webhook.engine.admission import admit
 from webhook.engine.core.decision import Reason
 from webhook.engine.core.policy import load_policy_text
 from webhook.engine.view.cluster import view_from_objects
+from webhook.files.policyfile import default_policy_text
 from webhook.node.agent import Observer
-from webhook.policyfile import default_policy_text
 
 HAMI_POD = UPSTREAM / "pods/hami/nvidia/default_use.yaml"  # gpumem + gpucores: HAMi's pool
 OPERATOR_POD = UPSTREAM / "pods/hami/nvidia/default_use_legacy.yaml"  # whole GPUs: operator

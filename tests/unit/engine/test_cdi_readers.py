@@ -20,7 +20,7 @@ from webhook.api.inventory import parse_inventory
 from webhook.engine import Outcome, view_from_objects
 from webhook.engine.aftercare.podrisk import recheck
 from webhook.engine.core.decision import Reason
-from webhook.policyfile import default_policy
+from webhook.files.policyfile import default_policy
 
 PLUGIN_SPEC = "k8s.device-plugin.nvidia.com-gpu.json"
 PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"

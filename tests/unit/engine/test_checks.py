@@ -13,7 +13,7 @@ from webhook.engine.checks import nodechecks, registry
 from webhook.engine.checks.assessment import FACTS, NODE_FACTS
 from webhook.engine.core.decision import Reason
 from webhook.engine.pod.podfacts import PodFacts
-from webhook.policyfile import default_policy_text
+from webhook.files.policyfile import default_policy_text
 
 
 def test_every_fact_a_check_reads_is_one_the_key_can_read():

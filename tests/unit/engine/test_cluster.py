@@ -13,7 +13,7 @@ from harness.kit import gpu_pod
 from webhook.engine.admission.admit import review_pod
 from webhook.engine.view.cluster import ClusterView, view_from_objects
 from webhook.engine.view.nodes import NodeInfo
-from webhook.policyfile import default_policy
+from webhook.files.policyfile import default_policy
 
 
 def node(name: str, pool: str | None, **labels: str) -> dict:

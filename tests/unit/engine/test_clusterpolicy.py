@@ -80,7 +80,7 @@ def test_where_every_agent_learned_the_way_the_label_steers_and_the_api_server_c
     disk alone) makes the pool's pods judged node by node again."""
     from tests.unit.engine import test_steering
     from webhook.engine import routing_facts, view_from_objects
-    from webhook.policyfile import default_policy
+    from webhook.files.policyfile import default_policy
 
     def op_node(name: str, learned: bool) -> dict:
         node = test_steering.agent_node(

@@ -177,7 +177,7 @@ def test_an_inferred_way_that_alone_fails_is_doubt_and_steers_off(tmp_path):
 
 
 def _pinned(way: str) -> str:
-    from webhook.policyfile import default_policy_text
+    from webhook.files.policyfile import default_policy_text
 
     doc = yaml.safe_load(default_policy_text())
     for p in doc["pools"]:

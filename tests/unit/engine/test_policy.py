@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from webhook.engine.core.policy import PolicyError, load_policy_text
-from webhook.policyfile import default_policy_text, load_policy_file
+from webhook.files.policyfile import default_policy_text, load_policy_file
 
 BASE = yaml.safe_load(default_policy_text())
 

@@ -18,7 +18,7 @@ from webhook.engine.core import patch
 from webhook.engine.core.decision import Reason
 from webhook.engine.view.cluster import view_from_objects
 from webhook.engine.view.nodes import NodeInfo
-from webhook.policyfile import default_policy
+from webhook.files.policyfile import default_policy
 
 
 def admitted(pod: dict, view, policy, node: str | None = None) -> dict:

@@ -8,7 +8,7 @@ import pytest
 
 from tests.unit.engine.test_steering import decide
 from webhook.engine.core.decision import Reason
-from webhook.policyfile import default_policy_text
+from webhook.files.policyfile import default_policy_text
 
 
 def _node(name: str, **allocatable: str) -> dict:

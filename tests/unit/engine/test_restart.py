@@ -14,7 +14,7 @@ from tests.unit.engine.test_steering import agent_node, hami_pod
 from webhook.engine import NodeInfo, Outcome, Stage, Subject, decide, view_from_objects
 from webhook.engine.aftercare.podrisk import recheck
 from webhook.engine.aftercare.restart import started
-from webhook.policyfile import default_policy
+from webhook.files.policyfile import default_policy
 
 MGMT = "management.nvidia.com/gpu"
 
@@ -142,7 +142,7 @@ def test_the_webhook_keeps_no_record_of_what_pods_hold():
     """Admission never reads ``gpupool.io/held-devices``: the webhook's view leaves it out,
     and a pod starting on a node (a new record) does not store the node again there; the
     scan's view keeps it, and notices."""
-    from webhook.clusterwatch import ClusterInformer
+    from webhook.cluster.watch import ClusterInformer
 
     node = hold(agent_node_at("cdi"), "u1", [UUIDS[0]], container="c", visible=UUIDS[0])
     more = hold(copy.deepcopy(node), "u2", [UUIDS[1]], container="c", visible=UUIDS[1])

@@ -19,7 +19,7 @@ from webhook.engine.core.decision import Reason
 from webhook.engine.stacks.dra import Slice
 from webhook.engine.view.cluster import view_from_objects
 from webhook.engine.view.nodes import NodeInfo
-from webhook.policyfile import default_policy
+from webhook.files.policyfile import default_policy
 
 
 def replica(name: str) -> dict:

@@ -28,8 +28,8 @@ from webhook.engine.core.decision import Reason
 from webhook.engine.core.policy import PolicyError, load_policy_text
 from webhook.engine.view.cluster import view_from_objects
 from webhook.engine.view.nodes import NodeInfo
+from webhook.files.policyfile import default_policy_text
 from webhook.node.agent import Observer, node_labels
-from webhook.policyfile import default_policy_text
 
 DETECTED = delivery.LABELS[delivery.DETECT]
 #: ``agent_node``'s default: the device plugin the node's layout implies, learned from its pod
@@ -538,7 +538,7 @@ def test_a_runtime_class_is_judged_by_the_handler_it_names(pool):
 
 
 def test_runtime_classes_are_read_from_a_cluster_file(tmp_path):
-    from webhook.snapshot import load_cluster_file
+    from webhook.files.snapshot import load_cluster_file
 
     f = tmp_path / "cluster.yaml"
     f.write_text("apiVersion: v1\nkind: List\nitems:\n"

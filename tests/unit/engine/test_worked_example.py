@@ -21,7 +21,7 @@ from webhook.engine.core.decision import Reason
 from webhook.engine.view.cluster import view_from_objects
 from webhook.engine.view.nodes import NodeInfo
 from webhook.engine.wording import words
-from webhook.policyfile import default_policy
+from webhook.files.policyfile import default_policy
 
 INVENTORY = "gpupool.io/cdi-inventory"
 REGISTERED = nodechecks.NODE_CHECKS

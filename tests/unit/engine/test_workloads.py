@@ -13,7 +13,7 @@ from harness.layouts import hami_register
 from tests.unit.engine.test_cdi import inventory, node
 from webhook.engine.core.policy import load_policy_text
 from webhook.engine.view.cluster import view_from_objects
-from webhook.policyfile import default_policy, default_policy_text
+from webhook.files.policyfile import default_policy, default_policy_text
 from webhook.server.app import Webhook
 from webhook.server.policysource import PolicySource
 

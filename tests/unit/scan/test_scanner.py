@@ -16,7 +16,7 @@ from harness.kit import gpu_pod
 from harness.layouts import UUIDS
 from tests.unit.engine.test_steering import agent_node, hami_bound, hami_pod
 from webhook.engine import NodeInfo, Outcome, Stage, Subject, decide, view_from_objects
-from webhook.policyfile import default_policy
+from webhook.files.policyfile import default_policy
 from webhook.scan.scanner import Scanner
 
 

@@ -156,7 +156,7 @@ def test_engine_crash_still_answers_with_uid(handler, monkeypatch):
 def test_audit_records_denials_and_optionally_mutations(tmp_path):
     from webhook.cli.audit import read_records
     from webhook.engine import load_policy_text
-    from webhook.policyfile import default_policy_text
+    from webhook.files.policyfile import default_policy_text
     from webhook.server.audit import AuditLog
 
     log = AuditLog.from_config(stdout=False, path=str(tmp_path / "a.log"))
@@ -231,7 +231,7 @@ def test_a_repaired_pod_is_always_audited(tmp_path):
     from tests.unit.engine.test_steering import agent_node, hami_pod
     from webhook.cli.audit import read_records
     from webhook.engine import load_policy_text, view_from_objects
-    from webhook.policyfile import default_policy_text
+    from webhook.files.policyfile import default_policy_text
     from webhook.server.audit import AuditLog
 
     policy = load_policy_text(default_policy_text().replace(

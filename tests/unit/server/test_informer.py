@@ -8,7 +8,7 @@ import json
 import threading
 import time
 
-from webhook.clusterwatch import ClusterInformer, KeyedListing
+from webhook.cluster.watch import ClusterInformer, KeyedListing
 from webhook.engine import ClusterView
 
 
@@ -69,7 +69,7 @@ def _informer(nodes: FakeNodeAPI) -> tuple[ClusterInformer, ClusterView]:
     inf._listed = set()
     inf.keep_held = False  # the webhook's view
     inf.read_version = lambda: {"gitVersion": "v1.36.3"}
-    from webhook.clusterwatch import Reflector
+    from webhook.cluster.watch import Reflector
 
     empty_ns = FakeNodeAPI([[]], [])
     inf.nodes = Reflector("nodes", nodes, inf._nodes_listed, inf._node_event, None,
@@ -148,7 +148,7 @@ def test_dra_objects_list_and_watch_into_the_view():
     import functools
 
     from tests.unit.engine.test_dra import docs
-    from webhook.clusterwatch import Reflector
+    from webhook.cluster.watch import Reflector
 
     objs = docs("nvidia.yaml") + docs("claims.yaml")
     plain = [{k: v for k, v in o.items() if k != "kind"} for o in objs]

@@ -19,7 +19,7 @@ from webhook.cli.common import (
 def cmd_agent(args: argparse.Namespace) -> int:
     import logging
 
-    from webhook.kube import KubeError, api_client
+    from webhook.cluster.kube import KubeError, api_client
     from webhook.node.agent import KubeNodeClient, Observer, Publisher, run
 
     for d in args.cdi_dir:  # a typo would otherwise read as "no specs on this node"

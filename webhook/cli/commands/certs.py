@@ -13,11 +13,11 @@ from webhook.cli.common import (
     Parser,
     add_command,
 )
-from webhook.kube import WEBHOOK_NAMESPACE, WEBHOOK_SERVICE
+from webhook.cluster.kube import WEBHOOK_NAMESPACE, WEBHOOK_SERVICE
 
 
 def _expiry_warning(not_after: dt.datetime) -> None:
-    from webhook import certs
+    from webhook.files import certs
 
     if certs.expiry_state(not_after):
         left = max((not_after - dt.datetime.now(dt.UTC)).days, 0)
@@ -26,7 +26,7 @@ def _expiry_warning(not_after: dt.datetime) -> None:
 
 
 def cmd_certs(args: argparse.Namespace) -> int:
-    from webhook import certs
+    from webhook.files import certs
 
     if args.certs_cmd == "generate":
         made = certs.generate(args.out, args.service, args.namespace,

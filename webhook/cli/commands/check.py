@@ -25,7 +25,7 @@ from webhook.cli.common import (
 from webhook.engine import meta_of
 
 if TYPE_CHECKING:
-    from webhook.snapshot import ClusterFile
+    from webhook.files.snapshot import ClusterFile
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -79,7 +79,7 @@ def _check_source(args: argparse.Namespace) -> ClusterFile:
     """The nodes ``check`` decides against, read as kubectl would find a cluster. A gate on
     the exit code must never pass a pod the CDI check did not see: with no nodes to check
     against, that is an error (exit 2) naming the input, unless ``--no-cluster`` says so."""
-    from webhook.snapshot import ClusterFile
+    from webhook.files.snapshot import ClusterFile
 
     source = cluster_source(args, "nodes to check against", "check routing only")
     if source == "none":

@@ -134,8 +134,8 @@ def _routing(live: Any, view: Any, policy: Any, policy_path: str | None,
 
 def _service_host(ref: str | None) -> str:
     """NAMESPACE/NAME of the webhooks' Service as the name the API server verifies."""
-    from webhook import certs
-    from webhook.kube import WEBHOOK_NAMESPACE, WEBHOOK_SERVICE
+    from webhook.cluster.kube import WEBHOOK_NAMESPACE, WEBHOOK_SERVICE
+    from webhook.files import certs
 
     namespace, _, name = (ref or "").rpartition("/")
     if ref and not (namespace and name):

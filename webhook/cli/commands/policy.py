@@ -1,5 +1,5 @@
 """``gpupool policy compile``: the routing the API server can do itself, as a
-MutatingAdmissionPolicy and its binding (``webhook.engine.admission.nativerouting``), for
+MutatingAdmissionPolicy and its binding (``webhook.engine.native.routing``), for
 ``kubectl apply -f -``; and the condition that keeps gpupool's mutating webhook to the pods
 the policy leaves (``--webhook-condition``)."""
 
@@ -50,7 +50,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         return EXIT_OK
     if live is not None and view is not None and not args.exclude_namespace:
         # As the server compiles it: the pods gpupool's own webhook sees (its selectors).
-        from webhook.routingpolicy import Cluster, read, target
+        from webhook.cluster.routingpolicy import Cluster, read, target
 
         objs = target(policy, view, read(Cluster(live.api))[1]).objects
     else:

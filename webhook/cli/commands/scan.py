@@ -22,7 +22,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     import logging
     import signal
 
-    from webhook.kube import api_client
+    from webhook.cluster.kube import api_client
     from webhook.scan import schedulers
     from webhook.scan.run import ScanConfig, ScanService
 

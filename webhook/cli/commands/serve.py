@@ -120,7 +120,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     cluster = args.cluster_file
     if args.demo:
-        from webhook.policyfile import DATA_DIR
+        from webhook.files.policyfile import DATA_DIR
 
         cluster = str(DATA_DIR / "demo-cluster.yaml")
     if not (cluster or args.kubeconfig or args.in_cluster or args.no_cluster):
@@ -138,11 +138,11 @@ def _serve(args: argparse.Namespace) -> int:
     if cluster:
         _check_cluster(cluster, args.demo)
     if args.kubeconfig:
-        from webhook.kube import check_kubeconfig
+        from webhook.cluster.kube import check_kubeconfig
 
         check_kubeconfig(args.kubeconfig)
     if args.in_cluster:
-        from webhook.kube import check_in_cluster
+        from webhook.cluster.kube import check_in_cluster
 
         check_in_cluster()
     if args.audit_file:

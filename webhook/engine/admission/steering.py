@@ -70,7 +70,7 @@ def cluster_steers_by_name(pool_name: str, view: ClusterView, policy: Policy) ->
     """Does this cluster make every GPU pod of the pool be steered node by node, whatever the
     pod? A way the plugins' own configuration declares, and MIG devices on some node, are
     beyond what the agent's label says. (The routing policy compiled for the API server
-    leaves such a pool's pods to the webhook: ``admission.nativerouting``.)"""
+    leaves such a pool's pods to the webhook: ``native.routing``.)"""
     return _cluster_steers(pool_name, policy, view)
 
 
@@ -104,7 +104,7 @@ def _declared_beyond_labels(pool_name: str, policy: Policy, view: ClusterView) -
     alone, so the pool's pods are steered node by node. Where every agent learned the way
     from the plugin's pod (the chart lets it read them), its label already follows that way
     (``delivery.detected_way``), as the node's judgement does: the label steers, and the
-    API server can route the pool's plain pods (``nativerouting``). Kept until the view
+    API server can route the pool's plain pods (``native.routing``). Kept until the view
     changes: a review asks it for its pool."""
     operator = view.operator_way() is not None
     for node in view.pool_nodes(policy, pool_name):

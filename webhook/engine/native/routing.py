@@ -420,7 +420,7 @@ def compile_policy(policy: Policy, facts: RoutingFacts,
     """The MutatingAdmissionPolicy and its binding. ``selectors``: the webhook's own
     ``namespaceSelector`` and ``objectSelector``, so that the binding gives the policy the
     pods the webhook would see (else namespaces ``excluded_namespaces`` are left out). They
-    are the binding's, not the policy's: a second binding (``routingcanary``) gives it the
+    are the binding's, not the policy's: a second binding (``native.canary``) gives it the
     canary pods in gpupool's own namespace, which the webhook never sees."""
     constraints: dict[str, Any] = {
         "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],

@@ -11,7 +11,7 @@ from pathlib import Path
 from webhook.engine import Policy, PolicyError, load_policy_text
 
 #: Package data: the built-in default policy and the demo cluster of ``make run``.
-DATA_DIR = Path(__file__).parent / "data"
+DATA_DIR = Path(__file__).parent.parent / "data"
 
 
 def load_policy_file(path: str, name: str | None = None) -> Policy:

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from webhook.kube import WEBHOOK_NAMESPACE, WEBHOOK_SERVICE
+from webhook.cluster.kube import WEBHOOK_NAMESPACE, WEBHOOK_SERVICE
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"

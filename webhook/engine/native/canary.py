@@ -8,7 +8,8 @@ gpupool's own namespace carrying ``CANARY_LABEL``, which no webhook of gpupool's
 no workload makes. gpupool sends them as server-side dry-run creates (nothing is stored), one
 per pool the policy claims and per shape of patch it writes, and compares what the API server
 would store with what the webhook itself writes (``admit.decide``) on the same pod. Only when
-every canary agrees does the keeper bind the policy to real pods (``webhook.routingpolicy``).
+every canary agrees does the keeper bind the policy to real pods
+(``webhook.cluster.routingpolicy``).
 
 Pure: the pods and the comparison; sending them is the keeper's.
 """
@@ -19,7 +20,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.engine.admission.admit import Stage, Subject, decide
-from webhook.engine.admission.nativerouting import ROUTING_NAME, RoutingFacts, claimable_pools
 from webhook.engine.core import patch
 from webhook.engine.core.policy import (
     HAMI_IGNORE_LABEL,
@@ -27,6 +27,7 @@ from webhook.engine.core.policy import (
     POOL_LABEL,
     Policy,
 )
+from webhook.engine.native.routing import ROUTING_NAME, RoutingFacts, claimable_pools
 from webhook.engine.pod.placement import REQUIRED
 from webhook.engine.pod.podfacts import DEFAULT_SCHEDULER
 from webhook.engine.view.cluster import ClusterView

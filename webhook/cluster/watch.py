@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from webhook.cluster.kube import DRA_GROUP, SOURCE, SOURCES, server_version
 from webhook.engine import (
     ClusterView,
     DeviceClass,
@@ -33,7 +34,6 @@ from webhook.engine import (
     release_note,
     runtime_classes_of,
 )
-from webhook.kube import DRA_GROUP, SOURCE, SOURCES, server_version
 
 log = logging.getLogger(__name__)
 #: Backoff jitter from a private generator: never perturbs anyone else's random state.

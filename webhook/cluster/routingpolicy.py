@@ -173,7 +173,7 @@ class Cluster:
 
     def version(self) -> str:
         """The API server's ``gitVersion`` ("" where it does not say)."""
-        from webhook.kube import server_version
+        from webhook.cluster.kube import server_version
 
         doc = server_version(self.dyn.client, _request_timeout=10) or {}
         return str(doc.get("gitVersion") or "")
