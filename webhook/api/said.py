@@ -26,10 +26,6 @@ class Said(NamedTuple):
         raise KeyError(f"{self.what} says nothing of {name!r}")
 
 
-_new = tuple.__new__
-
-
 def said(what: str, **facts: Any) -> Said:
-    # (built as a tuple directly: a rule says several on every new pod shape, and the named
-    # tuple's own constructor is a Python call more)
-    return _new(Said, (what, tuple(facts.items())))
+    """What was found, with the facts its words need, by name."""
+    return Said(what, tuple(facts.items()))

@@ -210,10 +210,10 @@ class Review:
         if m is None:
             return v
         said = m if v.allowed else v
-        # (built directly: ``dataclasses.replace`` costs more than the rest of this)
-        return Decision(v.allowed, said.reason, said.statement, v.gpu, m.pool,
-                        m.scheduler_name, m.patch, joined(m.warnings, v.warnings),
-                        v.nodes, v.unchecked, said.of_subject, said.subject)
+        return v._replace(reason=said.reason, statement=said.statement, pool=m.pool,
+                          scheduler_name=m.scheduler_name, patch=m.patch,
+                          warnings=joined(m.warnings, v.warnings),
+                          of_subject=said.of_subject, subject=said.subject)
 
 
 def review(subject: Subject, view: ClusterView | None, policy: Policy) -> Review:

@@ -22,7 +22,7 @@ from webhook.engine.checks.cdi import verdicts
 from webhook.engine.core.policy import Policy
 from webhook.engine.placement import candidates as cand
 from webhook.engine.pod.affinity import Requirement
-from webhook.engine.pod.placement import NAME_FIELD
+from webhook.engine.pod.nodereach import NAME_FIELD
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks.clusterpolicy import runs_operator_plugin
 from webhook.engine.view.cluster import ClusterView

@@ -26,7 +26,7 @@ from webhook.engine.core.policy import OnFinding, Policy
 from webhook.engine.core.resources import pod_requests
 from webhook.engine.placement import candidates as cand
 from webhook.engine.pod import podclaims
-from webhook.engine.pod.placement import OTHER_POOL, OWN_FIELDS, claim_reaches, term_matches
+from webhook.engine.pod.nodereach import OTHER_POOL, OWN_FIELDS, claim_reaches, term_matches
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import allocator, dra
 from webhook.engine.view.cluster import ClusterView

@@ -131,11 +131,9 @@ class Decision(NamedTuple):
 
     def about(self, subject: str) -> Decision:
         """This decision, naming ``subject`` (a decision kept for a pod shape, told of the
-        pod at hand). (Built directly: ``_replace`` costs several times more, and every
-        review of a known shape makes one.)"""
-        return Decision(self.allowed, self.reason, self.statement, self.gpu, self.pool,
-                        self.scheduler_name, self.patch, self.warnings, self.nodes,
-                        self.unchecked, self.of_subject, subject)
+        pod at hand): every field as it is, the last (``subject``) anew. (Not ``_replace``,
+        which costs several times more: every review of a known shape makes one.)"""
+        return _as_decision((*self[:-1], subject))
 
     def warned(self, *texts: str) -> Decision:
         """This decision with ``texts`` among its warnings (each fitted, none twice)."""
@@ -159,6 +157,10 @@ class Decision(NamedTuple):
             "message": self.message,
             "nodes": [n.to_json() for n in self.nodes],
         }
+
+
+assert Decision._fields[-1] == "subject", "about() replaces the last field"
+_as_decision = Decision._make
 
 
 def with_warnings(held: tuple[str, ...], texts: Iterable[str]) -> tuple[str, ...]:
@@ -189,16 +191,19 @@ def allow(reason: Reason, *, message: str = "", of_subject: bool = False, gpu: b
           patch: Iterable[Op] = (), nodes: Iterable[NodeFinding] = (),
           warnings: Iterable[str] = (), unchecked: str = "") -> Decision:
     """``message`` stands alone, or with ``of_subject`` follows the object's name."""
-    return Decision(True, reason, message, gpu, pool, scheduler_name, tuple(patch),
-                    with_warnings((), warnings), tuple(nodes), unchecked, of_subject)
+    return Decision(allowed=True, reason=reason, statement=message, gpu=gpu, pool=pool,
+                    scheduler_name=scheduler_name, patch=tuple(patch),
+                    warnings=with_warnings((), warnings), nodes=tuple(nodes),
+                    unchecked=unchecked, of_subject=of_subject)
 
 
 def deny(reason: Reason, message: str, *, of_subject: bool = False, gpu: bool = False,
          pool: str | None = None, scheduler_name: str | None = None,
          nodes: Iterable[NodeFinding] = (), warnings: Iterable[str] = ()) -> Decision:
     """A denial carries no patch: the API server applies none from a denied review."""
-    return Decision(False, reason, message, gpu, pool, scheduler_name, (),
-                    with_warnings((), warnings), tuple(nodes), "", of_subject)
+    return Decision(allowed=False, reason=reason, statement=message, gpu=gpu, pool=pool,
+                    scheduler_name=scheduler_name, warnings=with_warnings((), warnings),
+                    nodes=tuple(nodes), of_subject=of_subject)
 
 
 WARNING_LIMIT = 120

@@ -28,7 +28,7 @@ from webhook.engine.core.policy import (
     Policy,
 )
 from webhook.engine.native.routing import ROUTING_NAME, RoutingFacts, claimable_pools
-from webhook.engine.pod.placement import REQUIRED
+from webhook.engine.pod.nodereach import REQUIRED
 from webhook.engine.pod.podfacts import DEFAULT_SCHEDULER
 from webhook.engine.view.cluster import ClusterView
 

@@ -17,7 +17,7 @@ from webhook.engine.core.objects import json_key
 from webhook.engine.core.policy import Policy
 from webhook.engine.core.resources import most_per_container, pod_requests
 from webhook.engine.pod import affinity
-from webhook.engine.pod.placement import Placement, expression_values, expressions
+from webhook.engine.pod.nodereach import Placement, expression_values, expressions
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import hami
 from webhook.engine.view.cluster import ClusterView

@@ -16,7 +16,7 @@ from webhook.api.said import Said, said
 from webhook.engine.core import patch
 from webhook.engine.core.patch import Op
 from webhook.engine.core.policy import Policy
-from webhook.engine.pod.placement import (
+from webhook.engine.pod.nodereach import (
     AFFINITY_PATH,
     NAME_FIELD,
     REQUIRED,

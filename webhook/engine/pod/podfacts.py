@@ -24,7 +24,7 @@ from webhook.engine.core.policy import (
 )
 from webhook.engine.core.resources import asked_by, container_list
 from webhook.engine.pod import affinity, podclaims
-from webhook.engine.pod.placement import Placement
+from webhook.engine.pod.nodereach import Placement
 from webhook.engine.stacks import dra, hami, nri
 from webhook.engine.view.cluster import ClusterView
 
