@@ -14,7 +14,7 @@ from harness.kit import only_voids
 from webhook.engine.admission import admit
 from webhook.engine.core.decision import Reason
 from webhook.engine.core.policy import PolicyError, load_policy_text
-from webhook.engine.pod import placement
+from webhook.engine.pod import nodereach
 from webhook.engine.pod.podfacts import PodFacts
 from webhook.engine.stacks import cel
 from webhook.engine.view.cluster import view_from_objects
@@ -629,8 +629,8 @@ def test_what_keeps_a_pod_off_a_node_is_one_answer(policy):
                                         claims=facts.claims.claims)
 
     assert off(pinned, "dra-node-1") == "ResourceClaim shared-gpu"
-    assert off(pinned, "dra-node-2") == placement.OWN_FIELDS
-    assert off(free, "op-1") == placement.OTHER_POOL
+    assert off(pinned, "dra-node-2") == nodereach.OWN_FIELDS
+    assert off(free, "op-1") == nodereach.OTHER_POOL
     assert off(free, "dra-node-1") == "ResourceClaim shared-gpu"
     assert off(free, "dra-node-2") is None
     assert free.placement.reaches(view.node("dra-node-2"), "dra", policy, devices=True,
