@@ -251,7 +251,9 @@ def test_a_node_stored_again_is_judged_anew_exactly_when_what_the_checks_read_ch
     assert decided[0].allowed  # the disk decides again: per-UUID specs resolve
     asked.clear()
     decided = store(lambda labels: labels.update(gpu="on"))
-    assert "hami-1" in asked and not decided[0].allowed
+    # (a fold is judged when it is read: one the allowed pods did not read while the label
+    # was off is asked of the node against what it last judged, "on", and holds)
+    assert not decided[0].allowed
     # What only reach reads: a taint the pods do not tolerate, then a label a pod's
     # nodeSelector reads. The checks' finding stands; each decision follows, as fresh.
     asked.clear()

@@ -55,9 +55,12 @@ class NodeFold(Generic[T]):
     """A value per node over a set of nodes, kept current node by node as the view changes.
 
     The decisions per shape start over at any change; a fold does not: a node that changes
-    is re-evaluated alone,
-    so the first decision after a node change costs that node rather than a rescan of its
-    pool. ``fn`` returns None for a node outside the set.
+    is re-evaluated alone, so the first decision after a node change costs that node rather
+    than a rescan of its pool. ``fn`` returns None for a node outside the set.
+
+    A change only marks the node (``update``): the watch that stores nodes runs no rule and
+    holds the view's lock for a dictionary write. The node is judged when a decision next
+    reads the fold (``derive``), outside the lock, and its value swapped in under it.
     """
 
     def __init__(self, fn: Callable[[NodeInfo], T | None], nodes: Iterable[NodeInfo],
@@ -76,36 +79,80 @@ class NodeFold(Generic[T]):
             v = fn(n)
             if v is not None:
                 self.values[n.name] = v
+        #: nodes changed since they were last judged: the node now, and what it replaced
+        #: when the value held for it still stands for that (None: judge it afresh)
+        self.pending: dict[str, tuple[NodeInfo, NodeChange | None]] = {}
+        #: a reader is judging marked nodes (outside the view's lock); another reader
+        #: waits for it (``_settling``) rather than derive from values about to change
+        self.settling = False
+        self._settling = threading.Lock()
         self.generation = 0
         #: what the caller derived from ``values``, and the generation it was derived at
         self.derived: tuple[int, Any] | None = None
 
     def update(self, node: NodeInfo, change: NodeChange | None = None) -> None:
-        """Re-evaluate ``node``; ``change``: it replaced a node (None: a slice change, or
-        nothing to build on)."""
-        prev = self.values.get(node.name)
-        if self.again is not None and change is not None and prev is not None:
-            v = self.again(change, prev)
-        else:
-            v = self.fn(node)
-        if v is None:
-            if self.values.pop(node.name, None) is None:
-                return
-        elif v is prev:
-            return  # (the node's value stands: what was derived from the values still holds)
-        else:
-            self.values[node.name] = v
-        self.generation += 1
+        """Mark ``node`` to be judged again; ``change``: it replaced a node (None: a slice
+        change, or nothing to build on). Call with the lock held."""
+        was = self.pending.get(node.name)
+        if was is not None and change is not None:
+            # changed twice before it was judged: the value held is the first old node's
+            first = was[1]
+            change = NodeChange(node, first.old) if first is not None else None
+        self.pending[node.name] = (node, change)
 
     def remove(self, name: str) -> None:
+        """Drop the node (call with the lock held): nothing to judge."""
+        self.pending.pop(name, None)
         if self.values.pop(name, None) is not None:
             self.generation += 1
 
+    def _settle(self) -> None:
+        """Judge the nodes changed since, outside the lock, and swap their values in: a
+        node changed again meanwhile stays marked (its mark names the value swapped in
+        here as the one it replaced), a node removed meanwhile stays removed."""
+        with self.lock:
+            self.settling = True
+            work, self.pending = self.pending, {}
+            held = {name: self.values.get(name) for name in work}
+        judged: dict[str, T | None] = {}
+        try:
+            for name, (node, change) in work.items():
+                prev = held[name]
+                if self.again is not None and change is not None and prev is not None:
+                    judged[name] = self.again(change, prev)
+                else:
+                    judged[name] = self.fn(node)
+        except BaseException:
+            with self.lock:  # (left marked, as they were, for the next reader)
+                self.settling = False
+                self.pending = {**work, **self.pending}
+            raise
+        with self.lock:
+            self.settling = False
+            for name, v in judged.items():
+                if self.values.get(name) is not held[name]:
+                    continue  # removed (or re-judged by another reader) meanwhile
+                if v is None:
+                    if self.values.pop(name, None) is None:
+                        continue
+                elif v is held[name]:
+                    continue  # (its value stands: what was derived from the values holds)
+                else:
+                    self.values[name] = v
+                self.generation += 1
+
     def derive(self, compute: Callable[[dict[str, T]], Any]) -> Any:
-        """``compute(values)``, recomputed only after the values changed."""
+        """``compute(values)``, recomputed only after the values changed; marked nodes are
+        judged first (one reader judges them, the others wait for it)."""
+        with self.lock:
+            busy = bool(self.pending) or self.settling
+        if busy:
+            with self._settling:
+                if self.pending:
+                    self._settle()
         with self.lock:
             got = self.derived
-            if got is not None and got[0] == self.generation:
+            if got is not None and got[0] == self.generation and not self.pending:
                 return got[1]
             value = compute(self.values)
             self.derived = (self.generation, value)
