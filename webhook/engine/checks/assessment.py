@@ -31,6 +31,9 @@ class NodeState(StrEnum):
     OK = "ok"
     MISSING = "missing"  # some spec lacks a device the pod would get
     UNKNOWN = "unknown"  # gpupool cannot tell (no inventory, unknown mode or GPUs)
+    #: the pod's scheduler would not place it on this node's GPUs at all: not a candidate
+    #: (its ``note`` says why), and judged no further
+    UNFIT = "unfit"
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,9 @@ class Combine(StrEnum):
     FIRST = "first"  # the base judgment: it is the finding so far
     WORSE = "worse"  # the finding that says more wins (``worse``)
     REFINE = "refine"  # it sees the finding so far and may replace it (None keeps it)
+    #: asked first: a finding ends the node's judgment (the node is out), None lets the
+    #: other checks judge it
+    GATE = "gate"
 
 
 class Ask(NamedTuple):

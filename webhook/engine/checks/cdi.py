@@ -193,9 +193,6 @@ def _fold(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy,
             return None
         # (nearly every pod is not steered: its placement is matched once)
         matches = unsteered is placement or placement.matches(n.labels, n.name)
-        why = cand.unfit_reason(n, demand_of())
-        if why:
-            return (why, False, None)
         check = known
         if check is None:
             if not active:
@@ -205,6 +202,8 @@ def _fold(facts: PodFacts, pool_name: str, view: ClusterView, policy: Policy,
                 if change is not None else nodechecks.judge(n, ask, active[0])
         if check.state is NodeState.OK:
             return _FIT_OK_REACHABLE if matches else _FIT_OK_UNREACHABLE
+        if check.state is NodeState.UNFIT:
+            return (check.note, False, None)  # (``gpufit``: not a candidate)
         return (None, matches, check)
 
     label_reads: list[frozenset[str]] = []  # worked out on the first node stored again

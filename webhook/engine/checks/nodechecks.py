@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, overload
 
-from webhook.engine.checks import hamibinding, nriannotations, owndevices, plugindevices
+from webhook.engine.checks import (
+    gpufit,
+    hamibinding,
+    nriannotations,
+    owndevices,
+    plugindevices,
+)
 from webhook.engine.checks.assessment import (
     FACTS,
     NODE_FACTS,
@@ -28,8 +34,8 @@ from webhook.engine.view.cluster import ClusterView
 from webhook.engine.view.nodes import NodeInfo
 
 #: what the verdicts read besides the checks: which nodes DRA serves instead of a device
-#: plugin, and which nodes' GPUs can serve the demand at all (``candidates.unfit_reason``)
-FOLD_READS = ("DRA-served resources", "GPU demand")
+#: plugin
+FOLD_READS = ("DRA-served resources",)
 
 
 class Checks(Sequence[NodeCheck]):
@@ -58,8 +64,8 @@ class Checks(Sequence[NodeCheck]):
         return len(self.checks)
 
 
-NODE_CHECKS = Checks((plugindevices.CHECK, owndevices.CHECK, nriannotations.CHECK,
-                     hamibinding.CHECK))
+NODE_CHECKS = Checks((gpufit.CHECK, plugindevices.CHECK, owndevices.CHECK,
+                     nriannotations.CHECK, hamibinding.CHECK))
 
 
 def _checks(checks: Iterable[NodeCheck] | None) -> Checks:
@@ -120,6 +126,10 @@ def judge(node: NodeInfo, ask: Ask, active: tuple[tuple[NodeCheck, Ask, Any], ..
     view = ask.view
     for check, mine, prep in active:
         found = check.assess(declared_node(check, node, view), mine, prep, finding)
+        if check.combine is Combine.GATE:
+            if found is not None:
+                return found
+            continue
         if check.combine is Combine.FIRST or finding is None:
             finding = found
         elif check.combine is Combine.WORSE:
