@@ -498,6 +498,10 @@ def webhook_condition(policy: Policy, facts: RoutingFacts) -> dict[str, str]:
             f"object.spec.?schedulerName.orValue('') == {_s(p.scheduler_name)}",
             f"{labels}[?{_s(POOL_LABEL)}].orValue({_s(pool)}) == {_s(pool)}",
             label, terms]))
-    expression = ("!(variables.gpuPod && variables.plain && ("
-                  + " || ".join(f"({r})" for r in routed) + "))")
+    # What the policy wrote is asked first: a pod it did not route (every pod but those it
+    # claims) leaves at an annotation lookup, before any container is read. (The API server
+    # evaluates this for every pod the webhook's rules match; written out in full, with the
+    # container scans first, it cost 0.9 ms of its CPU per pod: bench/README.md.)
+    expression = ("!((" + " || ".join(f"({r})" for r in routed)
+                  + ") && variables.gpuPod && variables.plain)")
     return {"name": CONDITION, "expression": expand(expression)}
