@@ -142,7 +142,7 @@ def timings(sizes: list[int], rounds: int = 7, per_round: int = 300) -> dict[str
     otherwise warm; new labels: a known shape in labels no decision reads; served stages: a
     new shape's two stages as the server decides them, on two requests; cold: the first
     review after a node of the pool changed."""
-    from webhook.files.policyfile import default_policy
+    from bench.engine import default_policy
 
     e = engine()
     policy = default_policy()

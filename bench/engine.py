@@ -35,3 +35,17 @@ def engine() -> Engine:
                       surface.decide, surface.Stage, surface.Subject)
     return Engine(*(getattr(importlib.import_module(module), name)
                     for name, module in _BEFORE_SURFACE.items()))
+
+
+def default_policy() -> Any:
+    """The built-in PoolPolicy, read by the tree whose ``webhook`` package is imported:
+    ``webhook/files/policyfile.py`` here, ``webhook/policyfile.py`` before the shells'
+    modules moved into folders (commit ed4be44)."""
+    from pathlib import Path
+
+    import webhook
+
+    here = Path(webhook.__file__).parent
+    module = "webhook.files.policyfile" if (here / "files" / "policyfile.py").exists() \
+        else "webhook.policyfile"
+    return importlib.import_module(module).default_policy()
