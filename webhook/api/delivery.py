@@ -73,6 +73,8 @@ class Resolution:
     note: Said | None = None
     #: The GPUs never reach the container: it starts without them (``ok`` is False)
     undelivered: bool = False
+    #: the fix the node needs, where the way it fails has one of its own
+    fix: Said | None = None
 
 
 def learned_way(inv: Inventory) -> Learned:
@@ -122,13 +124,14 @@ def resolve(inv: Inventory, way: str, gpus: Iterable[str], runtime_class: str | 
         path, why = cdi_names_path(inv, runtime_class)
         have = names_resolved(inv, path).get(device_kind, frozenset())
         missing = tuple(f"{device_kind}={u}" for u in gpus if u not in have)
+        fix = None
         if missing and path is NamesPath.CONTAINERD:
-            why = unreadable_note(inv, device_kind, gpus) or why
+            why, fix = unreadable_note(inv, device_kind, gpus) or (why, None)
         if path is NamesPath.DROPPED:
             return Resolution(way, False, undelivered=True, note=why)
         if path is NamesPath.UNKNOWN and not missing:
             return Resolution(way, None, kind=device_kind, note=why)
-        return Resolution(way, not missing, missing, kind=device_kind, note=why)
+        return Resolution(way, not missing, missing, kind=device_kind, note=why, fix=fix)
     default = inv.runtime.default_handler
     if not runtime_class and default is not None and default not in inv.runtime.handlers:
         # Only the NVIDIA runtime reads NVIDIA_VISIBLE_DEVICES; under containerd's default
@@ -223,7 +226,7 @@ def cdi_names_path(inv: Inventory, runtime_class: str | None,
     come as annotations (None: not known; "learned": as the node's plugin hands them,
     ``hands_annotations``)."""
     rt = inv.runtime
-    if rt.containerd_cdi is not False:
+    if containerd_resolves(inv):
         return NamesPath.CONTAINERD, _BY_CONTAINERD
     if annotations == "learned":
         annotations = hands_annotations(inv)
@@ -246,6 +249,13 @@ def cdi_names_path(inv: Inventory, runtime_class: str | None,
     return NamesPath.RUNTIME, said("delivery.byRuntime", mode=mode)
 
 
+def containerd_resolves(inv: Inventory) -> bool:
+    """Does containerd resolve the CDI names a container is handed here? With its CDI on,
+    or its config not read; with ``enable_cdi = false`` it applies none
+    (``cdi_names_path``)."""
+    return inv.runtime.containerd_cdi is not False
+
+
 def names_resolved(inv: Inventory, path: NamesPath) -> Mapping[str, frozenset[str]]:
     """The CDI devices whoever resolves the names (``path``) finds on the node: containerd
     reads the spec files its own CDI library can parse (``Inventory.containerd_kinds``,
@@ -258,16 +268,18 @@ def names_resolved(inv: Inventory, path: NamesPath) -> Mapping[str, frozenset[st
 SPEC_TOO_NEW = "delivery.specTooNew"
 
 
-def unreadable_note(inv: Inventory, kind: str, devices: Iterable[str]) -> Said | None:
-    """Why containerd cannot resolve devices a spec file defines: the file's version is
-    newer than its CDI library reads. None where that is not why."""
+def unreadable_note(inv: Inventory, kind: str, devices: Iterable[str]
+                    ) -> tuple[Said, Said] | None:
+    """Why containerd cannot resolve devices a spec file defines (the file's version is
+    newer than its CDI library reads), and the fix. None where that is not why."""
     unreadable = inv.unreadable(kind, devices)
     if not unreadable:
         return None
     newest = inv.spec_versions[-1]
-    return said("delivery.specTooNew", reads=inv.containerd_reads, newest=newest,
-                devices=tuple(f"{kind}={d}" for d in unreadable),
-                upgrade=first_reading(newest))
+    facts = {"reads": inv.containerd_reads, "upgrade": first_reading(newest)}
+    return (said("delivery.specTooNew", newest=newest,
+                 devices=tuple(f"{kind}={d}" for d in unreadable), **facts),
+            said("delivery.specTooNewFix", **facts))
 
 
 #: What an NVIDIA_VISIBLE_DEVICES value asks for no device at all (the toolkit's ``void``,

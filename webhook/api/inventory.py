@@ -7,6 +7,7 @@ ahead of the webhook does not break admission; an unknown ``schemaVersion`` is a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -183,6 +184,14 @@ class Inventory:
         if readable[-1] == self.spec_versions[-1]:
             return self.kinds
         return self.readable_up_to.get(readable[-1], {})
+
+    def read_by_containerd(self, reads: str) -> Inventory:
+        """This inventory on a node whose containerd reads spec versions up to ``reads``:
+        itself where every file is readable (the usual case: nothing to copy)."""
+        if not self.spec_versions or \
+                version_key(self.spec_versions[-1]) <= version_key(reads):
+            return self
+        return dataclasses.replace(self, containerd_reads=reads)
 
     def unreadable(self, kind: str, devices: Iterable[str]) -> tuple[str, ...]:
         """Of ``devices`` of ``kind``, those spec files define here but the node's

@@ -179,8 +179,10 @@ def plugin_containers(pod: Mapping[str, Any], config_maps: ConfigMaps | None = N
 #: 0500_daemonset.yaml``), HAMi's chart (v2.10 ``templates/device-plugin/
 #: daemonsetnvidia.yaml``) and NVIDIA's own chart (k8s-device-plugin
 #: ``deployments/helm/nvidia-device-plugin/templates/_helpers.tpl``, its selector labels).
+#: (who deployed HAMi's plugin, as ``deployed_by`` says it: what ``hamiplugin`` looks for)
+HAMI_CHART = "HAMi's chart"
 _DEPLOYERS = (("app", "nvidia-device-plugin-daemonset", "the GPU Operator"),
-              ("app.kubernetes.io/component", "hami-device-plugin", "HAMi's chart"),
+              ("app.kubernetes.io/component", "hami-device-plugin", HAMI_CHART),
               ("app.kubernetes.io/name", "nvidia-device-plugin",
                "NVIDIA's device-plugin chart"))
 

@@ -73,16 +73,6 @@ def load_file(path: str) -> Spec:
     return parse_spec(text, path)
 
 
-def _reading_up_to(loader: Callable[[str], Spec], reads: str) -> Callable[[str], Spec]:
-    def load(path: str) -> Spec:
-        spec = loader(path)
-        if version_key(spec.version) > version_key(reads):
-            raise CDIError(f"cdiVersion {spec.version} is newer than the {reads} this CDI "
-                           "library reads")
-        return spec
-    return load
-
-
 def readable_up_to(dirs: Iterable[str], reg: Registry
                    ) -> tuple[tuple[str, ...], dict[str, dict[str, frozenset[str]]]]:
     """The spec versions of the files ``reg`` (a scan of ``dirs``) loaded, and for each
@@ -94,25 +84,25 @@ def readable_up_to(dirs: Iterable[str], reg: Registry
     dirs = list(dirs)
     loaded = {s.path: s for s in reg.specs}
 
-    def load(path: str) -> Spec:
-        if path not in loaded:
-            raise CDIError("refused by the scan")
-        return loaded[path]
+    def reader(reads: str) -> Callable[[str], Spec]:
+        """The scan's files as a library reading up to ``reads`` loads them: a newer one is
+        refused whole, as a file the scan refused."""
+        def load(path: str) -> Spec:
+            spec = loaded.get(path)
+            if spec is None or version_key(spec.version) > version_key(reads):
+                raise CDIError(f"not read by a CDI library reading up to {reads}")
+            return spec
+        return load
 
     versions = tuple(sorted({s.version for s in reg.specs}, key=version_key))
-    return versions, {v: scan(dirs, load, reads=v).kinds() for v in versions[:-1]}
+    return versions, {v: scan(dirs, reader(v)).kinds() for v in versions[:-1]}
 
 
 def scan(dirs: Iterable[str] = DEFAULT_SPEC_DIRS,
-         loader: Callable[[str], Spec] = load_file, reads: str | None = None) -> Registry:
+         loader: Callable[[str], Spec] = load_file) -> Registry:
     """Scan spec directories; ``loader`` lets the agent substitute a file's last good parse
-    while it is being rewritten. ``reads``: the newest spec version the reading library
-    knows (None: every released one); a newer file is refused whole, as an older CDI library
-    refuses it (``webhook.api.cdireaders``), so it neither defines a device nor conflicts
-    with another file."""
+    while it is being rewritten (and ``readable_up_to`` an older library's view of them)."""
     reg = Registry()
-    if reads is not None:
-        loader = _reading_up_to(loader, reads)
     for directory in dirs:
         try:
             files = spec_files(directory)

@@ -104,7 +104,7 @@ def assess_node(node: NodeInfo, pool: Pool, runtime_class: str | None, handler: 
                 note=said("plugin.onlyCordoned", gpus=tuple(sorted(set(gpus) - set(rest)))))
     return NodeAssessment(node.name, NodeState.OK if r.ok else NodeState.MISSING,
                           missing=r.missing, note=r.note, kind=r.kind, mode=r.mode, way=way,
-                          undelivered=r.undelivered)
+                          undelivered=r.undelivered, fix=r.fix)
 
 
 def _inferred_doubt(node: NodeInfo, inv: Inventory, gpus: tuple[str, ...],
@@ -149,6 +149,7 @@ def _assess_mig(node: NodeInfo, inv: Inventory, resources: list[str], way: deliv
     r = delivery.resolve(inv, way, devices, handler, device_kind, privileged)
     if r.ok is False and (r.undelivered or devices):  # a name is missing, or none arrive
         return NodeAssessment(node.name, NodeState.MISSING, missing=r.missing, note=r.note,
+                              fix=r.fix,
                               kind=r.kind, mode=r.mode, way=way, undelivered=r.undelivered)
     if r.ok is True and (devices or not r.kind or r.kind == delivery.JIT_KIND):
         return NodeAssessment(node.name, NodeState.OK, note=r.note, mode=r.mode, way=way)

@@ -122,8 +122,6 @@ def _fix_for(pool: Pool, c: NodeAssessment, policy: Policy, view: ClusterView) -
                 "strategy, whose devices containerd delivers to any container)")
     if c.undelivered and c.way == delivery.CDI_DEVICES:
         return words(said("delivery.cdiOffFix"))
-    if c.note is not None and c.note.what == delivery.SPEC_TOO_NEW:
-        return words(said("delivery.specTooNewFix", **dict(c.note.facts)))
     if c.undelivered:
         return ("make the NVIDIA runtime containerd's default runtime on those nodes, or set "
                 f"{strategy} (a CDI strategy, which containerd and the GPU Operator's NRI "

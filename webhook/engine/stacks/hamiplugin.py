@@ -36,16 +36,11 @@ class HamiPlugin:
     way: Way | None  # None: a strategy gpupool does not model
 
 
-#: Who deployed a device-plugin pod that is HAMi's, as the agent reads it from the pod's
-#: labels (``pluginconfig``: HAMi's chart labels it ``hami-device-plugin``).
-DEPLOYED_BY_CHART = "HAMi's chart"
-
-
 def runs_here(plugins: Iterable[pluginconfig.Settled] | None, declared: bool) -> bool:
     """Does HAMi's device plugin run on a node: its agent found HAMi's plugin pod there, or
     one of HAMi's device-plugin DaemonSets selects the node (``declared``)? (The GPUs HAMi's
     plugin registers on the Node outlive the plugin: not evidence that it runs now.)"""
-    return declared or any(p.deployed_by == DEPLOYED_BY_CHART for p in plugins or ())
+    return declared or any(p.deployed_by == pluginconfig.HAMI_CHART for p in plugins or ())
 
 
 def hami_plugin_from(obj: Mapping[str, Any]) -> HamiPlugin | None:

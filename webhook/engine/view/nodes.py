@@ -5,14 +5,13 @@ the agent's CDI inventory. Status heartbeats leave its fingerprint unchanged.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.api.cdireaders import containerd_reader, version_key
+from webhook.api.cdireaders import containerd_reader
 from webhook.api.held import HELD_ANNOTATION
 from webhook.api.inventory import INVENTORY_ANNOTATION, Inventory, InventoryError, parse_inventory
 from webhook.engine.core import objects
@@ -93,11 +92,10 @@ class NodeInfo:
             except InventoryError as exc:
                 inventory_error = f"{INVENTORY_ANNOTATION}: {exc}"
         reader = containerd_reader(runtime_version)
-        if inventory is not None and reader is not None and inventory.spec_versions and \
-                version_key(inventory.spec_versions[-1]) > version_key(reader.reads):
+        if inventory is not None and reader is not None:
             # containerd resolves CDI names with the library it was built with, which reads
-            # spec versions up to its own (webhook.api.cdireaders): here, not every file
-            inventory = dataclasses.replace(inventory, containerd_reads=reader.reads)
+            # spec versions up to its own (webhook.api.cdireaders)
+            inventory = inventory.read_by_containerd(reader.reads)
         extended: set[str] = set()
         for part in ("capacity", "allocatable"):
             res = status.get(part)
